@@ -1,0 +1,88 @@
+// Package schema applies pglease's embedded migrations with golang-migrate.
+//
+// It uses its own migrations table, TableName, so it coexists with an
+// application's own golang-migrate history in schema_migrations.
+package schema
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/golang-migrate/migrate/v4"
+	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pglease/pglease/migrations"
+)
+
+// TableName is the golang-migrate history table pglease uses, in the
+// connection's current schema. Pass the same name to the migrate CLI with
+// x-migrations-table=pglease_schema_migrations.
+const TableName = "pglease_schema_migrations"
+
+// Up applies every pending migration to the database at connString (a
+// postgres:// URL or a key=value DSN). Applying an up-to-date database is a
+// no-op.
+func Up(ctx context.Context, connString string) error {
+	return run(ctx, connString, func(m *migrate.Migrate) error { return m.Up() })
+}
+
+// Down reverts every applied migration, removing the pglease schema.
+func Down(ctx context.Context, connString string) error {
+	return run(ctx, connString, func(m *migrate.Migrate) error { return m.Down() })
+}
+
+// Version reports the applied migration version; version 0 and dirty false
+// mean none is applied.
+func Version(ctx context.Context, connString string) (version uint, dirty bool, err error) {
+	err = run(ctx, connString, func(m *migrate.Migrate) error {
+		var verr error
+		version, dirty, verr = m.Version()
+		if errors.Is(verr, migrate.ErrNilVersion) {
+			return nil
+		}
+		return verr
+	})
+	return version, dirty, err
+}
+
+func run(ctx context.Context, connString string, step func(*migrate.Migrate) error) error {
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return fmt.Errorf("pglease: parse connection string: %w", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		return fmt.Errorf("pglease: connect for migration: %w", err)
+	}
+	driver, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{MigrationsTable: TableName})
+	if err != nil {
+		return fmt.Errorf("pglease: prepare migration: %w", err)
+	}
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		return fmt.Errorf("pglease: read embedded migrations: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
+	if err != nil {
+		return fmt.Errorf("pglease: prepare migration: %w", err)
+	}
+	defer m.Close()
+	// golang-migrate has no context support: stop between migrations when
+	// ctx ends.
+	stop := context.AfterFunc(ctx, func() {
+		select {
+		case m.GracefulStop <- true:
+		default:
+		}
+	})
+	defer stop()
+	if err := step(m); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("pglease: migrate: %w", err)
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,77 @@
+// Package pglease gives fenced leases that live in Postgres: "only one of us
+// does this right now", for services that already run Postgres and should
+// not need Redis, etcd or ZooKeeper for it.
+//
+// # Overview
+//
+// A lease is a named row in schema pglease, changed only by the SQL
+// functions pglease.acquire, renew, release and assert_held, which any
+// client can call. This package calls them through generated code:
+//
+//	client, err := pglease.New(pool, pglease.Config{})
+//	lease, err := client.TryAcquire(ctx, "outbox-dispatcher", 30*time.Second)
+//	if errors.Is(err, pglease.ErrLeaseHeld) { ... } // someone else has it
+//	defer lease.Release(ctx)
+//	err = lease.Renew(ctx)       // every TTL/3 or so, before lease.Deadline()
+//	err = lease.WithFence(ctx, func(tx pgx.Tx) error { ... }) // fenced write
+//
+// Acquire blocks until the lease is free (woken by the release NOTIFY, else
+// at the holder's expiry). Each tenure has a fence, a number larger than
+// that of every earlier tenure of the lease, also across release and
+// expiry. The supervisor package runs a workload while a lease is held and
+// cancels it when that is no longer certain; most services want that rather
+// than calling Renew themselves.
+//
+// Apply the schema first with Migrate (or the migrate CLI, or `pglease
+// migrate up`).
+//
+// # Safety
+//
+// Every decision is made by the server's clock, read once when each call
+// runs (not at the caller's transaction start), in one statement that
+// compares and swaps the lease row. So, whatever clients race:
+//
+//   - at most one holder has a live tenure of a lease at any instant of the
+//     server's clock;
+//   - fences never go backwards: a new tenure gets the previous fence + 1,
+//     and the row (with its fence) is never deleted;
+//   - a write made inside WithFence commits only while its tenure is
+//     current: assert_held locks the lease row, so no takeover can commit
+//     between the check and the write's commit.
+//
+// The client never compares server timestamps with its own clock. A lease's
+// Deadline is the local monotonic time at which the caller must assume it is
+// gone: when the successful acquire or renew was sent, plus the TTL, minus a
+// safety margin (Config.SafetyMargin, a tenth of the TTL by default). The
+// server's expiry is later than that as long as the two clocks tick at
+// nearly the same rate.
+//
+// # What is not guaranteed
+//
+// A lease cannot stop a process that does not look. A holder that is paused
+// (a GC pause, SIGSTOP, a VM migration) past its Deadline may still act
+// when it resumes, while another holder has the lease. Only writes fenced
+// with WithFence (or checked by the resource against the fence) are
+// refused then; any other side effect of a paused holder is not prevented.
+// Clocks: the margin absorbs rate differences, not a server clock that
+// jumps forward (which expires leases early). Replication: a lease is as
+// durable as the commit that granted it; after a failover to an
+// asynchronous standby a granted tenure or fence can be lost and handed out
+// again. Run pglease on a primary with synchronous replication, or accept
+// that risk.
+//
+// # Failure handling
+//
+// TryAcquire's refusal is a *HeldError (ErrLeaseHeld) saying who holds the
+// lease and for how long. Renew returns ErrLeaseLost only when the server
+// refused: that is the verdict that the tenure is over. Any other error from
+// Renew (connection reset, timeout) leaves the outcome unknown; renewing is
+// idempotent, so retry while Deadline allows, and stop the work when it
+// passes. Errors wrapping ErrInvalidArgument mean a bad argument and that
+// nothing changed. Every call takes a context and returns ctx.Err()
+// unchanged when it ends first.
+//
+// Behind PgBouncer in transaction pooling mode, use pgx's
+// QueryExecModeExec or QueryExecModeSimpleProtocol. LISTEN does not work
+// there, so Acquire wakes at the holder's expiry instead of at its release.
+package pglease

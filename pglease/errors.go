@@ -1,0 +1,87 @@
+package pglease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Sentinel errors, matched with errors.Is.
+var (
+	// ErrLeaseHeld means another holder has a live tenure of the lease.
+	// TryAcquire returns it as a *HeldError, which says who and for how long.
+	ErrLeaseHeld = errors.New("pglease: lease is held by another holder")
+
+	// ErrLeaseLost means this tenure is over: a renewal, release or fenced
+	// write was refused because the lease expired, was released, or was
+	// taken over (the fence moved on). Stop the work the lease protected;
+	// acquire again for a new tenure with a new fence.
+	ErrLeaseLost = errors.New("pglease: lease lost: the tenure is over")
+
+	// ErrInvalidArgument means an argument was rejected (empty or over-long
+	// name or holder, a TTL out of range, ...). Nothing was changed. The
+	// wrapped message says which argument and the allowed range.
+	ErrInvalidArgument = errors.New("pglease: invalid argument")
+)
+
+// HeldError is returned by TryAcquire when another holder has a live tenure.
+// It matches ErrLeaseHeld with errors.Is; use errors.As to read it.
+type HeldError struct {
+	// Name is the lease name.
+	Name string
+	// Holder is the identity of the current holder.
+	Holder string
+	// Fence is the current holder's fence.
+	Fence int64
+	// ExpiresIn is how long the current tenure has left, as computed by the
+	// server when it refused; the lease can be taken over after that unless
+	// the holder renews.
+	ExpiresIn time.Duration
+}
+
+// Error implements error.
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("pglease: lease %q is held by %q (fence %d) for another %s",
+		e.Name, e.Holder, e.Fence, e.ExpiresIn.Round(time.Millisecond))
+}
+
+// Is reports whether target is ErrLeaseHeld.
+func (e *HeldError) Is(target error) bool { return target == ErrLeaseHeld }
+
+// SQLSTATEs raised by the pglease SQL functions.
+const (
+	sqlstateNotHeld      = "PGL01" // pglease.assert_held: fence not current
+	sqlstateNullValue    = "22004" // NULL argument
+	sqlstateInvalidParam = "22023" // argument out of range
+)
+
+// interpretError maps errors from the generated queries to the package's
+// errors. It returns ctx.Err() unchanged when ctx has ended, so callers can
+// compare against context.Canceled and context.DeadlineExceeded.
+func interpretError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		switch pgErr.Code {
+		case sqlstateNotHeld:
+			return fmt.Errorf("%w: %w", ErrLeaseLost, pgErr)
+		case sqlstateNullValue, sqlstateInvalidParam:
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, pgErr)
+		case "3F000", "42883":
+			return fmt.Errorf("pglease: schema pglease or its functions are missing; apply the migrations (pglease.Migrate, or `pglease migrate up`): %w", err)
+		}
+	}
+	return fmt.Errorf("pglease: %w", err)
+}
+
+// invalidf returns an ErrInvalidArgument error with a message.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,493 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+func newClient(t *testing.T, db pglease.DB, holder string) *pglease.Client {
+	t.Helper()
+	c, err := pglease.New(db, pglease.Config{Holder: holder})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return c
+}
+
+func mustAcquire(t *testing.T, c *pglease.Client, name string, ttl time.Duration) *pglease.Lease {
+	t.Helper()
+	l, err := c.TryAcquire(context.Background(), name, ttl)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q) as %s: %v", name, c.Holder(), err)
+	}
+	return l
+}
+
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	c := newClient(t, pool, "")
+
+	l := mustAcquire(t, c, "jobs", 10*time.Second)
+	if l.Name() != "jobs" || l.Fence() != 1 || l.Holder() != c.Holder() || l.TTL() != 10*time.Second {
+		t.Fatalf("lease = (%q, fence %d, %q, %s), want (jobs, 1, %q, 10s)", l.Name(), l.Fence(), l.Holder(), l.TTL(), c.Holder())
+	}
+	before := l.Deadline()
+	if err := l.Renew(ctx); err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	if !l.Deadline().After(before) {
+		t.Fatalf("Deadline after Renew = %v, want later than %v", l.Deadline(), before)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("Renew after Release = %v, want ErrLeaseLost", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("second Release = %v, want ErrLeaseLost", err)
+	}
+	statuses, err := c.Leases(ctx)
+	if err != nil {
+		t.Fatalf("Leases: %v", err)
+	}
+	if len(statuses) != 1 || statuses[0].State != pglease.StateFree || statuses[0].Fence != 1 {
+		t.Fatalf("Leases = %+v, want one free lease with fence 1", statuses)
+	}
+}
+
+func TestReentrant(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	c := newClient(t, pool, "")
+	a := mustAcquire(t, c, "jobs", 10*time.Second)
+	b := mustAcquire(t, c, "jobs", 10*time.Second)
+	if a.Fence() != b.Fence() {
+		t.Fatalf("re-entrant acquire fence = %d, want the same tenure's %d", b.Fence(), a.Fence())
+	}
+}
+
+func TestHeldError(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	owner := newClient(t, pool, "owner")
+	other := newClient(t, pool, "other")
+	mustAcquire(t, owner, "jobs", 10*time.Second)
+
+	_, err := other.TryAcquire(context.Background(), "jobs", 10*time.Second)
+	if !errors.Is(err, pglease.ErrLeaseHeld) {
+		t.Fatalf("TryAcquire of held lease = %v, want ErrLeaseHeld", err)
+	}
+	held, ok := errors.AsType[*pglease.HeldError](err)
+	if !ok {
+		t.Fatalf("error %T is not a *HeldError", err)
+	}
+	if held.Holder != "owner" || held.Fence != 1 || held.Name != "jobs" {
+		t.Fatalf("HeldError = %+v, want holder owner, fence 1, name jobs", held)
+	}
+	if held.ExpiresIn <= 9*time.Second || held.ExpiresIn > 10*time.Second {
+		t.Fatalf("HeldError.ExpiresIn = %s, want in (9s, 10s]", held.ExpiresIn)
+	}
+	if !strings.Contains(err.Error(), `"owner"`) {
+		t.Fatalf("error %q does not name the holder", err)
+	}
+}
+
+// TestFenceMonotonic takes the lease over after release and after expiry:
+// every tenure's fence is larger than the last.
+func TestFenceMonotonic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	a := newClient(t, pool, "a")
+	b := newClient(t, pool, "b")
+
+	var last int64
+	check := func(l *pglease.Lease) {
+		t.Helper()
+		if l.Fence() != last+1 {
+			t.Fatalf("fence = %d, want %d", l.Fence(), last+1)
+		}
+		last = l.Fence()
+	}
+	l := mustAcquire(t, a, "jobs", 10*time.Second)
+	check(l)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l = mustAcquire(t, b, "jobs", 200*time.Millisecond)
+	check(l)
+	waitState(t, a, "jobs", pglease.StateExpired)
+	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("Renew of expired lease = %v, want ErrLeaseLost", err)
+	}
+	l = mustAcquire(t, b, "jobs", 10*time.Second) // same holder, new tenure
+	check(l)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check(mustAcquire(t, a, "jobs", 10*time.Second))
+}
+
+// waitState polls the server until lease name is in state; time passing is
+// the subject here, so polling with a deadline is the honest wait.
+func waitState(t *testing.T, c *pglease.Client, name string, state pglease.LeaseState) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		all, err := c.Leases(context.Background())
+		if err != nil {
+			t.Fatalf("Leases: %v", err)
+		}
+		for _, s := range all {
+			if s.Name == name && s.State == state {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("lease %q never reached state %s", name, state)
+}
+
+// TestAcquireWokenByRelease: a blocked Acquire wakes on the release NOTIFY,
+// long before the 30 s TTL would let it in.
+func TestAcquireWokenByRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	owner := newClient(t, pool, "owner")
+	waiter := newClient(t, pool, "waiter")
+	l := mustAcquire(t, owner, "jobs", 30*time.Second)
+
+	type result struct {
+		lease *pglease.Lease
+		err   error
+		at    time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, "jobs", 30*time.Second)
+		done <- result{wl, err, time.Now()}
+	}()
+	waitListening(t, pool)
+	released := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("Acquire: %v", r.err)
+		}
+		latency := r.at.Sub(released)
+		t.Logf("release → blocked Acquire returned: %s", latency)
+		if r.lease.Fence() != 2 {
+			t.Fatalf("fence = %d, want 2", r.lease.Fence())
+		}
+		if latency > 2*time.Second {
+			t.Fatalf("woke %s after release, want well under the 30s TTL (NOTIFY path)", latency)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("blocked Acquire not woken 10s after release")
+	}
+}
+
+// waitListening waits until some session of the database LISTENs, so that a
+// release is not sent before the waiter subscribed.
+func waitListening(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		err := pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN pglease'`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no session started listening")
+}
+
+// TestAcquireWaitsForExpiry: without a release, a blocked Acquire gets the
+// lease once the holder's TTL runs out.
+func TestAcquireWaitsForExpiry(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	owner := newClient(t, pool, "owner")
+	waiter := newClient(t, pool, "waiter")
+	mustAcquire(t, owner, "jobs", 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := waiter.Acquire(ctx, "jobs", time.Second)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if l.Fence() != 2 {
+		t.Fatalf("fence = %d, want 2", l.Fence())
+	}
+}
+
+func TestAcquireCancel(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	owner := newClient(t, pool, "owner")
+	waiter := newClient(t, pool, "waiter")
+	mustAcquire(t, owner, "jobs", 30*time.Second)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := waiter.Acquire(ctx, "jobs", time.Second)
+	if err != context.DeadlineExceeded {
+		t.Fatalf("Acquire with expiring ctx = %v, want context.DeadlineExceeded unchanged", err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if _, err := waiter.Acquire(ctx2, "jobs", time.Second); err != context.Canceled {
+		t.Fatalf("Acquire with cancelled ctx = %v, want context.Canceled unchanged", err)
+	}
+	if _, err := waiter.TryAcquire(ctx2, "jobs", time.Second); err != context.Canceled {
+		t.Fatalf("TryAcquire with cancelled ctx = %v, want context.Canceled unchanged", err)
+	}
+}
+
+// TestDeadlineBeforeServerExpiry: the local deadline is never after the
+// server's expiry, measured from the client's side.
+func TestDeadlineBeforeServerExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	c := newClient(t, pool, "")
+	for i := range 20 {
+		l := mustAcquire(t, c, fmt.Sprintf("lease-%d", i), 2*time.Second)
+		if i%2 == 1 {
+			if err := l.Renew(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sent := time.Now()
+		var left time.Duration
+		if err := pool.QueryRow(ctx, `SELECT expires_in FROM pglease.lease_status WHERE name = $1`, l.Name()).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		// The server computed left after sent, so its expiry is no earlier
+		// than sent + left on the local monotonic clock.
+		if serverExpiry := sent.Add(left); l.Deadline().After(serverExpiry) {
+			t.Fatalf("Deadline %v after server expiry ≥ %v", l.Deadline(), serverExpiry)
+		}
+		if margin := sent.Add(left).Sub(l.Deadline()); margin < 2*time.Second/10 {
+			t.Fatalf("margin %s before server expiry, want at least the safety margin 200ms", margin)
+		}
+	}
+}
+
+func TestWithFence(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE public.orders (id int, fence bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	a := newClient(t, pool, "a")
+	b := newClient(t, pool, "b")
+	la := mustAcquire(t, a, "orders", 10*time.Second)
+	write := func(tx pgx.Tx, fence int64) error {
+		_, err := tx.Exec(ctx, `INSERT INTO public.orders VALUES (1, $1)`, fence)
+		return err
+	}
+	if err := la.WithFence(ctx, func(tx pgx.Tx) error { return write(tx, la.Fence()) }); err != nil {
+		t.Fatalf("WithFence while held: %v", err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := mustAcquire(t, b, "orders", 10*time.Second)
+
+	called := false
+	err := la.WithFence(ctx, func(tx pgx.Tx) error { called = true; return write(tx, la.Fence()) })
+	if !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("WithFence with stale fence = %v, want ErrLeaseLost", err)
+	}
+	if called {
+		t.Fatal("WithFence called fn with a stale fence")
+	}
+	fnErr := errors.New("boom")
+	if err := lb.WithFence(ctx, func(tx pgx.Tx) error { _ = write(tx, lb.Fence()); return fnErr }); err != fnErr {
+		t.Fatalf("WithFence returned %v, want fn's error unchanged", err)
+	}
+	var fences []int64
+	rows, _ := pool.Query(ctx, `SELECT fence FROM public.orders ORDER BY fence`)
+	fences, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fences) != 1 || fences[0] != 1 {
+		t.Fatalf("orders fences = %v, want [1] (stale and failed writes rolled back)", fences)
+	}
+}
+
+func TestInvalidArgumentsBeforeRoundTrip(t *testing.T) {
+	t.Parallel()
+	// A pool that cannot connect: validation must fail first.
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	c := newClient(t, pool, "h")
+	ctx := context.Background()
+	long := strings.Repeat("x", 257)
+	cases := []struct {
+		name string
+		ttl  time.Duration
+		want string
+	}{
+		{"", time.Second, "name must be 1 to 256 bytes"},
+		{long, time.Second, "name must be 1 to 256 bytes"},
+		{"ok", 0, "ttl must be from"},
+		{"ok", -time.Second, "ttl must be from"},
+		{"ok", 25 * time.Hour, "ttl must be from"},
+	}
+	for _, tc := range cases {
+		for _, call := range []func() error{
+			func() error { _, err := c.TryAcquire(ctx, tc.name, tc.ttl); return err },
+			func() error { _, err := c.Acquire(ctx, tc.name, tc.ttl); return err },
+		} {
+			err := call()
+			if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("(%d-byte name, ttl %s) = %v, want ErrInvalidArgument saying %q", len(tc.name), tc.ttl, err, tc.want)
+			}
+		}
+	}
+	if _, err := pglease.New(pool, pglease.Config{Holder: long}); !errors.Is(err, pglease.ErrInvalidArgument) {
+		t.Errorf("New with 257-byte holder = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := pglease.New(nil, pglease.Config{}); !errors.Is(err, pglease.ErrInvalidArgument) {
+		t.Errorf("New(nil) = %v, want ErrInvalidArgument", err)
+	}
+	m, err := pglease.New(pool, pglease.Config{SafetyMargin: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryAcquire(ctx, "x", time.Second); !errors.Is(err, pglease.ErrInvalidArgument) {
+		t.Errorf("TTL not above SafetyMargin = %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestHolderIDsDistinct(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 1000 {
+		id := pglease.NewHolderID()
+		if seen[id] {
+			t.Fatalf("NewHolderID repeated %q", id)
+		}
+		seen[id] = true
+	}
+}
+
+// TestExecModes runs the lease cycle with every pgx query exec mode,
+// including those needed behind PgBouncer's transaction pooling.
+func TestExecModes(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewMigrated(t)
+	for _, mode := range []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			cfg, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			a := newClient(t, pool, "a-"+mode.String())
+			b := newClient(t, pool, "b-"+mode.String())
+			name := "mode-" + mode.String()
+			l := mustAcquire(t, a, name, 5*time.Second)
+			if _, err := b.TryAcquire(ctx, name, 5*time.Second); !errors.Is(err, pglease.ErrLeaseHeld) {
+				t.Fatalf("TryAcquire held = %v, want ErrLeaseHeld", err)
+			}
+			if err := l.Renew(ctx); err != nil {
+				t.Fatalf("Renew: %v", err)
+			}
+			if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+				t.Fatalf("WithFence: %v", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			if _, err := b.Acquire(ctx, name, 5*time.Second); err != nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+		})
+	}
+}
+
+// TestRace: many clients race for one lease with a short TTL; every grant
+// has a fresh fence, and at any time only the newest grant's fenced write
+// commits.
+func TestRace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	var (
+		mu     sync.Mutex
+		grants = map[int64]string{}
+		wg     sync.WaitGroup
+	)
+	stop := time.Now().Add(1500 * time.Millisecond)
+	for i := range 12 {
+		c := newClient(t, pool, fmt.Sprintf("worker-%d", i))
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				l, err := c.Acquire(ctx, "race", 100*time.Millisecond)
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					return
+				}
+				mu.Lock()
+				if prev, dup := grants[l.Fence()]; dup && prev != c.Holder() {
+					t.Errorf("fence %d granted to %s and %s", l.Fence(), prev, c.Holder())
+				}
+				grants[l.Fence()] = c.Holder()
+				mu.Unlock()
+				if l.Fence()%3 == 0 {
+					continue // let it expire
+				}
+				if err := l.Release(ctx); err != nil && !errors.Is(err, pglease.ErrLeaseLost) {
+					t.Errorf("Release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for f := int64(1); f <= int64(len(grants)); f++ {
+		if _, ok := grants[f]; !ok {
+			t.Fatalf("fence %d never granted among %d grants: fences are not consecutive", f, len(grants))
+		}
+	}
+	t.Logf("%d tenures granted to 12 racing clients", len(grants))
+}

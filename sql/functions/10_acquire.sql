@@ -1,0 +1,90 @@
+-- pglease.acquire(p_name, p_holder, p_ttl): take a lease, or learn who has it.
+--
+-- Time is the server clock read once when the call starts (clock_timestamp(),
+-- not the caller's transaction start).
+-- Returns one row:
+--   * lease free, released or expired: acquired = true, a new tenure with
+--     fence = previous fence + 1 (1 for a new name), expires_at = now + p_ttl.
+--   * lease live and held by p_holder: acquired = true, same fence (a retry
+--     after a lost reply is the same tenure), expires_at re-pinned to now + p_ttl.
+--   * lease live and held by another holder: acquired = false, and holder,
+--     fence, expires_at, expires_in describe that holder's tenure.
+-- expires_in is expires_at - now. Every new tenure sends a NOTIFY on channel
+-- 'pglease' (see pglease._notify) when the caller commits.
+-- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
+-- bytes or a TTL not in (0, 24 hours]; nothing is changed then.
+-- A refused call takes no row lock, so it never delays the holder's renewals.
+CREATE FUNCTION pglease.acquire(
+    p_name text, p_holder text, p_ttl interval,
+    OUT acquired boolean, OUT fence bigint, OUT holder text,
+    OUT expires_at timestamptz, OUT expires_in interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now         timestamptz := clock_timestamp();
+    v_ttl         interval;
+    v_acquired_at timestamptz;
+BEGIN
+    PERFORM pglease._check_text('acquire', 'p_name', p_name);
+    PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
+    v_ttl := pglease._check_ttl('acquire', p_ttl);
+
+    -- Each pass either decides or sees a row change under it; a concurrent
+    -- change can only happen a bounded number of times in a row.
+    FOR attempt IN 1..10 LOOP
+        -- Take over a free or expired lease, or re-pin our own. The WHERE is
+        -- rechecked against the newest row version after any lock wait.
+        UPDATE pglease.leases AS l
+        SET holder      = p_holder,
+            fence       = CASE WHEN l.holder = p_holder AND l.expires_at > v_now
+                               THEN l.fence ELSE l.fence + 1 END,
+            acquired_at = CASE WHEN l.holder = p_holder AND l.expires_at > v_now
+                               THEN l.acquired_at ELSE v_now END,
+            expires_at  = v_now + v_ttl
+        WHERE l.name = p_name
+          AND (l.holder IS NULL OR l.expires_at <= v_now OR l.holder = p_holder)
+        RETURNING l.fence, l.acquired_at INTO fence, v_acquired_at;
+        IF FOUND THEN
+            IF v_acquired_at = v_now THEN
+                PERFORM pglease._notify('lease', 'acquired', p_name, NULL, fence, p_holder);
+            END IF;
+            acquired := true;
+            holder := p_holder;
+            expires_at := v_now + v_ttl;
+            expires_in := v_ttl;
+            RETURN;
+        END IF;
+
+        -- Held by someone else, or no row yet: look without locking.
+        SELECT l.holder, l.fence, l.expires_at
+        INTO holder, fence, expires_at
+        FROM pglease.leases AS l
+        WHERE l.name = p_name;
+        IF FOUND THEN
+            IF holder IS NOT NULL AND holder <> p_holder AND expires_at > v_now THEN
+                acquired := false;
+                expires_in := expires_at - v_now;
+                RETURN;
+            END IF;
+            CONTINUE; -- released or expired since the UPDATE looked: try again
+        END IF;
+
+        INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at)
+        VALUES (p_name, p_holder, 1, v_now, v_now + v_ttl)
+        ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
+        IF FOUND THEN
+            PERFORM pglease._notify('lease', 'acquired', p_name, NULL, 1, p_holder);
+            acquired := true;
+            fence := 1;
+            holder := p_holder;
+            expires_at := v_now + v_ttl;
+            expires_in := v_ttl;
+            RETURN;
+        END IF;
+        -- Another session created the row first: decide against it.
+    END LOOP;
+    RAISE EXCEPTION USING ERRCODE = '40001',
+        MESSAGE = format('pglease.acquire: lease %L changed on every attempt; retry the call', p_name);
+END
+$$;

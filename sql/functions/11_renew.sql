@@ -1,0 +1,39 @@
+-- pglease.renew(p_name, p_holder, p_fence, p_ttl): extend a live tenure.
+--
+-- Compare-and-swap on (holder, fence) of a live lease: when p_holder holds
+-- the lease with fence p_fence and it has not expired, expires_at is re-pinned
+-- to now + p_ttl (never added to what is left) and renewed = true. Otherwise
+-- (another holder, another fence, released, expired, unknown name)
+-- renewed = false and expires_at, expires_in are NULL: an expired tenure is
+-- over, even for its last holder, who must acquire again (new fence).
+-- Time is the server clock read once when the call starts.
+-- Raises 22004 for a NULL argument, 22023 for a bad name, holder, TTL or a
+-- negative fence; nothing is changed then.
+CREATE FUNCTION pglease.renew(
+    p_name text, p_holder text, p_fence bigint, p_ttl interval,
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_ttl interval;
+BEGIN
+    PERFORM pglease._check_text('renew', 'p_name', p_name);
+    PERFORM pglease._check_text('renew', 'p_holder', p_holder);
+    PERFORM pglease._check_fence('renew', p_fence);
+    v_ttl := pglease._check_ttl('renew', p_ttl);
+
+    UPDATE pglease.leases AS l
+    SET expires_at = v_now + v_ttl
+    WHERE l.name = p_name
+      AND l.holder = p_holder
+      AND l.fence = p_fence
+      AND l.expires_at > v_now;
+    renewed := FOUND;
+    IF renewed THEN
+        expires_at := v_now + v_ttl;
+        expires_in := v_ttl;
+    END IF;
+END
+$$;

@@ -1,0 +1,33 @@
+-- pglease.force_release(p_name): operator override that ends the current
+-- tenure of lease p_name, whoever holds it.
+--
+-- Returns released = true with the ended tenure's holder and fence when the
+-- lease was held or expired; released = false (holder, fence NULL when the
+-- name is unknown) when it was already free. The fence stays, so the next
+-- holder gets fence + 1 and the old holder's fenced writes are refused.
+-- Sends a NOTIFY like pglease.release. Not granted to pglease_client: run it
+-- as the schema owner or grant it to an operators' role.
+CREATE FUNCTION pglease.force_release(
+    p_name text,
+    OUT released boolean, OUT holder text, OUT fence bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM pglease._check_text('force_release', 'p_name', p_name);
+
+    SELECT l.holder, l.fence INTO holder, fence
+    FROM pglease.leases AS l
+    WHERE l.name = p_name
+    FOR UPDATE;
+    released := FOUND AND holder IS NOT NULL;
+    IF released THEN
+        UPDATE pglease.leases AS l
+        SET holder = NULL, expires_at = least(l.expires_at, v_now)
+        WHERE l.name = p_name;
+        PERFORM pglease._notify('lease', 'released', p_name, NULL, fence, holder);
+    END IF;
+END
+$$;

@@ -1,0 +1,44 @@
+-- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl): take one of
+-- p_capacity slots of a scope.
+--
+-- Returns one row:
+--   * p_holder already has a live slot in the scope: claimed = true, that
+--     slot and fence, expiry re-pinned to now + p_ttl (a retry after a lost
+--     reply leaks nothing).
+--   * fewer than p_capacity live holders: claimed = true, a slot numbered
+--     1..p_capacity with a fence larger than any earlier tenure of that slot,
+--     expires_at = now + p_ttl; in_use counts this claim. NOTIFY on 'pglease'.
+--   * p_capacity or more live holders (capacity is the caller's setting and
+--     may shrink): claimed = false, slot, fence, expires_at, expires_in NULL,
+--     in_use = live holders.
+-- Claims in one scope are serialised by a row lock held until the caller's
+-- transaction ends, so the cap holds however many claimers race. One round
+-- trip; its cost grows with live holders, not with p_capacity.
+-- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
+-- capacity not in 1..1000000, a TTL not in (0, 24 hours]; nothing changes then.
+CREATE FUNCTION pglease.claim_slot(
+    p_scope text, p_holder text, p_capacity integer, p_ttl interval,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint,
+    OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_ttl interval;
+BEGIN
+    PERFORM pglease._check_text('claim_slot', 'p_scope', p_scope);
+    PERFORM pglease._check_text('claim_slot', 'p_holder', p_holder);
+    PERFORM pglease._check_int('claim_slot', 'p_capacity', p_capacity, 1, 1000000);
+    v_ttl := pglease._check_ttl('claim_slot', p_ttl);
+
+    PERFORM pglease._scope_lock(p_scope);
+    SELECT c.claimed, c.slot, c.fence, c.in_use
+    INTO claimed, slot, fence, in_use
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, v_now, v_ttl) AS c;
+    IF claimed THEN
+        expires_at := v_now + v_ttl;
+        expires_in := v_ttl;
+    END IF;
+END
+$$;

@@ -1,0 +1,94 @@
+-- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl): one slot in
+-- each of several scopes, all or nothing.
+--
+-- p_scopes[i] is claimed with capacity p_capacities[i], each exactly as by
+-- pglease.claim_slot. Returns one row:
+--   * every scope admitted the holder: claimed = true, slots[i], fences[i]
+--     and in_use[i] per scope in the order given, refused_scope NULL,
+--     expires_at = now + p_ttl for all of them.
+--   * some scope was full: claimed = false, refused_scope names the first
+--     full scope in the order given and refused_in_use its live holders;
+--     slots, fences and in_use are empty arrays, expires_at and expires_in
+--     NULL; nothing is held or changed in any scope (claims already made in
+--     this call are rolled back, their NOTIFYs with them).
+-- Scope locks are taken in one global order (byte order of the scope), so
+-- concurrent multi-scope claims cannot deadlock each other.
+-- Raises 22004 for NULL arrays, elements or arguments; 22023 for arrays of
+-- different lengths, empty or longer than 64, duplicate scopes, or an element
+-- out of claim_slot's ranges; nothing changes then.
+CREATE FUNCTION pglease.claim_slots(
+    p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval,
+    OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
+    OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
+    OUT expires_at timestamptz, OUT expires_in interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_ttl   interval;
+    v_n     integer;
+    v_scope text;
+    v_claim record;
+BEGIN
+    PERFORM pglease._check_text('claim_slots', 'p_holder', p_holder);
+    IF p_scopes IS NULL OR p_capacities IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.claim_slots: %s must not be NULL',
+                             CASE WHEN p_scopes IS NULL THEN 'p_scopes' ELSE 'p_capacities' END),
+            HINT = 'Pass one scope and one capacity per slot to claim.';
+    END IF;
+    v_n := coalesce(cardinality(p_scopes), 0);
+    IF v_n NOT BETWEEN 1 AND 64 OR v_n <> coalesce(cardinality(p_capacities), 0)
+       OR array_ndims(p_scopes) <> 1 OR array_ndims(p_capacities) <> 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.claim_slots: p_scopes and p_capacities must be one-dimensional arrays of the same length, 1 to 64, got %s and %s',
+                             coalesce(cardinality(p_scopes), 0), coalesce(cardinality(p_capacities), 0)),
+            HINT = 'Pass one capacity per scope.';
+    END IF;
+    FOR i IN 1..v_n LOOP
+        PERFORM pglease._check_text('claim_slots', format('p_scopes[%s]', i), p_scopes[array_lower(p_scopes, 1) + i - 1]);
+        PERFORM pglease._check_int('claim_slots', format('p_capacities[%s]', i),
+                                   p_capacities[array_lower(p_capacities, 1) + i - 1], 1, 1000000);
+    END LOOP;
+    IF (SELECT count(DISTINCT s) FROM unnest(p_scopes) AS s) <> v_n THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'pglease.claim_slots: p_scopes must not repeat a scope',
+            HINT = 'Name each scope once.';
+    END IF;
+    v_ttl := pglease._check_ttl('claim_slots', p_ttl);
+
+    FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
+        PERFORM pglease._scope_lock(v_scope);
+    END LOOP;
+
+    in_use := array_fill(NULL::integer, ARRAY[v_n]);
+    slots := array_fill(NULL::integer, ARRAY[v_n]);
+    fences := array_fill(NULL::bigint, ARRAY[v_n]);
+    BEGIN
+        FOR i IN 1..v_n LOOP
+            v_scope := p_scopes[array_lower(p_scopes, 1) + i - 1];
+            SELECT * INTO v_claim
+            FROM pglease._slot_claim_locked(v_scope, p_holder,
+                     p_capacities[array_lower(p_capacities, 1) + i - 1], v_now, v_ttl);
+            in_use[i] := v_claim.in_use;
+            IF NOT v_claim.claimed THEN
+                refused_scope := v_scope;
+                refused_in_use := v_claim.in_use;
+                RAISE EXCEPTION USING ERRCODE = 'PGL02', MESSAGE = 'pglease: scope full';
+            END IF;
+            slots[i] := v_claim.slot;
+            fences[i] := v_claim.fence;
+        END LOOP;
+    EXCEPTION WHEN SQLSTATE 'PGL02' THEN
+        claimed := false;
+        slots := '{}';
+        fences := '{}';
+        in_use := '{}';
+        RETURN;
+    END;
+    claimed := true;
+    expires_at := v_now + v_ttl;
+    expires_in := v_ttl;
+END
+$$;

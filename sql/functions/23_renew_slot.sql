@@ -1,0 +1,37 @@
+-- pglease.renew_slot(p_scope, p_slot, p_holder, p_fence, p_ttl): extend a
+-- live slot tenure.
+--
+-- Compare-and-swap on (holder, fence) of a live slot, exactly like
+-- pglease.renew: renewed = true with expires_at = now + p_ttl, or
+-- renewed = false with expires_at, expires_in NULL when the slot is not live
+-- under (p_holder, p_fence).
+-- Raises 22004 for NULL, 22023 for a bad scope, holder, slot (1..1000000),
+-- negative fence or TTL; nothing changes then.
+CREATE FUNCTION pglease.renew_slot(
+    p_scope text, p_slot integer, p_holder text, p_fence bigint, p_ttl interval,
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_ttl interval;
+BEGIN
+    PERFORM pglease._check_text('renew_slot', 'p_scope', p_scope);
+    PERFORM pglease._check_int('renew_slot', 'p_slot', p_slot, 1, 1000000);
+    PERFORM pglease._check_text('renew_slot', 'p_holder', p_holder);
+    PERFORM pglease._check_fence('renew_slot', p_fence);
+    v_ttl := pglease._check_ttl('renew_slot', p_ttl);
+
+    UPDATE pglease.slots AS s
+    SET expires_at = v_now + v_ttl
+    WHERE s.scope = p_scope AND s.slot = p_slot
+      AND s.holder = p_holder AND s.fence = p_fence
+      AND s.expires_at > v_now;
+    renewed := FOUND;
+    IF renewed THEN
+        expires_at := v_now + v_ttl;
+        expires_in := v_ttl;
+    END IF;
+END
+$$;

@@ -1,0 +1,33 @@
+-- pglease.release_slot(p_scope, p_slot, p_holder, p_fence): give a live slot
+-- back early.
+--
+-- Compare-and-release, exactly like pglease.release: released = true and a
+-- NOTIFY on 'pglease' when (p_holder, p_fence) held the slot live; otherwise
+-- released = false and nothing changes. The slot row keeps its fence.
+-- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
+-- fence; nothing changes then.
+CREATE FUNCTION pglease.release_slot(
+    p_scope text, p_slot integer, p_holder text, p_fence bigint,
+    OUT released boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+BEGIN
+    PERFORM pglease._check_text('release_slot', 'p_scope', p_scope);
+    PERFORM pglease._check_int('release_slot', 'p_slot', p_slot, 1, 1000000);
+    PERFORM pglease._check_text('release_slot', 'p_holder', p_holder);
+    PERFORM pglease._check_fence('release_slot', p_fence);
+
+    UPDATE pglease.slots AS s
+    SET holder = NULL, expires_at = v_now
+    WHERE s.scope = p_scope AND s.slot = p_slot
+      AND s.holder = p_holder AND s.fence = p_fence
+      AND s.expires_at > v_now;
+    released := FOUND;
+    IF released THEN
+        PERFORM pglease._notify('slot', 'released', p_scope, p_slot, p_fence, p_holder);
+    END IF;
+END
+$$;

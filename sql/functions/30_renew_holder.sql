@@ -1,0 +1,67 @@
+-- pglease.renew_holder(p_holder, p_ttl): renew every live lease and slot of
+-- one holder in one statement.
+--
+-- Returns one row of arrays (aligned by index within each group):
+--   * leases, lease_fences: the leases renewed, now expiring at expires_at;
+--   * slot_scopes, slots, slot_fences: the slots renewed, likewise;
+--   * lost_leases, lost_slot_scopes, lost_slots: tenures of p_holder that
+--     had expired before this call (lost; acquire or claim again for a new
+--     fence). Empty arrays, never NULL, when there is nothing.
+-- expires_at = now + p_ttl and expires_in = p_ttl for everything renewed.
+-- A lease or slot the caller believes it holds but that appears nowhere was
+-- released or taken over by another holder: it is lost too.
+-- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
+CREATE FUNCTION pglease.renew_holder(
+    p_holder text, p_ttl interval,
+    OUT leases text[], OUT lease_fences bigint[],
+    OUT slot_scopes text[], OUT slots integer[], OUT slot_fences bigint[],
+    OUT lost_leases text[], OUT lost_slot_scopes text[], OUT lost_slots integer[],
+    OUT expires_at timestamptz, OUT expires_in interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_ttl interval;
+BEGIN
+    PERFORM pglease._check_text('renew_holder', 'p_holder', p_holder);
+    v_ttl := pglease._check_ttl('renew_holder', p_ttl);
+
+    WITH renewed AS (
+        UPDATE pglease.leases AS l
+        SET expires_at = v_now + v_ttl
+        WHERE l.holder = p_holder AND l.expires_at > v_now
+        RETURNING l.name, l.fence
+    )
+    SELECT coalesce(array_agg(r.name ORDER BY r.name), '{}'),
+           coalesce(array_agg(r.fence ORDER BY r.name), '{}')
+    INTO leases, lease_fences
+    FROM renewed AS r;
+
+    WITH renewed AS (
+        UPDATE pglease.slots AS s
+        SET expires_at = v_now + v_ttl
+        WHERE s.holder = p_holder AND s.expires_at > v_now
+        RETURNING s.scope, s.slot, s.fence
+    )
+    SELECT coalesce(array_agg(r.scope ORDER BY r.scope, r.slot), '{}'),
+           coalesce(array_agg(r.slot ORDER BY r.scope, r.slot), '{}'),
+           coalesce(array_agg(r.fence ORDER BY r.scope, r.slot), '{}')
+    INTO slot_scopes, slots, slot_fences
+    FROM renewed AS r;
+
+    SELECT coalesce(array_agg(l.name ORDER BY l.name), '{}')
+    INTO lost_leases
+    FROM pglease.leases AS l
+    WHERE l.holder = p_holder AND l.expires_at <= v_now;
+
+    SELECT coalesce(array_agg(s.scope ORDER BY s.scope, s.slot), '{}'),
+           coalesce(array_agg(s.slot ORDER BY s.scope, s.slot), '{}')
+    INTO lost_slot_scopes, lost_slots
+    FROM pglease.slots AS s
+    WHERE s.holder = p_holder AND s.expires_at <= v_now;
+
+    expires_at := v_now + v_ttl;
+    expires_in := v_ttl;
+END
+$$;

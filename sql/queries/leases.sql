@@ -1,0 +1,46 @@
+-- name: LeaseAcquire :one
+SELECT a.acquired::boolean AS acquired, a.fence::bigint AS fence,
+       a.holder::text AS holder, a.expires_at::timestamptz AS expires_at,
+       a.expires_in::interval AS expires_in
+FROM pglease.acquire(@name, @holder, @ttl) AS a;
+
+-- name: LeaseRenew :one
+SELECT r.renewed::boolean AS renewed, r.expires_in
+FROM pglease.renew(@name, @holder, @fence, @ttl) AS r;
+
+-- name: LeaseRelease :one
+SELECT r.released::boolean AS released
+FROM pglease.release(@name, @holder, @fence) AS r;
+
+-- name: LeaseAssertHeld :exec
+SELECT pglease.assert_held(@name, @fence);
+
+-- name: LeaseForceRelease :one
+SELECT r.released::boolean AS released, r.holder, r.fence
+FROM pglease.force_release(@name) AS r;
+
+-- name: LeaseStatusList :many
+SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in
+FROM pglease.lease_status
+ORDER BY name;
+
+-- name: LeaseStatusGet :one
+SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in
+FROM pglease.lease_status
+WHERE name = @name;
+
+-- name: HolderRenew :one
+SELECT r.leases::text[] AS leases, r.lease_fences::bigint[] AS lease_fences,
+       r.slot_scopes::text[] AS slot_scopes, r.slots::integer[] AS slots,
+       r.slot_fences::bigint[] AS slot_fences,
+       r.lost_leases::text[] AS lost_leases,
+       r.lost_slot_scopes::text[] AS lost_slot_scopes,
+       r.lost_slots::integer[] AS lost_slots,
+       r.expires_in::interval AS expires_in
+FROM pglease.renew_holder(@holder, @ttl) AS r;
+
+-- name: NotifyListen :exec
+LISTEN pglease;
+
+-- name: NotifyUnlisten :exec
+UNLISTEN pglease;
