@@ -513,16 +513,18 @@ $$;
 
 -- _slot_claim_locked: one claim in a scope whose lock the caller holds.
 -- Returns claimed = true with the slot, its fence and in_use counting this
--- claim; or claimed = false with slot and fence NULL and in_use = live
--- holders. A holder that already has a live slot gets it back, re-pinned to
--- p_now + p_ttl (same fence). Otherwise a claim succeeds only while fewer than
+-- claim; or claimed = false with slot and fence NULL, in_use = live holders
+-- and retry_in = time until the earliest live slot expires. A holder that
+-- already has a live slot gets it back, re-pinned to p_now + p_ttl (same
+-- fence). Otherwise a claim succeeds only while fewer than
 -- p_capacity holders are live; it reuses the longest-free slot numbered up to
 -- p_capacity (fence + 1), else creates the next slot number (fence 1).
 -- Cost grows with the number of live holders, never with p_capacity.
 CREATE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer,
     p_now timestamptz, p_ttl interval,
-    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer)
+    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
+    OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -581,6 +583,10 @@ BEGIN
     claimed := false;
     slot := NULL;
     fence := NULL;
+    SELECT min(s.expires_at) - p_now INTO retry_in
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
+    retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
 END
 $$;
 
@@ -598,7 +604,9 @@ $$;
 --     expires_at = now + p_ttl; in_use counts this claim. NOTIFY on 'pglease'.
 --   * p_capacity or more live holders (capacity is the caller's setting and
 --     may shrink): claimed = false, slot, fence, expires_at, expires_in NULL,
---     in_use = live holders.
+--     in_use = live holders, retry_in = time until the earliest live slot
+--     expires (a refused caller can sleep that long, or until a release
+--     NOTIFY). retry_in is NULL when claimed.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows with live holders, not with p_capacity.
@@ -607,7 +615,8 @@ $$;
 CREATE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval,
     OUT claimed boolean, OUT slot integer, OUT fence bigint,
-    OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer)
+    OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
+    OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -621,8 +630,8 @@ BEGIN
     v_ttl := pglease._check_ttl('claim_slot', p_ttl);
 
     PERFORM pglease._scope_lock(p_scope);
-    SELECT c.claimed, c.slot, c.fence, c.in_use
-    INTO claimed, slot, fence, in_use
+    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
+    INTO claimed, slot, fence, in_use, retry_in
     FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, v_now, v_ttl) AS c;
     IF claimed THEN
         expires_at := v_now + v_ttl;
@@ -642,7 +651,8 @@ $$;
 --     and in_use[i] per scope in the order given, refused_scope NULL,
 --     expires_at = now + p_ttl for all of them.
 --   * some scope was full: claimed = false, refused_scope names the first
---     full scope in the order given and refused_in_use its live holders;
+--     full scope in the order given, refused_in_use its live holders and
+--     retry_in the time until its earliest live slot expires;
 --     slots, fences and in_use are empty arrays, expires_at and expires_in
 --     NULL; nothing is held or changed in any scope (claims already made in
 --     this call are rolled back, their NOTIFYs with them).
@@ -655,7 +665,7 @@ CREATE FUNCTION pglease.claim_slots(
     p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval,
     OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
     OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
-    OUT expires_at timestamptz, OUT expires_in interval)
+    OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -710,6 +720,7 @@ BEGIN
             IF NOT v_claim.claimed THEN
                 refused_scope := v_scope;
                 refused_in_use := v_claim.in_use;
+                retry_in := v_claim.retry_in;
                 RAISE EXCEPTION USING ERRCODE = 'PGL02', MESSAGE = 'pglease: scope full';
             END IF;
             slots[i] := v_claim.slot;

@@ -54,11 +54,11 @@ type Config struct {
 // Client acquires leases in the pglease schema of one database. It is safe
 // for concurrent use.
 type Client struct {
-	db      DB
-	q       *db.Queries
-	pool    *pgxpool.Pool // non-nil when db is a pool: used to LISTEN
-	holder  string
-	margin  time.Duration
+	db     DB
+	q      *db.Queries
+	pool   *pgxpool.Pool // non-nil when db is a pool: used to LISTEN
+	holder string
+	margin time.Duration
 }
 
 // New returns a Client that runs its queries on database. It does not take

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/pglease"
 )
 
 func newClient(t *testing.T, db pglease.DB, holder string) *pglease.Client {

@@ -14,7 +14,7 @@ import (
 
 const slotClaim = `-- name: SlotClaim :one
 SELECT c.claimed::boolean AS claimed, c.slot, c.fence,
-       c.expires_in, c.in_use::integer AS in_use
+       c.expires_in, c.in_use::integer AS in_use, c.retry_in
 FROM pglease.claim_slot($1, $2, $3, $4) AS c
 `
 
@@ -31,6 +31,7 @@ type SlotClaimRow struct {
 	Fence     pgtype.Int8
 	ExpiresIn *time.Duration
 	InUse     int32
+	RetryIn   *time.Duration
 }
 
 func (q *Queries) SlotClaim(ctx context.Context, arg SlotClaimParams) (SlotClaimRow, error) {
@@ -47,6 +48,7 @@ func (q *Queries) SlotClaim(ctx context.Context, arg SlotClaimParams) (SlotClaim
 		&i.Fence,
 		&i.ExpiresIn,
 		&i.InUse,
+		&i.RetryIn,
 	)
 	return i, err
 }
@@ -54,7 +56,7 @@ func (q *Queries) SlotClaim(ctx context.Context, arg SlotClaimParams) (SlotClaim
 const slotClaimMany = `-- name: SlotClaimMany :one
 SELECT c.claimed::boolean AS claimed, c.slots::integer[] AS slots,
        c.fences::bigint[] AS fences, c.in_use::integer[] AS in_use,
-       c.refused_scope, c.refused_in_use, c.expires_in
+       c.refused_scope, c.refused_in_use, c.expires_in, c.retry_in
 FROM pglease.claim_slots($1, $2::text[], $3::integer[], $4) AS c
 `
 
@@ -73,6 +75,7 @@ type SlotClaimManyRow struct {
 	RefusedScope pgtype.Text
 	RefusedInUse pgtype.Int4
 	ExpiresIn    *time.Duration
+	RetryIn      *time.Duration
 }
 
 func (q *Queries) SlotClaimMany(ctx context.Context, arg SlotClaimManyParams) (SlotClaimManyRow, error) {
@@ -91,6 +94,7 @@ func (q *Queries) SlotClaimMany(ctx context.Context, arg SlotClaimManyParams) (S
 		&i.RefusedScope,
 		&i.RefusedInUse,
 		&i.ExpiresIn,
+		&i.RetryIn,
 	)
 	return i, err
 }

@@ -20,16 +20,18 @@ $$;
 
 -- _slot_claim_locked: one claim in a scope whose lock the caller holds.
 -- Returns claimed = true with the slot, its fence and in_use counting this
--- claim; or claimed = false with slot and fence NULL and in_use = live
--- holders. A holder that already has a live slot gets it back, re-pinned to
--- p_now + p_ttl (same fence). Otherwise a claim succeeds only while fewer than
+-- claim; or claimed = false with slot and fence NULL, in_use = live holders
+-- and retry_in = time until the earliest live slot expires. A holder that
+-- already has a live slot gets it back, re-pinned to p_now + p_ttl (same
+-- fence). Otherwise a claim succeeds only while fewer than
 -- p_capacity holders are live; it reuses the longest-free slot numbered up to
 -- p_capacity (fence + 1), else creates the next slot number (fence 1).
 -- Cost grows with the number of live holders, never with p_capacity.
 CREATE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer,
     p_now timestamptz, p_ttl interval,
-    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer)
+    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
+    OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -88,5 +90,9 @@ BEGIN
     claimed := false;
     slot := NULL;
     fence := NULL;
+    SELECT min(s.expires_at) - p_now INTO retry_in
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
+    retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
 END
 $$;

@@ -10,7 +10,9 @@
 --     expires_at = now + p_ttl; in_use counts this claim. NOTIFY on 'pglease'.
 --   * p_capacity or more live holders (capacity is the caller's setting and
 --     may shrink): claimed = false, slot, fence, expires_at, expires_in NULL,
---     in_use = live holders.
+--     in_use = live holders, retry_in = time until the earliest live slot
+--     expires (a refused caller can sleep that long, or until a release
+--     NOTIFY). retry_in is NULL when claimed.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows with live holders, not with p_capacity.
@@ -19,7 +21,8 @@
 CREATE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval,
     OUT claimed boolean, OUT slot integer, OUT fence bigint,
-    OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer)
+    OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
+    OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -33,8 +36,8 @@ BEGIN
     v_ttl := pglease._check_ttl('claim_slot', p_ttl);
 
     PERFORM pglease._scope_lock(p_scope);
-    SELECT c.claimed, c.slot, c.fence, c.in_use
-    INTO claimed, slot, fence, in_use
+    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
+    INTO claimed, slot, fence, in_use, retry_in
     FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, v_now, v_ttl) AS c;
     IF claimed THEN
         expires_at := v_now + v_ttl;

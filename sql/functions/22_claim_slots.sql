@@ -7,7 +7,8 @@
 --     and in_use[i] per scope in the order given, refused_scope NULL,
 --     expires_at = now + p_ttl for all of them.
 --   * some scope was full: claimed = false, refused_scope names the first
---     full scope in the order given and refused_in_use its live holders;
+--     full scope in the order given, refused_in_use its live holders and
+--     retry_in the time until its earliest live slot expires;
 --     slots, fences and in_use are empty arrays, expires_at and expires_in
 --     NULL; nothing is held or changed in any scope (claims already made in
 --     this call are rolled back, their NOTIFYs with them).
@@ -20,7 +21,7 @@ CREATE FUNCTION pglease.claim_slots(
     p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval,
     OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
     OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
-    OUT expires_at timestamptz, OUT expires_in interval)
+    OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -75,6 +76,7 @@ BEGIN
             IF NOT v_claim.claimed THEN
                 refused_scope := v_scope;
                 refused_in_use := v_claim.in_use;
+                retry_in := v_claim.retry_in;
                 RAISE EXCEPTION USING ERRCODE = 'PGL02', MESSAGE = 'pglease: scope full';
             END IF;
             slots[i] := v_claim.slot;

@@ -1,0 +1,18 @@
+#!/bin/sh
+# Installs the Debian packages the checks need, when missing: plpgsql_check
+# for the server's major version (make lint-sql), the isolation tester's
+# server package, and pgbouncer (PgBouncer tests). Idempotent; needs root
+# (or sudo) only when something is missing.
+set -eu
+
+major=$(pg_config --version | sed -E 's/[^0-9]*([0-9]+).*/\1/')
+need=""
+dpkg -s "postgresql-$major-plpgsql-check" >/dev/null 2>&1 || need="$need postgresql-$major-plpgsql-check"
+dpkg -s pgbouncer >/dev/null 2>&1 || need="$need pgbouncer"
+[ -z "$need" ] && exit 0
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "install-deps: installing$need" >&2
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $need >/dev/null
