@@ -1,14 +1,20 @@
 // Package notify waits for pglease's release notifications (NOTIFY on
 // channel "pglease") with a timeout, so that blocked acquires and claims wake
 // at a release and otherwise at the holder's expiry.
+//
+// All waiters on one pool share one dedicated connection (opened with the
+// pool's connection settings, outside the pool, so waiting never starves
+// the pool). It is opened by the first waiter and closed by the last.
 package notify
 
 import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/db"
@@ -31,93 +37,158 @@ type Payload struct {
 // waiters from retrying in the same instant.
 const maxJitter = 20 * time.Millisecond
 
-// unlistenTimeout bounds the UNLISTEN that hands a listening connection
-// back to the pool.
-const unlistenTimeout = 2 * time.Second
-
 // Waiter waits for a release of one lease or slot scope, or for a timeout.
 type Waiter struct {
 	kind, name string
-	conn       *pgxpool.Conn // nil: no notifications, timeouts only
+	hub        *hub          // nil: no notifications, timeouts only
+	wake       chan struct{} // buffered 1: a release of kind/name, or the hub broke
 }
 
-// Listen subscribes to Channel on a pool connection of its own, for releases
-// of kind ("lease" or "slot") name. With a nil pool, or when LISTEN fails,
-// the waiter only sleeps: waking at expiry stays correct, only slower after
-// a release. Call it before checking whether the lease is free, so that a
-// release in between is not missed, and Close the waiter when done.
+// Listen subscribes to releases of kind ("lease" or "slot") name. With a
+// nil pool, or when listening fails, the waiter only sleeps: waking at
+// expiry stays correct, only slower after a release. Call it before checking
+// whether the lease is free, so that a release in between is not missed,
+// and Close the waiter when done.
 func Listen(ctx context.Context, pool *pgxpool.Pool, kind, name string) *Waiter {
-	w := &Waiter{kind: kind, name: name}
-	if pool == nil {
-		return w
+	w := &Waiter{kind: kind, name: name, wake: make(chan struct{}, 1)}
+	if pool != nil {
+		w.hub = subscribe(ctx, pool, w)
 	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return w
-	}
-	if err := db.New(conn).NotifyListen(ctx); err != nil {
-		conn.Release()
-		return w
-	}
-	w.conn = conn
 	return w
 }
 
 // Wait returns after d plus a little jitter, or earlier when a release of
-// the waited-for lease or scope is notified. It returns ctx.Err() unchanged
-// when ctx ends first.
+// the waited-for lease or scope is notified (or notifications broke, which
+// is worth a retry). It returns ctx.Err() unchanged when ctx ends first.
 func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
-	return w.wait(ctx, time.Now().Add(max(d, 0)+rand.N(maxJitter)))
+	t := time.NewTimer(max(d, 0) + rand.N(maxJitter))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	case <-w.wake:
+		return nil
+	}
 }
 
-func (w *Waiter) wait(ctx context.Context, until time.Time) error {
-	if w.conn == nil {
-		t := time.NewTimer(time.Until(until))
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
+// Close unsubscribes; the last waiter of a pool closes the shared
+// connection and waits for its goroutine to end.
+func (w *Waiter) Close(context.Context) {
+	if w.hub != nil {
+		w.hub.unsubscribe(w)
+		w.hub = nil
+	}
+}
+
+// hub is one LISTEN connection shared by the waiters of one pool.
+type hub struct {
+	pool   *pgxpool.Pool
+	conn   *pgx.Conn
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex // guards waiters; registryMu is taken first
+	waiters map[*Waiter]struct{}
+}
+
+var (
+	registryMu sync.Mutex
+	registry   = map[*pgxpool.Pool]*hub{}
+)
+
+// subscribe adds w to the pool's hub, starting the hub when needed. It
+// returns nil when no LISTEN connection can be made.
+func subscribe(ctx context.Context, pool *pgxpool.Pool, w *Waiter) *hub {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	h := registry[pool]
+	if h == nil {
+		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+		if err != nil {
 			return nil
 		}
+		if err := db.New(conn).NotifyListen(ctx); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return nil
+		}
+		hctx, cancel := context.WithCancel(context.Background())
+		h = &hub{pool: pool, conn: conn, cancel: cancel, done: make(chan struct{}), waiters: map[*Waiter]struct{}{}}
+		registry[pool] = h
+		go h.run(hctx)
 	}
-	wctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
+	h.mu.Lock()
+	h.waiters[w] = struct{}{}
+	h.mu.Unlock()
+	return h
+}
+
+// unsubscribe removes w; the last waiter stops the hub.
+func (h *hub) unsubscribe(w *Waiter) {
+	registryMu.Lock()
+	h.mu.Lock()
+	delete(h.waiters, w)
+	last := len(h.waiters) == 0
+	h.mu.Unlock()
+	if last && registry[h.pool] == h {
+		delete(registry, h.pool)
+	} else {
+		last = false
+	}
+	registryMu.Unlock()
+	if last {
+		h.cancel()
+		<-h.done
+	}
+}
+
+// run reads notifications and wakes the waiters they concern. When the
+// connection breaks it wakes every waiter (they retry, and fall back to
+// sleeping until expiry) and leaves the registry, so the next Listen opens
+// a new connection.
+func (h *hub) run(ctx context.Context) {
+	defer close(h.done)
+	defer func() { _ = h.conn.Close(context.Background()) }()
 	for {
-		n, err := w.conn.Conn().WaitForNotification(wctx)
+		n, err := h.conn.WaitForNotification(ctx)
 		if err != nil {
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				return ctxErr
+			if ctx.Err() == nil {
+				h.broken()
 			}
-			if wctx.Err() != nil {
-				return nil // the time is up: try again
-			}
-			// The listening connection broke: fall back to sleeping.
-			w.conn.Release()
-			w.conn = nil
-			return w.wait(ctx, until)
+			return
 		}
 		var p Payload
-		if json.Unmarshal([]byte(n.Payload), &p) == nil &&
-			p.Kind == w.kind && p.Name == w.name && p.Event == "released" {
-			return nil
+		if json.Unmarshal([]byte(n.Payload), &p) != nil || p.Event != "released" {
+			continue
 		}
+		h.mu.Lock()
+		for w := range h.waiters {
+			if w.kind == p.Kind && w.name == p.Name {
+				w.signal()
+			}
+		}
+		h.mu.Unlock()
 	}
 }
 
-// Close stops listening and returns the connection to the pool, or closes
-// it when it cannot be cleaned.
-func (w *Waiter) Close(ctx context.Context) {
-	if w.conn == nil {
-		return
+// broken detaches the hub from the registry and wakes all its waiters.
+func (h *hub) broken() {
+	registryMu.Lock()
+	if registry[h.pool] == h {
+		delete(registry, h.pool)
 	}
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlistenTimeout)
-	defer cancel()
-	if err := db.New(w.conn).NotifyUnlisten(uctx); err != nil {
-		// Never hand a connection that may still be listening back to
-		// the pool.
-		_ = w.conn.Conn().Close(uctx)
+	registryMu.Unlock()
+	h.mu.Lock()
+	for w := range h.waiters {
+		w.signal()
 	}
-	w.conn.Release()
-	w.conn = nil
+	h.mu.Unlock()
+}
+
+func (w *Waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }

@@ -1,0 +1,42 @@
+package pgtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/internal/schema"
+)
+
+// NewMigrated returns the URL of a fresh database with pglease's migrations
+// applied, dropped when the test ends.
+func NewMigrated(t testing.TB) string {
+	t.Helper()
+	url := NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := schema.Up(ctx, url); err != nil {
+		t.Fatalf("pgtest: apply pglease migrations: %v", err)
+	}
+	return url
+}
+
+// NewPool returns a pool on a fresh migrated database, closed when the test
+// ends (before the database is dropped).
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return Pool(t, NewMigrated(t))
+}
+
+// Pool opens a pool on url, closed when the test ends.
+func Pool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatalf("pgtest: open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
