@@ -5,7 +5,7 @@ SQLC    := $(GO) tool -modfile=tools/go.mod sqlc
 PKGS    := ./...
 
 .DEFAULT_GOAL := help
-.PHONY: help demo generate verify lint lint-go lint-sql test test-race deps
+.PHONY: help demo generate verify lint lint-go lint-sql test test-race test-isolation deps
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -40,3 +40,6 @@ test: ## Run the test suite (race detector on) against a real Postgres
 	$(GO) test -race -count=1 $(PKGS)
 
 test-race: test ## Same as test: the suite always runs with -race
+
+test-isolation: ## Interleaving specs of the SQL functions (Postgres' isolation tester)
+	./scripts/test-isolation.sh

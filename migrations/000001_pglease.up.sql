@@ -547,6 +547,11 @@ BEGIN
 
     -- A pass fails only when a slot we saw free was renewed under us by a
     -- renewal whose clock read was earlier than ours; count again then.
+    -- A free slot is one whose holder is NULL or whose tenure ended by
+    -- p_now, exactly the slots the count leaves out: a release that
+    -- committed after p_now was read (while this claim waited for the scope
+    -- lock) stamps expires_at later than p_now, and the slot is free all
+    -- the same.
     FOR attempt IN 1..10 LOOP
         SELECT count(*)::integer INTO in_use FROM pglease.slots AS s
         WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
@@ -559,7 +564,8 @@ BEGIN
             acquired_at = p_now, expires_at = p_now + p_ttl
         WHERE (s.scope, s.slot) = (
                 SELECT f.scope, f.slot FROM pglease.slots AS f
-                WHERE f.scope = p_scope AND f.expires_at <= p_now AND f.slot <= p_capacity
+                WHERE f.scope = p_scope AND (f.holder IS NULL OR f.expires_at <= p_now)
+                  AND f.slot <= p_capacity
                 ORDER BY f.expires_at LIMIT 1)
           AND (s.holder IS NULL OR s.expires_at <= p_now)
         RETURNING s.slot, s.fence INTO slot, fence;
