@@ -98,30 +98,58 @@ var (
 	registry   = map[*pgxpool.Pool]*hub{}
 )
 
+// connectTimeout bounds opening the shared LISTEN connection: a standby
+// whose network hangs must fall back to sleeping, not hang.
+const connectTimeout = 5 * time.Second
+
 // subscribe adds w to the pool's hub, starting the hub when needed. It
-// returns nil when no LISTEN connection can be made.
+// returns nil when no LISTEN connection can be made. The connection is made
+// without holding registryMu, so a hanging network for one pool never
+// delays waiters of another.
 func subscribe(ctx context.Context, pool *pgxpool.Pool, w *Waiter) *hub {
+	if h := join(pool, w); h != nil {
+		return h
+	}
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil
+	}
+	if err := db.New(conn).NotifyListen(cctx); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil
+	}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if h := registry[pool]; h != nil { // another waiter won the race
+		_ = conn.Close(context.WithoutCancel(ctx))
+		h.add(w)
+		return h
+	}
+	hctx, stop := context.WithCancel(context.Background())
+	h := &hub{pool: pool, conn: conn, cancel: stop, done: make(chan struct{}), waiters: map[*Waiter]struct{}{}}
+	registry[pool] = h
+	h.add(w)
+	go h.run(hctx)
+	return h
+}
+
+// join adds w to the pool's running hub, if there is one.
+func join(pool *pgxpool.Pool, w *Waiter) *hub {
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	h := registry[pool]
-	if h == nil {
-		conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
-		if err != nil {
-			return nil
-		}
-		if err := db.New(conn).NotifyListen(ctx); err != nil {
-			_ = conn.Close(context.WithoutCancel(ctx))
-			return nil
-		}
-		hctx, cancel := context.WithCancel(context.Background())
-		h = &hub{pool: pool, conn: conn, cancel: cancel, done: make(chan struct{}), waiters: map[*Waiter]struct{}{}}
-		registry[pool] = h
-		go h.run(hctx)
+	if h != nil {
+		h.add(w)
 	}
+	return h
+}
+
+func (h *hub) add(w *Waiter) {
 	h.mu.Lock()
 	h.waiters[w] = struct{}{}
 	h.mu.Unlock()
-	return h
 }
 
 // unsubscribe removes w; the last waiter stops the hub.

@@ -72,6 +72,15 @@ func server(t testing.TB) *pgserver.Server {
 		t.Fatalf("pgtest: TestMain must call pgtest.Main, which stops the server pgtest may start and checks for leaked goroutines:\n\n" +
 			"\tfunc TestMain(m *testing.M) { pgtest.Main(m) }")
 	}
+	s, err := discover()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return s
+}
+
+// discover finds the server of this process on first use.
+func discover() (*pgserver.Server, error) {
 	d := found
 	d.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), findTimeout)
@@ -85,10 +94,7 @@ func server(t testing.TB) *pgserver.Server {
 			fmt.Fprintf(os.Stderr, "pgtest: using %s, PostgreSQL %s\n", d.server.Source, d.server.Version)
 		}
 	})
-	if d.err != nil {
-		t.Fatalf("pgtest: %v", d.err)
-	}
-	return d.server
+	return d.server, d.err
 }
 
 // NewDatabase creates an empty database on the test server, drops it when
@@ -155,6 +161,10 @@ func run(m *testing.M) (code int) {
 		}
 	}()
 	code = m.Run()
+	if err := dropExampleDatabase(); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		code = max(code, 1)
+	}
 	stopped = true
 	if err := stopServer(); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)

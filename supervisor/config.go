@@ -1,0 +1,156 @@
+package supervisor
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/pglease/pglease/pglease"
+)
+
+// ExitPolicy says what the supervisor does when the workload returns on
+// its own (not because its context was cancelled).
+type ExitPolicy int
+
+const (
+	// Handover releases the lease and stands by again, after RestartDelay,
+	// so that another instance may take over. The default.
+	Handover ExitPolicy = iota
+	// Restart runs the workload again after RestartDelay, still holding
+	// (and renewing) the lease.
+	Restart
+	// Return releases the lease and makes Run return the workload's error.
+	Return
+)
+
+// String returns the policy's name.
+func (p ExitPolicy) String() string {
+	switch p {
+	case Handover:
+		return "handover"
+	case Restart:
+		return "restart"
+	case Return:
+		return "return"
+	}
+	return fmt.Sprintf("ExitPolicy(%d)", int(p))
+}
+
+// Defaults applied to zero Config fields.
+const (
+	DefaultTTL          = 15 * time.Second
+	DefaultRestartDelay = time.Second
+	maxBackoff          = 5 * time.Second
+	minBackoff          = 100 * time.Millisecond
+)
+
+// Config configures a Supervisor. Zero fields mean their defaults.
+type Config struct {
+	// Name is the lease that guards the workload: at most one supervisor
+	// with this Name runs its workload at a time. Required unless Scope is
+	// set.
+	Name string
+
+	// Scope and Capacity select the slot variant instead: up to Capacity
+	// supervisors with this Scope run their workload at once, each guarded
+	// by one slot. Set either Name or Scope, not both.
+	Scope    string
+	Capacity int
+
+	// TTL is the lease's time to live on the server. Defaults to 15s.
+	TTL time.Duration
+
+	// RenewInterval is the time between renewals. Defaults to TTL/3. Must
+	// be shorter than TTL - SafetyMargin, so that a renewal is due well
+	// before the local deadline.
+	RenewInterval time.Duration
+
+	// RetryDelay is the pause before retrying a renewal whose outcome is
+	// unknown (connection error, timeout). Defaults to RenewInterval/5.
+	RetryDelay time.Duration
+
+	// SafetyMargin is how long before the server's expiry the local
+	// deadline falls (see pglease.Lease.Deadline). Defaults to TTL/10.
+	SafetyMargin time.Duration
+
+	// StopTimeout is how long to wait for the workload to return after its
+	// context is cancelled before reporting it (log and EventStuck). The
+	// supervisor keeps waiting: it never releases the lease, nor returns,
+	// while the workload may still run. Defaults to TTL.
+	StopTimeout time.Duration
+
+	// OnExit says what to do when the workload returns on its own.
+	// Defaults to Handover.
+	OnExit ExitPolicy
+
+	// RestartDelay is the pause before restarting a workload (Restart) or
+	// standing by again (Handover). Defaults to 1s.
+	RestartDelay time.Duration
+
+	// Holder is this supervisor's identity. Defaults to
+	// pglease.NewHolderID(); must be unique per supervisor.
+	Holder string
+
+	// Logger receives structured logs (acquired, renewed, lost, standby),
+	// with the lease name, holder and fence. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// Observer, when set, is called with each Event, synchronously from
+	// Run's goroutine: it must return quickly.
+	Observer func(Event)
+}
+
+// withDefaults returns cfg with defaults applied, or an error naming the
+// first invalid field.
+func (cfg Config) withDefaults() (Config, error) {
+	switch {
+	case cfg.Name == "" && cfg.Scope == "":
+		return cfg, invalidf("set Name (a lease) or Scope and Capacity (a slot)")
+	case cfg.Name != "" && cfg.Scope != "":
+		return cfg, invalidf("set either Name or Scope, not both (Name %q, Scope %q)", cfg.Name, cfg.Scope)
+	case cfg.Scope != "" && cfg.Capacity < 1:
+		return cfg, invalidf("Capacity must be at least 1 with Scope %q, got %d", cfg.Scope, cfg.Capacity)
+	case cfg.Scope == "" && cfg.Capacity != 0:
+		return cfg, invalidf("Capacity is only for the slot variant: set Scope too")
+	case len(cfg.Name) > pglease.MaxNameLen || len(cfg.Scope) > pglease.MaxNameLen:
+		return cfg, invalidf("Name and Scope must be at most %d bytes", pglease.MaxNameLen)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"TTL", cfg.TTL}, {"RenewInterval", cfg.RenewInterval}, {"RetryDelay", cfg.RetryDelay},
+		{"SafetyMargin", cfg.SafetyMargin}, {"StopTimeout", cfg.StopTimeout}, {"RestartDelay", cfg.RestartDelay},
+	} {
+		if d.v < 0 {
+			return cfg, invalidf("%s must not be negative, got %s", d.name, d.v)
+		}
+	}
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
+	if cfg.TTL > pglease.MaxTTL {
+		return cfg, invalidf("TTL must be at most %s, got %s", pglease.MaxTTL, cfg.TTL)
+	}
+	cfg.SafetyMargin = cmp.Or(cfg.SafetyMargin, cfg.TTL/10)
+	if cfg.SafetyMargin >= cfg.TTL {
+		return cfg, invalidf("SafetyMargin %s must be shorter than TTL %s", cfg.SafetyMargin, cfg.TTL)
+	}
+	cfg.RenewInterval = cmp.Or(cfg.RenewInterval, cfg.TTL/3)
+	if cfg.RenewInterval >= cfg.TTL-cfg.SafetyMargin {
+		return cfg, invalidf("RenewInterval %s must be shorter than TTL - SafetyMargin (%s - %s): renew well before the lease can expire",
+			cfg.RenewInterval, cfg.TTL, cfg.SafetyMargin)
+	}
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, cfg.RenewInterval/5)
+	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, cfg.TTL)
+	cfg.RestartDelay = cmp.Or(cfg.RestartDelay, DefaultRestartDelay)
+	if cfg.OnExit < Handover || cfg.OnExit > Return {
+		return cfg, invalidf("OnExit must be Handover, Restart or Return, got %s", cfg.OnExit)
+	}
+	cfg.Holder = cmp.Or(cfg.Holder, pglease.NewHolderID())
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	return cfg, nil
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: supervisor: %s", pglease.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,9 @@
+package supervisor_test
+
+import (
+	"testing"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -1,0 +1,563 @@
+package supervisor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/internal/faultproxy"
+	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/supervisor"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// interval is one run of a workload, on the test's monotonic clock.
+type interval struct {
+	holder     string
+	fence      int64
+	start, end time.Time
+}
+
+// recorder records workload runs and fails the test the instant two run
+// at once.
+type recorder struct {
+	t       *testing.T
+	mu      sync.Mutex
+	running atomic.Int32
+	runs    []interval
+}
+
+func (r *recorder) workload(s *supervisor.Supervisor, d time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if n := r.running.Add(1); n > 1 {
+			r.t.Errorf("%d workloads running at once", n)
+		}
+		iv := interval{holder: s.Holder(), fence: s.Fence(), start: time.Now()}
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+		iv.end = time.Now()
+		r.running.Add(-1)
+		r.mu.Lock()
+		r.runs = append(r.runs, iv)
+		r.mu.Unlock()
+		return nil
+	}
+}
+
+// check asserts that no two runs overlap and that fences increase with
+// every new tenure.
+func (r *recorder) check() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	runs := append([]interval(nil), r.runs...)
+	sort.Slice(runs, func(i, j int) bool { return runs[i].start.Before(runs[j].start) })
+	for i := 1; i < len(runs); i++ {
+		prev, cur := runs[i-1], runs[i]
+		if cur.start.Before(prev.end) {
+			r.t.Errorf("runs overlap: %s (fence %d) started %s before %s (fence %d) ended",
+				cur.holder, cur.fence, prev.end.Sub(cur.start), prev.holder, prev.fence)
+		}
+		if cur.fence <= prev.fence {
+			r.t.Errorf("fence went from %d to %d on takeover by %s", prev.fence, cur.fence, cur.holder)
+		}
+	}
+}
+
+func newSupervisor(t *testing.T, db pglease.DB, cfg supervisor.Config) *supervisor.Supervisor {
+	t.Helper()
+	cfg.Logger = quiet
+	s, err := supervisor.New(db, cfg)
+	if err != nil {
+		t.Fatalf("supervisor.New: %v", err)
+	}
+	return s
+}
+
+// runAll runs each supervisor until ctx ends and waits for all to return.
+func runAll(t *testing.T, ctx context.Context, sups []*supervisor.Supervisor, work func(*supervisor.Supervisor) func(context.Context) error) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for _, s := range sups {
+		wg.Go(func() {
+			if err := s.Run(ctx, work(s)); !errors.Is(err, context.Canceled) {
+				t.Errorf("Run returned %v, want context.Canceled", err)
+			}
+		})
+	}
+	return &wg
+}
+
+// TestCompeting: two and five supervisors hand the lease around (each
+// workload runs ~30 ms, then hands over); never two at once, fences rise.
+func TestCompeting(t *testing.T) {
+	for _, n := range []int{2, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewPool(t)
+			rec := &recorder{t: t}
+			var sups []*supervisor.Supervisor
+			for range n {
+				sups = append(sups, newSupervisor(t, pool, supervisor.Config{
+					Name: "scheduler", TTL: 2 * time.Second, RestartDelay: 10 * time.Millisecond,
+				}))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			wg := runAll(t, ctx, sups, func(s *supervisor.Supervisor) func(context.Context) error {
+				return rec.workload(s, 30*time.Millisecond)
+			})
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				rec.mu.Lock()
+				done := len(rec.runs) >= 4*n
+				rec.mu.Unlock()
+				if done || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			wg.Wait()
+			rec.check()
+			if len(rec.runs) < 4*n {
+				t.Fatalf("only %d workload runs in 20s, want ≥ %d", len(rec.runs), 4*n)
+			}
+			t.Logf("%d supervisors: %d runs, fences %d..%d, no overlap", n, len(rec.runs), rec.runs[0].fence, rec.runs[len(rec.runs)-1].fence)
+		})
+	}
+}
+
+// TestGracefulHandover: the standby's workload starts within a few tens of
+// milliseconds of the leader's release (NOTIFY path; the TTL is 30 s).
+func TestGracefulHandover(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	const rounds = 10
+	var latencies []time.Duration
+	for i := range rounds {
+		released := make(chan time.Time, 1)
+		started := make(chan time.Time, 1)
+		leaderCtx, stopLeader := context.WithCancel(context.Background())
+		leader := newSupervisor(t, pool, supervisor.Config{
+			Name: fmt.Sprint("handover-", i), TTL: 30 * time.Second,
+			Observer: func(e supervisor.Event) {
+				if e.Kind == supervisor.EventReleased {
+					released <- time.Now()
+				}
+			},
+		})
+		leading := make(chan struct{})
+		leaderDone := make(chan error, 1)
+		go func() {
+			leaderDone <- leader.Run(leaderCtx, func(ctx context.Context) error {
+				close(leading)
+				<-ctx.Done()
+				return nil
+			})
+		}()
+		<-leading
+		standby := newSupervisor(t, pool, supervisor.Config{Name: fmt.Sprint("handover-", i), TTL: 30 * time.Second})
+		standbyCtx, stopStandby := context.WithCancel(context.Background())
+		standbyDone := make(chan error, 1)
+		go func() {
+			standbyDone <- standby.Run(standbyCtx, func(ctx context.Context) error {
+				started <- time.Now()
+				<-ctx.Done()
+				return nil
+			})
+		}()
+		waitFor(t, func() bool { return listening(t, pool) }, "standby listening")
+		stopLeader()
+		if err := <-leaderDone; !errors.Is(err, context.Canceled) {
+			t.Fatalf("leader Run = %v, want context.Canceled", err)
+		}
+		var rel, st time.Time
+		select {
+		case rel = <-released:
+		case <-time.After(10 * time.Second):
+			t.Fatal("leader never released")
+		}
+		select {
+		case st = <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("standby never started after the release")
+		}
+		latencies = append(latencies, st.Sub(rel))
+		if standby.Fence() != 2 {
+			t.Errorf("standby fence = %d, want 2", standby.Fence())
+		}
+		stopStandby()
+		<-standbyDone
+	}
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	t.Logf("release → standby workload start over %d handovers: min %s, median %s, max %s",
+		rounds, latencies[0], latencies[rounds/2], latencies[rounds-1])
+	if latencies[rounds/2] > time.Second {
+		t.Fatalf("median handover %s, want far below the 30s TTL (woken by NOTIFY)", latencies[rounds/2])
+	}
+}
+
+func listening(t *testing.T, pool *pgxpool.Pool) bool {
+	var n int
+	err := pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%LISTEN pglease%' AND query NOT LIKE '%UNLISTEN%' AND state = 'idle'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n > 0
+}
+
+// waitFor polls cond until true or fails after 10 s.
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// proxiedPool returns a pool to the test database through a fault proxy.
+func proxiedPool(t *testing.T, dbURL string) (*pgxpool.Pool, *faultproxy.Proxy) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port)
+	if cfg.ConnConfig.Host == "" || cfg.ConnConfig.Host[0] == '/' {
+		t.Fatalf("the fault proxy needs a TCP database URL, got host %q", cfg.ConnConfig.Host)
+	}
+	p, err := faultproxy.New(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("parse %q: %v", dbURL, err)
+	}
+	u.Host = p.Addr()
+	pcfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Close()
+		pool.Close()
+	})
+	return pool, p
+}
+
+// TestCrashCancelsBeforeExpiry: the leader's connection is blackholed, so
+// its renewals hang. It must cancel its own workload before the server's
+// expiry (a positive margin, measured), and a standby takes over after it.
+func TestCrashCancelsBeforeExpiry(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewMigrated(t)
+	pool := pgtest.Pool(t, dbURL)
+	leaderPool, proxy := proxiedPool(t, dbURL)
+	const ttl = 1500 * time.Millisecond
+
+	for round := range 3 {
+		name := fmt.Sprint("crash-", round)
+		cancelled := make(chan time.Time, 1)
+		leading := make(chan struct{})
+		leader := newSupervisor(t, leaderPool, supervisor.Config{Name: name, TTL: ttl})
+		ctx, cancel := context.WithCancel(context.Background())
+		leaderDone := make(chan error, 1)
+		go func() {
+			leaderDone <- leader.Run(ctx, func(wctx context.Context) error {
+				close(leading)
+				<-wctx.Done()
+				cancelled <- time.Now()
+				return nil
+			})
+		}()
+		<-leading
+		time.Sleep(ttl / 2) // let a renewal or two happen (time is the subject)
+		proxy.Blackhole()
+		var cancelAt time.Time
+		select {
+		case cancelAt = <-cancelled:
+		case <-time.After(10 * time.Second):
+			t.Fatal("leader's workload not cancelled within 10s of the blackhole")
+		}
+		var expiresAt time.Time
+		if err := pool.QueryRow(context.Background(),
+			`SELECT expires_at FROM pglease.lease_status WHERE name = $1`, name).Scan(&expiresAt); err != nil {
+			t.Fatal(err)
+		}
+		// Same machine: the server's clock is this clock.
+		margin := expiresAt.Sub(cancelAt)
+		t.Logf("round %d: workload cancelled %s before the server's expiry", round, margin)
+		if margin <= 0 {
+			t.Fatalf("workload cancelled %s AFTER the server's expiry", -margin)
+		}
+
+		standby := newSupervisor(t, pool, supervisor.Config{Name: name, TTL: ttl})
+		started := make(chan time.Time, 1)
+		sctx, scancel := context.WithCancel(context.Background())
+		sdone := make(chan error, 1)
+		go func() {
+			sdone <- standby.Run(sctx, func(wctx context.Context) error {
+				started <- time.Now()
+				<-wctx.Done()
+				return nil
+			})
+		}()
+		select {
+		case at := <-started:
+			if at.Before(expiresAt) {
+				t.Fatalf("standby started %s before the leader's lease expired", expiresAt.Sub(at))
+			}
+			t.Logf("round %d: standby took over %s after expiry", round, at.Sub(expiresAt))
+		case <-time.After(10 * time.Second):
+			t.Fatal("standby never took over")
+		}
+		if standby.Fence() <= 1 {
+			t.Fatalf("standby fence %d, want > leader's", standby.Fence())
+		}
+		scancel()
+		<-sdone
+		cancel()
+		proxy.Resume()
+		<-leaderDone
+	}
+}
+
+// TestRefusedRenewalCancels: an operator's force release makes the next
+// renewal refused; the workload is cancelled at that renewal.
+func TestRefusedRenewalCancels(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	var events []supervisor.Event
+	var mu sync.Mutex
+	s := newSupervisor(t, pool, supervisor.Config{
+		Name: "refused", TTL: 3 * time.Second, RenewInterval: 100 * time.Millisecond,
+		Observer: func(e supervisor.Event) { mu.Lock(); events = append(events, e); mu.Unlock() },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leading := make(chan struct{}, 1)
+	cause := make(chan error, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(ctx, func(wctx context.Context) error {
+			select {
+			case leading <- struct{}{}:
+			default:
+			}
+			<-wctx.Done()
+			select {
+			case cause <- context.Cause(wctx):
+			default:
+			}
+			return nil
+		})
+	}()
+	<-leading
+	admin, err := pglease.New(pool, pglease.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forced := time.Now()
+	if r, err := admin.ForceRelease(context.Background(), "refused"); err != nil || !r.Released {
+		t.Fatalf("ForceRelease = %+v, %v", r, err)
+	}
+	select {
+	case err := <-cause:
+		took := time.Since(forced)
+		t.Logf("workload cancelled %s after the force release (cause: %v)", took, err)
+		if !errors.Is(err, pglease.ErrLeaseLost) {
+			t.Fatalf("cancel cause = %v, want ErrLeaseLost", err)
+		}
+		if took > 2*time.Second {
+			t.Fatalf("cancelled %s after the refusal became possible, want about one RenewInterval (100ms)", took)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("workload not cancelled after a refused renewal")
+	}
+	mu.Lock()
+	var lost bool
+	for _, e := range events {
+		lost = lost || e.Kind == supervisor.EventLost
+	}
+	mu.Unlock()
+	if !lost {
+		t.Fatalf("no EventLost among %v", events)
+	}
+	cancel()
+	<-done
+}
+
+// TestParentCancelReleases: cancelling Run's context stops the workload,
+// releases the lease and returns ctx.Err().
+func TestParentCancelReleases(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	s := newSupervisor(t, pool, supervisor.Config{Name: "shutdown", TTL: 30 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	leading := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(ctx, func(wctx context.Context) error {
+			close(leading)
+			<-wctx.Done()
+			return nil
+		})
+	}()
+	<-leading
+	if !s.IsLeader() || s.Fence() != 1 {
+		t.Fatalf("IsLeader %v, Fence %d; want true, 1", s.IsLeader(), s.Fence())
+	}
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+	if s.IsLeader() || s.Fence() != 0 {
+		t.Fatalf("after Run: IsLeader %v, Fence %d; want false, 0", s.IsLeader(), s.Fence())
+	}
+	var state string
+	if err := pool.QueryRow(context.Background(), `SELECT state FROM pglease.lease_status WHERE name = 'shutdown'`).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != "free" {
+		t.Fatalf("lease state after shutdown = %s, want free (released)", state)
+	}
+}
+
+// TestStuckWorkloadReported: a workload that ignores its context is
+// reported after StopTimeout; the lease is kept (renewed) until it returns,
+// then released.
+func TestStuckWorkloadReported(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	stuck := make(chan error, 1)
+	s := newSupervisor(t, pool, supervisor.Config{
+		Name: "stuck", TTL: time.Second, StopTimeout: 300 * time.Millisecond,
+		Observer: func(e supervisor.Event) {
+			if e.Kind == supervisor.EventStuck {
+				stuck <- e.Err
+			}
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	leading := make(chan struct{})
+	unblock := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(ctx, func(context.Context) error {
+			close(leading)
+			<-unblock // ignores its context
+			return nil
+		})
+	}()
+	<-leading
+	cancelled := time.Now()
+	cancel()
+	select {
+	case err := <-stuck:
+		t.Logf("stuck workload reported %s after cancel (cause %v)", time.Since(cancelled), err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("stuck workload not reported")
+	}
+	// Well past the 1 s TTL, the lease must still be held: renewals go on
+	// while the workload may run.
+	time.Sleep(1500 * time.Millisecond)
+	var state string
+	if err := pool.QueryRow(context.Background(), `SELECT state FROM pglease.lease_status WHERE name = 'stuck'`).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != "held" {
+		t.Fatalf("lease state while the stuck workload runs = %s, want held", state)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v while the workload still runs", err)
+	default:
+	}
+	close(unblock)
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+}
+
+func TestExitPolicies(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	boom := errors.New("boom")
+
+	// Return: Run returns the workload's error and the lease is released.
+	s := newSupervisor(t, pool, supervisor.Config{Name: "exit-return", TTL: 5 * time.Second, OnExit: supervisor.Return})
+	if err := s.Run(context.Background(), func(context.Context) error { return boom }); err != boom {
+		t.Fatalf("Run with OnExit Return = %v, want the workload's error", err)
+	}
+
+	// Restart: the workload runs again under the same tenure.
+	s = newSupervisor(t, pool, supervisor.Config{
+		Name: "exit-restart", TTL: 5 * time.Second, OnExit: supervisor.Restart, RestartDelay: 10 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var runs atomic.Int32
+	fences := make(chan int64, 10)
+	err := s.Run(ctx, func(context.Context) error {
+		fences <- s.Fence()
+		if runs.Add(1) == 3 {
+			cancel()
+		}
+		return boom
+	})
+	if err != context.Canceled {
+		t.Fatalf("Run with OnExit Restart = %v, want context.Canceled", err)
+	}
+	close(fences)
+	for f := range fences {
+		if f != 1 {
+			t.Fatalf("restarted workload ran with fence %d, want the same tenure (1)", f)
+		}
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	cases := []struct {
+		name string
+		cfg  supervisor.Config
+		want string
+	}{
+		{"no name", supervisor.Config{}, "set Name"},
+		{"name and scope", supervisor.Config{Name: "a", Scope: "b", Capacity: 1}, "either Name or Scope"},
+		{"scope without capacity", supervisor.Config{Scope: "b"}, "Capacity must be at least 1"},
+		{"negative ttl", supervisor.Config{Name: "a", TTL: -time.Second}, "TTL must not be negative"},
+		{"renew too slow", supervisor.Config{Name: "a", TTL: time.Second, RenewInterval: 950 * time.Millisecond}, "RenewInterval"},
+		{"margin too big", supervisor.Config{Name: "a", TTL: time.Second, SafetyMargin: time.Second}, "SafetyMargin"},
+		{"ttl too long", supervisor.Config{Name: "a", TTL: 25 * time.Hour}, "TTL must be at most"},
+		{"bad policy", supervisor.Config{Name: "a", OnExit: 7}, "OnExit"},
+	}
+	for _, tc := range cases {
+		_, err := supervisor.New(pool, tc.cfg)
+		if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New = %v, want ErrInvalidArgument mentioning %q", tc.name, err, tc.want)
+		}
+	}
+}
