@@ -561,3 +561,43 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotVariant: five supervisors share a scope of capacity 2: never more
+// than two workloads at once, and two do run together.
+func TestSlotVariant(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	var running, peak atomic.Int32
+	var runs atomic.Int32
+	var sups []*supervisor.Supervisor
+	for range 5 {
+		sups = append(sups, newSupervisor(t, pool, supervisor.Config{
+			Scope: "gpu-pool", Capacity: 2, TTL: 2 * time.Second, RestartDelay: 10 * time.Millisecond,
+		}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := runAll(t, ctx, sups, func(s *supervisor.Supervisor) func(context.Context) error {
+		return func(ctx context.Context) error {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			if n > 2 {
+				t.Errorf("%d workloads running in a scope of capacity 2", n)
+			}
+			runs.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			return nil
+		}
+	})
+	waitFor(t, func() bool { return runs.Load() >= 20 }, "20 slot-guarded runs")
+	cancel()
+	wg.Wait()
+	if peak.Load() != 2 {
+		t.Fatalf("peak concurrency %d, want 2", peak.Load())
+	}
+	t.Logf("%d runs, peak %d of capacity 2", runs.Load(), peak.Load())
+}

@@ -1,0 +1,61 @@
+// Package supervisor runs a workload only while this process holds a
+// pglease lease, and cancels it the moment that is no longer certain: what
+// a service embeds so that one of its N instances runs the scheduler, the
+// outbox dispatcher or the cleanup loop, while the others stand by.
+//
+// # Overview
+//
+//	sup, err := supervisor.New(pool, supervisor.Config{Name: "outbox-dispatcher"})
+//	err = sup.Run(ctx, func(ctx context.Context) error {
+//		return dispatchUntil(ctx) // must return soon after ctx is cancelled
+//	})
+//
+// Standing by, a supervisor tries to take the lease; while another instance
+// holds it, it waits for the release NOTIFY or until the holder's reported
+// expiry (plus jitter), never a blind fixed-interval poll. Holding, it runs
+// the workload with a context of its own and renews every RenewInterval
+// (TTL/3 by default). With Scope and Capacity set instead of Name, up to
+// Capacity instances run at once, each guarded by one slot (package
+// runslots).
+//
+// # Safety
+//
+// The workload's context is cancelled as soon as any of these happens:
+//
+//   - a renewal is refused by the server (the lease was lost);
+//   - a renewal fails and no retry could start before the local deadline;
+//   - the local deadline passes while no renewal has succeeded, even while
+//     a renewal hangs on a dead connection (renewals run on their own
+//     goroutine; the deadline is a timer);
+//   - Run's context is cancelled.
+//
+// The local deadline is when the last successful acquire or renew was sent,
+// plus the TTL, minus SafetyMargin (see pglease.Lease.Deadline), so the
+// workload is cancelled before the lease can have expired on the server.
+// After cancelling, the supervisor waits for the workload to return, and
+// only then releases the lease (if still held) or stands by again: it never
+// releases, nor returns from Run, while the workload may still run. A
+// workload that ignores its context is reported after StopTimeout (a log
+// line at error level and EventStuck), and kept waiting for; on shutdown the
+// lease is renewed meanwhile, so no other instance starts alongside it.
+//
+// # What is not guaranteed
+//
+// Cancellation is a request: a workload that keeps going after its context
+// is cancelled, or a process paused (GC, SIGSTOP, a VM migration) past its
+// deadline, can still act after another instance took over. Fence the
+// writes that matter: the workload can read the fence with Fence and write
+// through pglease.WithFence, which the server refuses once the tenure is
+// over. Clocks and replication limits are those of package pglease.
+//
+// # Failure handling
+//
+// A renewal that fails with a connection error or a timeout has an unknown
+// outcome, not a loss: it is retried (renewing is idempotent) every
+// RetryDelay while the deadline allows. Only the server's refusal is an
+// authoritative loss. Errors while standing by (the database is down) are
+// logged and retried with capped exponential backoff; they never end Run.
+// Logs are structured (log/slog) with the lease name, holder and fence;
+// Config.Observer receives the same events for metrics, and IsLeader and
+// Fence serve health endpoints.
+package supervisor
