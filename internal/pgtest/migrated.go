@@ -11,10 +11,15 @@ import (
 )
 
 // NewMigrated returns the URL of a fresh database with pglease's migrations
-// applied, dropped when the test ends.
+// applied, dropped when the test ends. When EnvSchema is "extension" it runs
+// CREATE EXTENSION pglease instead (see [CreateExtension]).
 func NewMigrated(t testing.TB) string {
 	t.Helper()
 	url := NewDatabase(t)
+	if UsesExtension(t) {
+		CreateExtension(t, url)
+		return url
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := schema.Up(ctx, url); err != nil {
@@ -30,10 +35,11 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	return Pool(t, NewMigrated(t))
 }
 
-// Pool opens a pool on url, closed when the test ends.
+// Pool opens a pool on url, closed when the test ends. When the run goes
+// through a connection pooler, the pool connects through it.
 func Pool(t testing.TB, url string) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
+	pool, err := pgxpool.New(context.Background(), clientURL(t, url))
 	if err != nil {
 		t.Fatalf("pgtest: open pool: %v", err)
 	}
