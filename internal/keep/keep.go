@@ -170,7 +170,9 @@ func (h *holder) renewed(err error) {
 	}
 	switch {
 	case err == nil:
-		h.deadline.Reset(time.Until(h.t.Deadline()))
+		left := time.Until(h.t.Deadline())
+		h.cfg.Logger.Debug("renewed", "deadline_in", left)
+		h.deadline.Reset(left)
 		h.next.Reset(h.cfg.RenewInterval)
 	case h.cfg.IsLost(err):
 		h.stop(fmt.Errorf("%w: %w", ErrRefused, err), true)
