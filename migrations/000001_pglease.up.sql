@@ -627,7 +627,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
+    v_now timestamptz;
     v_ttl interval;
 BEGIN
     PERFORM pglease._check_text('claim_slot', 'p_scope', p_scope);
@@ -636,6 +636,9 @@ BEGIN
     v_ttl := pglease._check_ttl('claim_slot', p_ttl);
 
     PERFORM pglease._scope_lock(p_scope);
+    -- The clock is read once the scope is ours: slots that expired while
+    -- this claim waited for the lock count as free.
+    v_now := clock_timestamp();
     SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
     INTO claimed, slot, fence, in_use, retry_in
     FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, v_now, v_ttl) AS c;
@@ -676,7 +679,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now   timestamptz := clock_timestamp();
+    v_now   timestamptz;
     v_ttl   interval;
     v_n     integer;
     v_scope text;
@@ -712,6 +715,8 @@ BEGIN
     FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
         PERFORM pglease._scope_lock(v_scope);
     END LOOP;
+    -- The clock is read once every scope is ours (see claim_slot).
+    v_now := clock_timestamp();
 
     in_use := array_fill(NULL::integer, ARRAY[v_n]);
     slots := array_fill(NULL::integer, ARRAY[v_n]);

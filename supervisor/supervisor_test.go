@@ -396,15 +396,16 @@ func TestRefusedRenewalCancels(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("workload not cancelled after a refused renewal")
 	}
-	mu.Lock()
-	var lost bool
-	for _, e := range events {
-		lost = lost || e.Kind == supervisor.EventLost
-	}
-	mu.Unlock()
-	if !lost {
-		t.Fatalf("no EventLost among %v", events)
-	}
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range events {
+			if e.Kind == supervisor.EventLost {
+				return true
+			}
+		}
+		return false
+	}, "EventLost")
 	cancel()
 	<-done
 }

@@ -26,7 +26,7 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now   timestamptz := clock_timestamp();
+    v_now   timestamptz;
     v_ttl   interval;
     v_n     integer;
     v_scope text;
@@ -62,6 +62,8 @@ BEGIN
     FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
         PERFORM pglease._scope_lock(v_scope);
     END LOOP;
+    -- The clock is read once every scope is ours (see claim_slot).
+    v_now := clock_timestamp();
 
     in_use := array_fill(NULL::integer, ARRAY[v_n]);
     slots := array_fill(NULL::integer, ARRAY[v_n]);

@@ -1,0 +1,114 @@
+// Package runslots gives N-slot concurrency claims that live in Postgres:
+// "at most N of us do this at once", per tenant, per GPU pool, per
+// upstream API, across every process that shares the database.
+//
+// # Overview
+//
+// A scope (any string of 1 to 256 bytes: "tenant:42", "gpu-pool") admits at
+// most N live holders at once, where N is the capacity the claim passes.
+// Each holder gets a numbered slot, 1 to N, with a fence: a number larger
+// than that of every earlier tenure of the same slot. The slots are rows in
+// schema pglease, changed only by the SQL functions pglease.claim_slot,
+// claim_slots, renew_slot and release_slot, which this package calls
+// through generated code:
+//
+//	client, err := runslots.New(pool, runslots.Config{})
+//	err = client.Run(ctx, "tenant:42", 4, 30*time.Second, func(ctx context.Context) error {
+//		return work(ctx) // at most 4 of these run at once, fleet-wide
+//	})
+//
+// Run is what most callers want: it waits for a slot, renews it while fn
+// runs, cancels fn's context when the slot can no longer be trusted, and
+// releases the slot when fn returns. Below it:
+//
+//   - TryClaim takes a slot or returns a *FullError (ErrFull) at once;
+//     Claim waits until a slot frees (woken by the release NOTIFY, else at
+//     the earliest expiry).
+//   - TryClaimAll and ClaimAll take one slot in each of several scopes, all
+//     or nothing ("a tenant slot and a GPU slot").
+//   - Slot.Renew extends a tenure, Slot.Release ends it early; Slot.Deadline
+//     says until when the caller may rely on it.
+//   - Slots and Scopes list the occupancy the server sees.
+//
+// A Client is one holder and holds at most one slot per scope: claiming a
+// scope it already holds returns the same tenure. To occupy several slots
+// of a scope from one process, use one Client per concurrent claim.
+// Concurrent Runs of one scope on one Client take turns.
+//
+// Apply the schema first with pglease.Migrate (or `pglease migrate up`).
+//
+// # Safety
+//
+// Every decision is made by the server's clock, in one statement per call.
+// Claims of one scope are serialised by a row lock on the scope, so counting
+// the live holders and taking a slot are one step, however many clients
+// race. What that guarantees:
+//
+//   - The cap is enforced by the server per claim: a claim with capacity N
+//     succeeds only while fewer than N holders of the scope are live at the
+//     moment it is decided. If every claim of a scope passes the same N, at
+//     most N holders are live at any instant of the server's clock.
+//   - Capacity is the caller's per-claim setting, not a property stored
+//     with the scope. A claim with a smaller capacity evicts nobody: live
+//     holders keep their slots until they release or expire, and claims at
+//     the smaller capacity are refused until fewer than it are live. A claim
+//     with a larger capacity is admitted up to its own figure, so callers
+//     that disagree about N get the larger one. A holder re-claiming a
+//     scope it holds gets its slot back whatever the capacity.
+//   - Two live holders of a scope never share a slot number, and a slot's
+//     fence never goes backwards: each new tenure of a slot gets the
+//     previous fence + 1, and slot rows are never deleted. Fences of
+//     different slots are unrelated.
+//   - TryClaimAll and ClaimAll hold every wanted slot or none, and take
+//     the scope locks in one global order, so they cannot deadlock each
+//     other.
+//
+// The client never compares server timestamps with its own clock. A slot's
+// Deadline is the local monotonic time at which the caller must assume it is
+// gone: when the successful claim or renewal was sent, plus the TTL, minus a
+// safety margin (Config.SafetyMargin, a tenth of the TTL by default). The
+// server's expiry is later than that as long as the two clocks tick at
+// nearly the same rate.
+//
+// What is not guaranteed:
+//
+//   - The cap counts tenures, not running work. A holder that is paused (a
+//     GC pause, SIGSTOP, a VM migration) past its Deadline may still be
+//     working when it resumes, while its slot has expired and been handed
+//     to someone else: for that while, N+1 or more processes do the work.
+//     Run cancels fn's context at the Deadline, but cannot stop code that
+//     does not look at it. There is no fenced-write helper for slots; a
+//     resource that must refuse stale holders has to check the fence of
+//     (scope, number) itself.
+//   - Clocks: the margin absorbs rate differences, not a server clock that
+//     jumps forward (which expires slots early).
+//   - Replication: a slot is as durable as the commit that granted it;
+//     after a failover to an asynchronous standby, granted slots and fences
+//     can be lost and handed out again.
+//   - Fairness: waiters are not queued. A blocked Claim retries when a slot
+//     frees and may lose the race to a newcomer; a ClaimAll can starve
+//     while single-scope claims keep taking the slots it needs.
+//
+// # Failure handling
+//
+// TryClaim's and TryClaimAll's refusal is a *FullError (ErrFull) saying how
+// many holders are live and when the earliest expires. Renew and Release
+// return ErrSlotLost only when the server refused: that is the verdict that
+// the tenure is over. ErrSlotLost also matches pglease.ErrLeaseLost, so
+// code can treat leases and slots alike. Any other error from Renew
+// (connection reset, timeout) leaves the outcome unknown; renewing is
+// idempotent, so retry while Deadline allows, and stop the work when it
+// passes. Run does exactly that, and returns an error matching ErrSlotLost
+// when the slot was lost while fn ran, even if fn then returned nil; see Run
+// for the full contract. Errors wrapping pglease.ErrInvalidArgument mean a
+// bad argument and that nothing changed; the client checks arguments before
+// any round trip. Every call takes a context and returns ctx.Err() unchanged
+// when it ends first.
+//
+// Blocking claims of a client built on a *pgxpool.Pool share one LISTEN
+// connection per pool, opened outside the pool. On a *pgx.Conn or a
+// pgx.Tx, when LISTEN fails, or behind PgBouncer in transaction pooling mode
+// (where LISTEN does not work), they wake at the earliest expiry the server
+// reported instead of at a release. Behind PgBouncer, use pgx's
+// QueryExecModeExec or QueryExecModeSimpleProtocol.
+package runslots
