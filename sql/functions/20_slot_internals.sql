@@ -56,9 +56,9 @@ BEGIN
     -- renewal whose clock read was earlier than ours; count again then.
     -- A free slot is one whose holder is NULL or whose tenure ended by
     -- p_now, exactly the slots the count leaves out: a release that
-    -- committed after p_now was read (while this claim waited for the scope
-    -- lock) stamps expires_at later than p_now, and the slot is free all
-    -- the same.
+    -- committed after p_now was read (release_slot takes no scope lock, and
+    -- claim_slots may wait on a row lock in an earlier scope) stamps
+    -- expires_at later than p_now, and the slot is free all the same.
     FOR attempt IN 1..10 LOOP
         SELECT count(*)::integer INTO in_use FROM pglease.slots AS s
         WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
