@@ -55,6 +55,22 @@ COMMENT ON TABLE pglease.slots IS
 CREATE INDEX slots_scope_expires_idx ON pglease.slots (scope, expires_at);
 CREATE INDEX slots_holder_idx ON pglease.slots (holder, scope) WHERE holder IS NOT NULL;
 
+-- Who waits for a release, so that a release NOTIFYs only when someone
+-- listens for it (see pglease._wake). A NOTIFY makes its transaction commit
+-- under a cluster-wide lock, one notifying commit at a time; without this
+-- every acquire and release would pay that. UNLOGGED on purpose: it holds
+-- no fence and no grant, registering must not wait for a WAL flush, and
+-- losing it (crash, failover) only makes waiters wake at the expiry they
+-- were told rather than at the release.
+CREATE UNLOGGED TABLE pglease.waiters (
+    kind  text        NOT NULL,  -- 'lease' or 'slot'
+    name  text        NOT NULL,  -- lease name or slot scope
+    until timestamptz NOT NULL,  -- waiters retry by then anyway
+    PRIMARY KEY (kind, name)
+);
+COMMENT ON TABLE pglease.waiters IS
+    'pglease: refused acquires and claims waiting for a release notification';
+
 -- Status views. Times are computed from the server clock when the view is
 -- read. expires_at is when the tenure ends or ended (for a free row: when it
 -- was released); expires_in is the time left, zero once expired or free.
@@ -199,19 +215,71 @@ BEGIN
 END
 $$;
 
--- _notify: tells listeners on channel 'pglease' that a holder changed.
--- Payload (JSON): {"kind": "lease"|"slot", "event": "acquired"|"released",
--- "name": <lease name or slot scope>, "slot": <slot or null>, "fence": n,
--- "holder": <holder>}. Delivered when the caller's transaction commits.
-CREATE FUNCTION pglease._notify(p_kind text, p_event text, p_name text,
-                                p_slot integer, p_fence bigint, p_holder text)
+-- Release notifications. A refused acquire or claim registers as a waiter;
+-- a release NOTIFYs on channel 'pglease' only when a waiter is registered.
+-- Registration and release agree through an advisory lock on the lease or
+-- scope: the refused caller holds it shared from before it reads the state
+-- that refuses it until its commit (with the registration); a release tries
+-- it exclusively after its update. So either the registration committed
+-- before the release looks (and is seen), or the release committed before
+-- the refused caller read (and it was not refused); when the release cannot
+-- tell (the lock is taken), it notifies anyway. No wake-up is lost.
+
+-- _wait_lock(p_kind, p_name): takes the shared advisory lock of a lease or
+-- scope until the caller's transaction ends.
+CREATE FUNCTION pglease._wait_lock(p_kind text, p_name text)
 RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
-        'kind', p_kind, 'event', p_event, 'name', p_name,
+    SELECT pg_catalog.pg_advisory_xact_lock_shared(
+        pg_catalog.hashtext('pglease'), pg_catalog.hashtext(p_kind || '/' || p_name));
+$$;
+
+-- _wait_register(p_kind, p_name, p_until): records a waiter for a release
+-- of p_name until p_until. Writes only when no registration lasts that
+-- long yet, so waiters of a busy lease rarely contend.
+CREATE FUNCTION pglease._wait_register(p_kind text, p_name text, p_until timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM 1 FROM pglease.waiters AS w
+    WHERE w.kind = p_kind AND w.name = p_name AND w.until >= p_until;
+    IF NOT FOUND THEN
+        INSERT INTO pglease.waiters AS w (kind, name, until)
+        VALUES (p_kind, p_name, p_until)
+        ON CONFLICT ON CONSTRAINT waiters_pkey
+        DO UPDATE SET until = greatest(w.until, excluded.until);
+    END IF;
+END
+$$;
+
+-- _wake: after a release, NOTIFYs channel 'pglease' when a waiter may be
+-- registered. Payload (JSON): {"kind": "lease"|"slot", "event":
+-- "released", "name": <lease name or slot scope>, "slot": <slot or null>,
+-- "fence": <the ended tenure's fence>, "holder": <its holder>}. Delivered
+-- when the caller's transaction commits.
+CREATE FUNCTION pglease._wake(p_kind text, p_name text, p_slot integer,
+                              p_fence bigint, p_holder text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.pg_try_advisory_xact_lock(
+           pg_catalog.hashtext('pglease'), pg_catalog.hashtext(p_kind || '/' || p_name)) THEN
+        PERFORM 1 FROM pglease.waiters AS w
+        WHERE w.kind = p_kind AND w.name = p_name AND w.until > clock_timestamp();
+        IF NOT FOUND THEN
+            RETURN; -- nobody waits
+        END IF;
+    END IF;
+    PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+        'kind', p_kind, 'event', 'released', 'name', p_name,
         'slot', p_slot, 'fence', p_fence, 'holder', p_holder)::text);
+END
 $$;
 
 -- Source: sql/functions/10_acquire.sql
@@ -227,11 +295,15 @@ $$;
 --     after a lost reply is the same tenure), expires_at re-pinned to now + p_ttl.
 --   * lease live and held by another holder: acquired = false, and holder,
 --     fence, expires_at, expires_in describe that holder's tenure.
--- expires_in is expires_at - now. Every new tenure sends a NOTIFY on channel
--- 'pglease' (see pglease._notify) when the caller commits.
+-- expires_in is expires_at - now. A refused caller is registered as a
+-- waiter until that expiry, so that a release of the lease NOTIFYs channel
+-- 'pglease' (see pglease._wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
 -- bytes or a TTL not in (0, 24 hours]; nothing is changed then.
 -- A refused call takes no row lock, so it never delays the holder's renewals.
+-- It takes the lease's advisory wait lock shared (waiting for a release in
+-- flight to commit), so its registration and a release cannot miss each
+-- other.
 CREATE FUNCTION pglease.acquire(
     p_name text, p_holder text, p_ttl interval,
     OUT acquired boolean, OUT fence bigint, OUT holder text,
@@ -240,9 +312,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now         timestamptz := clock_timestamp();
-    v_ttl         interval;
-    v_acquired_at timestamptz;
+    v_now timestamptz := clock_timestamp();
+    v_ttl interval;
 BEGIN
     PERFORM pglease._check_text('acquire', 'p_name', p_name);
     PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
@@ -262,11 +333,8 @@ BEGIN
             expires_at  = v_now + v_ttl
         WHERE l.name = p_name
           AND (l.holder IS NULL OR l.expires_at <= v_now OR l.holder = p_holder)
-        RETURNING l.fence, l.acquired_at INTO fence, v_acquired_at;
+        RETURNING l.fence INTO fence;
         IF FOUND THEN
-            IF v_acquired_at = v_now THEN
-                PERFORM pglease._notify('lease', 'acquired', p_name, NULL, fence, p_holder);
-            END IF;
             acquired := true;
             holder := p_holder;
             expires_at := v_now + v_ttl;
@@ -274,7 +342,9 @@ BEGIN
             RETURN;
         END IF;
 
-        -- Held by someone else, or no row yet: look without locking.
+        -- Held by someone else, or no row yet: look without locking the
+        -- row, after taking the wait lock (see pglease._wake).
+        PERFORM pglease._wait_lock('lease', p_name);
         SELECT l.holder, l.fence, l.expires_at
         INTO holder, fence, expires_at
         FROM pglease.leases AS l
@@ -283,6 +353,7 @@ BEGIN
             IF holder IS NOT NULL AND holder <> p_holder AND expires_at > v_now THEN
                 acquired := false;
                 expires_in := expires_at - v_now;
+                PERFORM pglease._wait_register('lease', p_name, expires_at);
                 RETURN;
             END IF;
             CONTINUE; -- released or expired since the UPDATE looked: try again
@@ -292,7 +363,6 @@ BEGIN
         VALUES (p_name, p_holder, 1, v_now, v_now + v_ttl)
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
         IF FOUND THEN
-            PERFORM pglease._notify('lease', 'acquired', p_name, NULL, 1, p_holder);
             acquired := true;
             fence := 1;
             holder := p_holder;
@@ -354,9 +424,10 @@ $$;
 -- pglease.release(p_name, p_holder, p_fence): end a live tenure early.
 --
 -- Compare-and-release: when p_holder holds the lease with fence p_fence and
--- it has not expired, the lease becomes free, released = true, and a NOTIFY
--- goes out on channel 'pglease' at commit. Otherwise released = false and
--- nothing changes (a false release means the tenure had already ended).
+-- it has not expired, the lease becomes free and released = true; waiters
+-- hear it by a NOTIFY on channel 'pglease' at commit (see pglease._wake).
+-- Otherwise released = false and nothing changes (a false release means
+-- the tenure had already ended).
 -- The row and its fence stay: the next tenure gets fence + 1, so fences never
 -- go backwards, also across release.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder or a negative
@@ -382,7 +453,7 @@ BEGIN
       AND l.expires_at > v_now;
     released := FOUND;
     IF released THEN
-        PERFORM pglease._notify('lease', 'released', p_name, NULL, p_fence, p_holder);
+        PERFORM pglease._wake('lease', p_name, NULL, p_fence, p_holder);
     END IF;
 END
 $$;
@@ -462,7 +533,7 @@ $$;
 -- lease was held or expired; released = false (holder, fence NULL when the
 -- name is unknown) when it was already free. The fence stays, so the next
 -- holder gets fence + 1 and the old holder's fenced writes are refused.
--- Sends a NOTIFY like pglease.release. Not granted to pglease_client: run it
+-- Wakes waiters like pglease.release. Not granted to pglease_client: run it
 -- as the schema owner or grant it to an operators' role.
 CREATE FUNCTION pglease.force_release(
     p_name text,
@@ -484,7 +555,7 @@ BEGIN
         UPDATE pglease.leases AS l
         SET holder = NULL, expires_at = least(l.expires_at, v_now)
         WHERE l.name = p_name;
-        PERFORM pglease._notify('lease', 'released', p_name, NULL, fence, holder);
+        PERFORM pglease._wake('lease', p_name, NULL, fence, holder);
     END IF;
 END
 $$;
@@ -549,9 +620,9 @@ BEGIN
     -- renewal whose clock read was earlier than ours; count again then.
     -- A free slot is one whose holder is NULL or whose tenure ended by
     -- p_now, exactly the slots the count leaves out: a release that
-    -- committed after p_now was read (while this claim waited for the scope
-    -- lock) stamps expires_at later than p_now, and the slot is free all
-    -- the same.
+    -- committed after p_now was read (release_slot takes no scope lock, and
+    -- claim_slots may wait on a row lock in an earlier scope) stamps
+    -- expires_at later than p_now, and the slot is free all the same.
     FOR attempt IN 1..10 LOOP
         SELECT count(*)::integer INTO in_use FROM pglease.slots AS s
         WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
@@ -580,7 +651,6 @@ BEGIN
             END IF;
         END IF;
         IF fence IS NOT NULL THEN
-            PERFORM pglease._notify('slot', 'acquired', p_scope, slot, fence, p_holder);
             claimed := true;
             in_use := in_use + 1;
             RETURN;
@@ -607,12 +677,13 @@ $$;
 --     reply leaks nothing).
 --   * fewer than p_capacity live holders: claimed = true, a slot numbered
 --     1..p_capacity with a fence larger than any earlier tenure of that slot,
---     expires_at = now + p_ttl; in_use counts this claim. NOTIFY on 'pglease'.
+--     expires_at = now + p_ttl; in_use counts this claim.
 --   * p_capacity or more live holders (capacity is the caller's setting and
 --     may shrink): claimed = false, slot, fence, expires_at, expires_in NULL,
 --     in_use = live holders, retry_in = time until the earliest live slot
 --     expires (a refused caller can sleep that long, or until a release
---     NOTIFY). retry_in is NULL when claimed.
+--     NOTIFY: it is registered as a waiter until then, see pglease._wake).
+--     retry_in is NULL when claimed.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows with live holders, not with p_capacity.
@@ -636,6 +707,7 @@ BEGIN
     v_ttl := pglease._check_ttl('claim_slot', p_ttl);
 
     PERFORM pglease._scope_lock(p_scope);
+    PERFORM pglease._wait_lock('slot', p_scope);
     -- The clock is read once the scope is ours: slots that expired while
     -- this claim waited for the lock count as free.
     v_now := clock_timestamp();
@@ -645,6 +717,8 @@ BEGIN
     IF claimed THEN
         expires_at := v_now + v_ttl;
         expires_in := v_ttl;
+    ELSE
+        PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
     END IF;
 END
 $$;
@@ -664,7 +738,8 @@ $$;
 --     retry_in the time until its earliest live slot expires;
 --     slots, fences and in_use are empty arrays, expires_at and expires_in
 --     NULL; nothing is held or changed in any scope (claims already made in
---     this call are rolled back, their NOTIFYs with them).
+--     this call are rolled back); the holder is registered as a waiter of
+--     the refused scope (see pglease._wake).
 -- Scope locks are taken in one global order (byte order of the scope), so
 -- concurrent multi-scope claims cannot deadlock each other.
 -- Raises 22004 for NULL arrays, elements or arguments; 22023 for arrays of
@@ -714,6 +789,7 @@ BEGIN
 
     FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
         PERFORM pglease._scope_lock(v_scope);
+        PERFORM pglease._wait_lock('slot', v_scope);
     END LOOP;
     -- The clock is read once every scope is ours (see claim_slot).
     v_now := clock_timestamp();
@@ -742,6 +818,7 @@ BEGIN
         slots := '{}';
         fences := '{}';
         in_use := '{}';
+        PERFORM pglease._wait_register('slot', refused_scope, v_now + retry_in);
         RETURN;
     END;
     claimed := true;
@@ -795,9 +872,10 @@ $$;
 -- pglease.release_slot(p_scope, p_slot, p_holder, p_fence): give a live slot
 -- back early.
 --
--- Compare-and-release, exactly like pglease.release: released = true and a
--- NOTIFY on 'pglease' when (p_holder, p_fence) held the slot live; otherwise
--- released = false and nothing changes. The slot row keeps its fence.
+-- Compare-and-release, exactly like pglease.release: released = true when
+-- (p_holder, p_fence) held the slot live (waiters hear it by a NOTIFY on
+-- 'pglease', see pglease._wake); otherwise released = false and nothing
+-- changes. The slot row keeps its fence.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
 -- fence; nothing changes then.
 CREATE FUNCTION pglease.release_slot(
@@ -821,7 +899,7 @@ BEGIN
       AND s.expires_at > v_now;
     released := FOUND;
     IF released THEN
-        PERFORM pglease._notify('slot', 'released', p_scope, p_slot, p_fence, p_holder);
+        PERFORM pglease._wake('slot', p_scope, p_slot, p_fence, p_holder);
     END IF;
 END
 $$;

@@ -111,73 +111,87 @@ func requireNextNotice(t testing.TB, l *listener, want notice) {
 	}
 }
 
-// sendMarker acquires a fresh lease named marker, whose notification the
-// caller then expects next.
+// sendMarker sends a notification of the test's own on channel pglease,
+// which the caller then expects next: proof that what came before sent
+// nothing.
 func sendMarker(t testing.TB, q querier, marker string) notice {
 	t.Helper()
-	mustAcquire(t, q, marker, "marker", time.Minute, 1)
-	return leaseNotice("acquired", marker, 1, "marker")
+	want := leaseNotice("marker", marker, 0, "test")
+	mustExec(t, q, `SELECT pg_notify('pglease', $1)`, want.String())
+	return want
 }
 
+// testNotifyLease: releases NOTIFY when a refused acquire registered as a
+// waiter, and nothing else does (every NOTIFY makes its transaction commit
+// under a cluster-wide lock).
 func testNotifyLease(t *testing.T, db *testDB) {
 	pool := db.pool
 	n := namer(t)
 	l := listen(t, db.url, n(""))
 	ctx := testContext(t)
 
+	// Acquire, re-entrant acquire, renew and a release nobody waits for
+	// send nothing.
 	mustAcquire(t, pool, n("n"), "a", 30*time.Second, 1)
-	requireNextNotice(t, l, leaseNotice("acquired", n("n"), 1, "a"))
-
-	// Re-entrant acquire, renew and a refused acquire send nothing: the
-	// next notification is the release.
 	mustAcquire(t, pool, n("n"), "a", 30*time.Second, 1)
 	if r := renew(t, pool, n("n"), "a", 1, 30*time.Second); !r.Renewed {
 		t.Fatalf("renew: got false, want true")
 	}
+	release(t, pool, n("n"), "a", 1)
+	requireNextNotice(t, l, sendMarker(t, pool, n("m1")))
+
+	// A refused acquire registers a waiter: the release is heard.
+	mustAcquire(t, pool, n("n"), "a", 30*time.Second, 2)
 	if r := acquire(t, pool, n("n"), "b", 30*time.Second); r.Acquired {
 		t.Fatalf("acquire by b: got true, want false")
 	}
-	release(t, pool, n("n"), "a", 1)
-	requireNextNotice(t, l, leaseNotice("released", n("n"), 1, "a"))
+	release(t, pool, n("n"), "a", 2)
+	requireNextNotice(t, l, leaseNotice("released", n("n"), 2, "a"))
 
-	// A rolled-back acquire sends nothing.
+	// A rolled-back release sends nothing, even with a waiter.
+	mustAcquire(t, pool, n("n"), "c", 30*time.Second, 3)
+	if r := acquire(t, pool, n("n"), "b", 30*time.Second); r.Acquired {
+		t.Fatalf("acquire by b: got true, want false")
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustAcquire(t, tx, n("n"), "b", 30*time.Second, 2)
+	release(t, tx, n("n"), "c", 3)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	requireNextNotice(t, l, sendMarker(t, pool, n("marker")))
+	requireNextNotice(t, l, sendMarker(t, pool, n("m2")))
 
-	// The rollback also took the fence back: the next tenure is 2 again.
-	mustAcquire(t, pool, n("n"), "b", shortTTL, 2)
-	requireNextNotice(t, l, leaseNotice("acquired", n("n"), 2, "b"))
-
-	// A takeover after expiry is a new tenure; force_release is a release.
-	waitLeaseState(t, pool, n("n"), "expired")
-	mustAcquire(t, pool, n("n"), "c", 30*time.Second, 3)
-	requireNextNotice(t, l, leaseNotice("acquired", n("n"), 3, "c"))
+	// force_release is a release.
 	if _, err := pool.Exec(ctx, `SELECT pglease.force_release($1)`, n("n")); err != nil {
 		t.Fatal(err)
 	}
 	requireNextNotice(t, l, leaseNotice("released", n("n"), 3, "c"))
 
-	// The last holder acquiring again after expiry is a new tenure too.
-	mustAcquire(t, pool, n("n"), "c", shortTTL, 4)
-	requireNextNotice(t, l, leaseNotice("acquired", n("n"), 4, "c"))
-	waitLeaseState(t, pool, n("n"), "expired")
-	mustAcquire(t, pool, n("n"), "c", 30*time.Second, 5)
-	requireNextNotice(t, l, leaseNotice("acquired", n("n"), 5, "c"))
+	// A registration lasts until the holder's expiry it was told: after it,
+	// a release is not announced (the waiter has retried by then).
+	mustAcquire(t, pool, n("short"), "a", shortTTL, 1)
+	if r := acquire(t, pool, n("short"), "b", 30*time.Second); r.Acquired {
+		t.Fatalf("acquire by b: got true, want false")
+	}
+	waitLeaseState(t, pool, n("short"), "expired")
+	mustAcquire(t, pool, n("short"), "a", 30*time.Second, 2)
+	release(t, pool, n("short"), "a", 2)
+	requireNextNotice(t, l, sendMarker(t, pool, n("m3")))
 
 	// Names are JSON-escaped, not mangled.
 	odd := "q\"u'o\\te;\n ß日本🔒 "
 	mustAcquire(t, pool, n(odd), odd, 30*time.Second, 1)
-	requireNextNotice(t, l, leaseNotice("acquired", n(odd), 1, odd))
+	if r := acquire(t, pool, n(odd), "b", 30*time.Second); r.Acquired {
+		t.Fatalf("acquire by b: got true, want false")
+	}
+	release(t, pool, n(odd), odd, 1)
+	requireNextNotice(t, l, leaseNotice("released", n(odd), 1, odd))
 
 	// The one bounded wait: nothing at all follows a renewal.
-	if r := renew(t, pool, n("n"), "c", 5, 30*time.Second); !r.Renewed {
+	mustAcquire(t, pool, n("n"), "c", 30*time.Second, 4)
+	if r := renew(t, pool, n("n"), "c", 4, 30*time.Second); !r.Renewed {
 		t.Fatalf("renew: got false, want true")
 	}
 	if got, ok := l.next(t, 300*time.Millisecond); ok {
@@ -191,24 +205,33 @@ func testNotifySlot(t *testing.T, db *testDB) {
 	l := listen(t, db.url, n(""))
 	scope, a, b := n("s"), n("a"), n("b")
 
-	mustClaimSlot(t, pool, scope, a, 2, 30*time.Second, 1, 1)
-	requireNextNotice(t, l, slotNotice("acquired", scope, 1, 1, a))
-
-	// Re-entrant claim, renew_slot, renew_holder and a refused claim send
-	// nothing.
-	mustClaimSlot(t, pool, scope, a, 2, 30*time.Second, 1, 1)
+	// Claims, re-entrant claims, renewals and a release nobody waits for
+	// send nothing.
+	mustClaimSlot(t, pool, scope, a, 1, 30*time.Second, 1, 1)
+	mustClaimSlot(t, pool, scope, a, 1, 30*time.Second, 1, 1)
 	if r := renewSlot(t, pool, scope, 1, a, 1, 30*time.Second); !r.Renewed {
 		t.Fatalf("renew_slot: got false, want true")
 	}
 	if r := renewHolder(t, pool, a, 30*time.Second); len(r.Slots) != 1 {
 		t.Fatalf("renew_holder: got slots %v, want one", r.Slots)
 	}
+	releaseSlot(t, pool, scope, 1, a, 1)
+	requireNextNotice(t, l, sendMarker(t, pool, n("m1")))
+
+	// A refused claim registers a waiter: the release is heard.
+	mustClaimSlot(t, pool, scope, a, 1, 30*time.Second, 1, 2)
 	if r := claimSlot(t, pool, scope, b, 1, 30*time.Second); r.Claimed {
 		t.Fatalf("claim by b with capacity 1: got %s, want refused", r)
 	}
-	releaseSlot(t, pool, scope, 1, a, 1)
-	requireNextNotice(t, l, slotNotice("released", scope, 1, 1, a))
+	releaseSlot(t, pool, scope, 1, a, 2)
+	requireNextNotice(t, l, slotNotice("released", scope, 1, 2, a))
 
-	mustClaimSlot(t, pool, scope, b, 2, 30*time.Second, 1, 2)
-	requireNextNotice(t, l, slotNotice("acquired", scope, 1, 2, b))
+	// So does a refused claim_slots, for the scope that refused it.
+	other := n("o")
+	mustClaimSlot(t, pool, scope, a, 1, 30*time.Second, 1, 3)
+	if r := claimSlots(t, pool, b, []string{other, scope}, []int32{5, 1}, 30*time.Second); r.Claimed {
+		t.Fatalf("claim_slots by b: got %+v, want refused", r)
+	}
+	releaseSlot(t, pool, scope, 1, a, 3)
+	requireNextNotice(t, l, slotNotice("released", scope, 1, 3, a))
 }

@@ -96,17 +96,69 @@ BEGIN
 END
 $$;
 
--- _notify: tells listeners on channel 'pglease' that a holder changed.
--- Payload (JSON): {"kind": "lease"|"slot", "event": "acquired"|"released",
--- "name": <lease name or slot scope>, "slot": <slot or null>, "fence": n,
--- "holder": <holder>}. Delivered when the caller's transaction commits.
-CREATE FUNCTION pglease._notify(p_kind text, p_event text, p_name text,
-                                p_slot integer, p_fence bigint, p_holder text)
+-- Release notifications. A refused acquire or claim registers as a waiter;
+-- a release NOTIFYs on channel 'pglease' only when a waiter is registered.
+-- Registration and release agree through an advisory lock on the lease or
+-- scope: the refused caller holds it shared from before it reads the state
+-- that refuses it until its commit (with the registration); a release tries
+-- it exclusively after its update. So either the registration committed
+-- before the release looks (and is seen), or the release committed before
+-- the refused caller read (and it was not refused); when the release cannot
+-- tell (the lock is taken), it notifies anyway. No wake-up is lost.
+
+-- _wait_lock(p_kind, p_name): takes the shared advisory lock of a lease or
+-- scope until the caller's transaction ends.
+CREATE FUNCTION pglease._wait_lock(p_kind text, p_name text)
 RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
-        'kind', p_kind, 'event', p_event, 'name', p_name,
+    SELECT pg_catalog.pg_advisory_xact_lock_shared(
+        pg_catalog.hashtext('pglease'), pg_catalog.hashtext(p_kind || '/' || p_name));
+$$;
+
+-- _wait_register(p_kind, p_name, p_until): records a waiter for a release
+-- of p_name until p_until. Writes only when no registration lasts that
+-- long yet, so waiters of a busy lease rarely contend.
+CREATE FUNCTION pglease._wait_register(p_kind text, p_name text, p_until timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM 1 FROM pglease.waiters AS w
+    WHERE w.kind = p_kind AND w.name = p_name AND w.until >= p_until;
+    IF NOT FOUND THEN
+        INSERT INTO pglease.waiters AS w (kind, name, until)
+        VALUES (p_kind, p_name, p_until)
+        ON CONFLICT ON CONSTRAINT waiters_pkey
+        DO UPDATE SET until = greatest(w.until, excluded.until);
+    END IF;
+END
+$$;
+
+-- _wake: after a release, NOTIFYs channel 'pglease' when a waiter may be
+-- registered. Payload (JSON): {"kind": "lease"|"slot", "event":
+-- "released", "name": <lease name or slot scope>, "slot": <slot or null>,
+-- "fence": <the ended tenure's fence>, "holder": <its holder>}. Delivered
+-- when the caller's transaction commits.
+CREATE FUNCTION pglease._wake(p_kind text, p_name text, p_slot integer,
+                              p_fence bigint, p_holder text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.pg_try_advisory_xact_lock(
+           pg_catalog.hashtext('pglease'), pg_catalog.hashtext(p_kind || '/' || p_name)) THEN
+        PERFORM 1 FROM pglease.waiters AS w
+        WHERE w.kind = p_kind AND w.name = p_name AND w.until > clock_timestamp();
+        IF NOT FOUND THEN
+            RETURN; -- nobody waits
+        END IF;
+    END IF;
+    PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+        'kind', p_kind, 'event', 'released', 'name', p_name,
         'slot', p_slot, 'fence', p_fence, 'holder', p_holder)::text);
+END
 $$;

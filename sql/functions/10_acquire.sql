@@ -9,11 +9,15 @@
 --     after a lost reply is the same tenure), expires_at re-pinned to now + p_ttl.
 --   * lease live and held by another holder: acquired = false, and holder,
 --     fence, expires_at, expires_in describe that holder's tenure.
--- expires_in is expires_at - now. Every new tenure sends a NOTIFY on channel
--- 'pglease' (see pglease._notify) when the caller commits.
+-- expires_in is expires_at - now. A refused caller is registered as a
+-- waiter until that expiry, so that a release of the lease NOTIFYs channel
+-- 'pglease' (see pglease._wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
 -- bytes or a TTL not in (0, 24 hours]; nothing is changed then.
 -- A refused call takes no row lock, so it never delays the holder's renewals.
+-- It takes the lease's advisory wait lock shared (waiting for a release in
+-- flight to commit), so its registration and a release cannot miss each
+-- other.
 CREATE FUNCTION pglease.acquire(
     p_name text, p_holder text, p_ttl interval,
     OUT acquired boolean, OUT fence bigint, OUT holder text,
@@ -22,9 +26,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now         timestamptz := clock_timestamp();
-    v_ttl         interval;
-    v_acquired_at timestamptz;
+    v_now timestamptz := clock_timestamp();
+    v_ttl interval;
 BEGIN
     PERFORM pglease._check_text('acquire', 'p_name', p_name);
     PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
@@ -44,11 +47,8 @@ BEGIN
             expires_at  = v_now + v_ttl
         WHERE l.name = p_name
           AND (l.holder IS NULL OR l.expires_at <= v_now OR l.holder = p_holder)
-        RETURNING l.fence, l.acquired_at INTO fence, v_acquired_at;
+        RETURNING l.fence INTO fence;
         IF FOUND THEN
-            IF v_acquired_at = v_now THEN
-                PERFORM pglease._notify('lease', 'acquired', p_name, NULL, fence, p_holder);
-            END IF;
             acquired := true;
             holder := p_holder;
             expires_at := v_now + v_ttl;
@@ -56,7 +56,9 @@ BEGIN
             RETURN;
         END IF;
 
-        -- Held by someone else, or no row yet: look without locking.
+        -- Held by someone else, or no row yet: look without locking the
+        -- row, after taking the wait lock (see pglease._wake).
+        PERFORM pglease._wait_lock('lease', p_name);
         SELECT l.holder, l.fence, l.expires_at
         INTO holder, fence, expires_at
         FROM pglease.leases AS l
@@ -65,6 +67,7 @@ BEGIN
             IF holder IS NOT NULL AND holder <> p_holder AND expires_at > v_now THEN
                 acquired := false;
                 expires_in := expires_at - v_now;
+                PERFORM pglease._wait_register('lease', p_name, expires_at);
                 RETURN;
             END IF;
             CONTINUE; -- released or expired since the UPDATE looked: try again
@@ -74,7 +77,6 @@ BEGIN
         VALUES (p_name, p_holder, 1, v_now, v_now + v_ttl)
         ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
         IF FOUND THEN
-            PERFORM pglease._notify('lease', 'acquired', p_name, NULL, 1, p_holder);
             acquired := true;
             fence := 1;
             holder := p_holder;

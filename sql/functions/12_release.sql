@@ -1,9 +1,10 @@
 -- pglease.release(p_name, p_holder, p_fence): end a live tenure early.
 --
 -- Compare-and-release: when p_holder holds the lease with fence p_fence and
--- it has not expired, the lease becomes free, released = true, and a NOTIFY
--- goes out on channel 'pglease' at commit. Otherwise released = false and
--- nothing changes (a false release means the tenure had already ended).
+-- it has not expired, the lease becomes free and released = true; waiters
+-- hear it by a NOTIFY on channel 'pglease' at commit (see pglease._wake).
+-- Otherwise released = false and nothing changes (a false release means
+-- the tenure had already ended).
 -- The row and its fence stay: the next tenure gets fence + 1, so fences never
 -- go backwards, also across release.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder or a negative
@@ -29,7 +30,7 @@ BEGIN
       AND l.expires_at > v_now;
     released := FOUND;
     IF released THEN
-        PERFORM pglease._notify('lease', 'released', p_name, NULL, p_fence, p_holder);
+        PERFORM pglease._wake('lease', p_name, NULL, p_fence, p_holder);
     END IF;
 END
 $$;

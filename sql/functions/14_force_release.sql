@@ -5,7 +5,7 @@
 -- lease was held or expired; released = false (holder, fence NULL when the
 -- name is unknown) when it was already free. The fence stays, so the next
 -- holder gets fence + 1 and the old holder's fenced writes are refused.
--- Sends a NOTIFY like pglease.release. Not granted to pglease_client: run it
+-- Wakes waiters like pglease.release. Not granted to pglease_client: run it
 -- as the schema owner or grant it to an operators' role.
 CREATE FUNCTION pglease.force_release(
     p_name text,
@@ -27,7 +27,7 @@ BEGIN
         UPDATE pglease.leases AS l
         SET holder = NULL, expires_at = least(l.expires_at, v_now)
         WHERE l.name = p_name;
-        PERFORM pglease._notify('lease', 'released', p_name, NULL, fence, holder);
+        PERFORM pglease._wake('lease', p_name, NULL, fence, holder);
     END IF;
 END
 $$;

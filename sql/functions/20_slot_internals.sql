@@ -87,7 +87,6 @@ BEGIN
             END IF;
         END IF;
         IF fence IS NOT NULL THEN
-            PERFORM pglease._notify('slot', 'acquired', p_scope, slot, fence, p_holder);
             claimed := true;
             in_use := in_use + 1;
             RETURN;

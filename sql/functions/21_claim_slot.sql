@@ -7,12 +7,13 @@
 --     reply leaks nothing).
 --   * fewer than p_capacity live holders: claimed = true, a slot numbered
 --     1..p_capacity with a fence larger than any earlier tenure of that slot,
---     expires_at = now + p_ttl; in_use counts this claim. NOTIFY on 'pglease'.
+--     expires_at = now + p_ttl; in_use counts this claim.
 --   * p_capacity or more live holders (capacity is the caller's setting and
 --     may shrink): claimed = false, slot, fence, expires_at, expires_in NULL,
 --     in_use = live holders, retry_in = time until the earliest live slot
 --     expires (a refused caller can sleep that long, or until a release
---     NOTIFY). retry_in is NULL when claimed.
+--     NOTIFY: it is registered as a waiter until then, see pglease._wake).
+--     retry_in is NULL when claimed.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows with live holders, not with p_capacity.
@@ -36,6 +37,7 @@ BEGIN
     v_ttl := pglease._check_ttl('claim_slot', p_ttl);
 
     PERFORM pglease._scope_lock(p_scope);
+    PERFORM pglease._wait_lock('slot', p_scope);
     -- The clock is read once the scope is ours: slots that expired while
     -- this claim waited for the lock count as free.
     v_now := clock_timestamp();
@@ -45,6 +47,8 @@ BEGIN
     IF claimed THEN
         expires_at := v_now + v_ttl;
         expires_in := v_ttl;
+    ELSE
+        PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
     END IF;
 END
 $$;

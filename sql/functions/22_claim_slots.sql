@@ -11,7 +11,8 @@
 --     retry_in the time until its earliest live slot expires;
 --     slots, fences and in_use are empty arrays, expires_at and expires_in
 --     NULL; nothing is held or changed in any scope (claims already made in
---     this call are rolled back, their NOTIFYs with them).
+--     this call are rolled back); the holder is registered as a waiter of
+--     the refused scope (see pglease._wake).
 -- Scope locks are taken in one global order (byte order of the scope), so
 -- concurrent multi-scope claims cannot deadlock each other.
 -- Raises 22004 for NULL arrays, elements or arguments; 22023 for arrays of
@@ -61,6 +62,7 @@ BEGIN
 
     FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
         PERFORM pglease._scope_lock(v_scope);
+        PERFORM pglease._wait_lock('slot', v_scope);
     END LOOP;
     -- The clock is read once every scope is ours (see claim_slot).
     v_now := clock_timestamp();
@@ -89,6 +91,7 @@ BEGIN
         slots := '{}';
         fences := '{}';
         in_use := '{}';
+        PERFORM pglease._wait_register('slot', refused_scope, v_now + retry_in);
         RETURN;
     END;
     claimed := true;

@@ -1,9 +1,10 @@
 -- pglease.release_slot(p_scope, p_slot, p_holder, p_fence): give a live slot
 -- back early.
 --
--- Compare-and-release, exactly like pglease.release: released = true and a
--- NOTIFY on 'pglease' when (p_holder, p_fence) held the slot live; otherwise
--- released = false and nothing changes. The slot row keeps its fence.
+-- Compare-and-release, exactly like pglease.release: released = true when
+-- (p_holder, p_fence) held the slot live (waiters hear it by a NOTIFY on
+-- 'pglease', see pglease._wake); otherwise released = false and nothing
+-- changes. The slot row keeps its fence.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
 -- fence; nothing changes then.
 CREATE FUNCTION pglease.release_slot(
@@ -27,7 +28,7 @@ BEGIN
       AND s.expires_at > v_now;
     released := FOUND;
     IF released THEN
-        PERFORM pglease._notify('slot', 'released', p_scope, p_slot, p_fence, p_holder);
+        PERFORM pglease._wake('slot', p_scope, p_slot, p_fence, p_holder);
     END IF;
 END
 $$;

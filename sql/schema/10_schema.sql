@@ -51,6 +51,22 @@ COMMENT ON TABLE pglease.slots IS
 CREATE INDEX slots_scope_expires_idx ON pglease.slots (scope, expires_at);
 CREATE INDEX slots_holder_idx ON pglease.slots (holder, scope) WHERE holder IS NOT NULL;
 
+-- Who waits for a release, so that a release NOTIFYs only when someone
+-- listens for it (see pglease._wake). A NOTIFY makes its transaction commit
+-- under a cluster-wide lock, one notifying commit at a time; without this
+-- every acquire and release would pay that. UNLOGGED on purpose: it holds
+-- no fence and no grant, registering must not wait for a WAL flush, and
+-- losing it (crash, failover) only makes waiters wake at the expiry they
+-- were told rather than at the release.
+CREATE UNLOGGED TABLE pglease.waiters (
+    kind  text        NOT NULL,  -- 'lease' or 'slot'
+    name  text        NOT NULL,  -- lease name or slot scope
+    until timestamptz NOT NULL,  -- waiters retry by then anyway
+    PRIMARY KEY (kind, name)
+);
+COMMENT ON TABLE pglease.waiters IS
+    'pglease: refused acquires and claims waiting for a release notification';
+
 -- Status views. Times are computed from the server clock when the view is
 -- read. expires_at is when the tenure ends or ended (for a free row: when it
 -- was released); expires_in is the time left, zero once expired or free.
