@@ -9,9 +9,11 @@ import (
 )
 
 // NotifyChannel is the channel the SQL functions NOTIFY on when a lease or
-// slot changes holder. The payload is JSON: {"kind": "lease"|"slot",
-// "event": "acquired"|"released", "name": ..., "slot": ..., "fence": ...,
-// "holder": ...}.
+// slot that someone waits for is released (a refused acquire or claim
+// registers its caller as a waiter until the holder's expiry). The payload
+// is JSON: {"kind": "lease"|"slot", "event": "released", "name": ...,
+// "slot": ..., "fence": ..., "holder": ...}. Releases nobody waits for send
+// nothing: a NOTIFY makes its transaction commit under a cluster-wide lock.
 const NotifyChannel = notify.Channel
 
 // Acquire takes the lease name for ttl, waiting while another holder has it.

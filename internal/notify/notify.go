@@ -26,7 +26,7 @@ const Channel = "pglease"
 // Payload is the JSON payload of a NOTIFY on Channel.
 type Payload struct {
 	Kind   string `json:"kind"`   // "lease" or "slot"
-	Event  string `json:"event"`  // "acquired" or "released"
+	Event  string `json:"event"`  // "released"
 	Name   string `json:"name"`   // lease name or slot scope
 	Slot   *int32 `json:"slot"`   // slot number; nil for leases
 	Fence  int64  `json:"fence"`  // fence of the tenure that began or ended
