@@ -315,9 +315,16 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_ttl interval;
 BEGIN
-    PERFORM pglease._check_text('acquire', 'p_name', p_name);
-    PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
-    v_ttl := pglease._check_ttl('acquire', p_ttl);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_name) BETWEEN 1 AND 256
+        AND octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        PERFORM pglease._check_text('acquire', 'p_name', p_name);
+        PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
+    END IF;
+    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
+        v_ttl := pglease._check_ttl('acquire', p_ttl);
+    END IF;
 
     -- Each pass either decides or sees a row change under it; a concurrent
     -- change can only happen a bounded number of times in a row.
@@ -342,35 +349,41 @@ BEGIN
             RETURN;
         END IF;
 
-        -- Held by someone else, or no row yet: look without locking the
-        -- row, after taking the wait lock (see pglease._wake).
-        PERFORM pglease._wait_lock('lease', p_name);
+        -- Held by someone else, or no row yet: look without locking the row.
         SELECT l.holder, l.fence, l.expires_at
         INTO holder, fence, expires_at
         FROM pglease.leases AS l
         WHERE l.name = p_name;
-        IF FOUND THEN
-            IF holder IS NOT NULL AND holder <> p_holder AND expires_at > v_now THEN
+        IF NOT FOUND THEN
+            INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at)
+            VALUES (p_name, p_holder, 1, v_now, v_now + v_ttl)
+            ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
+            IF FOUND THEN
+                acquired := true;
+                fence := 1;
+                holder := p_holder;
+                expires_at := v_now + v_ttl;
+                expires_in := v_ttl;
+                RETURN;
+            END IF;
+            CONTINUE; -- another session created the row first
+        END IF;
+        IF holder <> p_holder AND expires_at > v_now THEN
+            -- Before refusing, take the wait lock and look again (see
+            -- pglease._wake), then register as a waiter.
+            PERFORM pglease._wait_lock('lease', p_name);
+            SELECT l.holder, l.fence, l.expires_at
+            INTO holder, fence, expires_at
+            FROM pglease.leases AS l
+            WHERE l.name = p_name;
+            IF holder <> p_holder AND expires_at > v_now THEN
                 acquired := false;
                 expires_in := expires_at - v_now;
                 PERFORM pglease._wait_register('lease', p_name, expires_at);
                 RETURN;
             END IF;
-            CONTINUE; -- released or expired since the UPDATE looked: try again
         END IF;
-
-        INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at)
-        VALUES (p_name, p_holder, 1, v_now, v_now + v_ttl)
-        ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
-        IF FOUND THEN
-            acquired := true;
-            fence := 1;
-            holder := p_holder;
-            expires_at := v_now + v_ttl;
-            expires_in := v_ttl;
-            RETURN;
-        END IF;
-        -- Another session created the row first: decide against it.
+        -- Released or expired since the UPDATE looked: try again.
     END LOOP;
     RAISE EXCEPTION USING ERRCODE = '40001',
         MESSAGE = format('pglease.acquire: lease %L changed on every attempt; retry the call', p_name);
@@ -400,10 +413,18 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_ttl interval;
 BEGIN
-    PERFORM pglease._check_text('renew', 'p_name', p_name);
-    PERFORM pglease._check_text('renew', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('renew', p_fence);
-    v_ttl := pglease._check_ttl('renew', p_ttl);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_name) BETWEEN 1 AND 256
+        AND octet_length(p_holder) BETWEEN 1 AND 256
+        AND p_fence >= 0) IS NOT TRUE THEN
+        PERFORM pglease._check_text('renew', 'p_name', p_name);
+        PERFORM pglease._check_text('renew', 'p_holder', p_holder);
+        PERFORM pglease._check_fence('renew', p_fence);
+    END IF;
+    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
+        v_ttl := pglease._check_ttl('renew', p_ttl);
+    END IF;
 
     UPDATE pglease.leases AS l
     SET expires_at = v_now + v_ttl
@@ -441,9 +462,14 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
-    PERFORM pglease._check_text('release', 'p_name', p_name);
-    PERFORM pglease._check_text('release', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('release', p_fence);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_name) BETWEEN 1 AND 256
+        AND octet_length(p_holder) BETWEEN 1 AND 256
+        AND p_fence >= 0) IS NOT TRUE THEN
+        PERFORM pglease._check_text('release', 'p_name', p_name);
+        PERFORM pglease._check_text('release', 'p_holder', p_holder);
+        PERFORM pglease._check_fence('release', p_fence);
+    END IF;
 
     UPDATE pglease.leases AS l
     SET holder = NULL, expires_at = v_now
@@ -487,8 +513,12 @@ DECLARE
     v_expires_at timestamptz;
     v_now        timestamptz;
 BEGIN
-    PERFORM pglease._check_text('assert_held', 'p_name', p_name);
-    PERFORM pglease._check_fence('assert_held', p_fence);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_name) BETWEEN 1 AND 256
+        AND p_fence >= 0) IS NOT TRUE THEN
+        PERFORM pglease._check_text('assert_held', 'p_name', p_name);
+        PERFORM pglease._check_fence('assert_held', p_fence);
+    END IF;
 
     SELECT l.holder, l.fence, l.expires_at
     INTO v_holder, v_fence, v_expires_at
@@ -701,10 +731,18 @@ DECLARE
     v_now timestamptz;
     v_ttl interval;
 BEGIN
-    PERFORM pglease._check_text('claim_slot', 'p_scope', p_scope);
-    PERFORM pglease._check_text('claim_slot', 'p_holder', p_holder);
-    PERFORM pglease._check_int('claim_slot', 'p_capacity', p_capacity, 1, 1000000);
-    v_ttl := pglease._check_ttl('claim_slot', p_ttl);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_scope) BETWEEN 1 AND 256
+        AND octet_length(p_holder) BETWEEN 1 AND 256
+        AND p_capacity BETWEEN 1 AND 1000000) IS NOT TRUE THEN
+        PERFORM pglease._check_text('claim_slot', 'p_scope', p_scope);
+        PERFORM pglease._check_text('claim_slot', 'p_holder', p_holder);
+        PERFORM pglease._check_int('claim_slot', 'p_capacity', p_capacity, 1, 1000000);
+    END IF;
+    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
+        v_ttl := pglease._check_ttl('claim_slot', p_ttl);
+    END IF;
 
     PERFORM pglease._scope_lock(p_scope);
     PERFORM pglease._wait_lock('slot', p_scope);
@@ -848,11 +886,20 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_ttl interval;
 BEGIN
-    PERFORM pglease._check_text('renew_slot', 'p_scope', p_scope);
-    PERFORM pglease._check_int('renew_slot', 'p_slot', p_slot, 1, 1000000);
-    PERFORM pglease._check_text('renew_slot', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('renew_slot', p_fence);
-    v_ttl := pglease._check_ttl('renew_slot', p_ttl);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_scope) BETWEEN 1 AND 256
+        AND p_slot BETWEEN 1 AND 1000000
+        AND octet_length(p_holder) BETWEEN 1 AND 256
+        AND p_fence >= 0) IS NOT TRUE THEN
+        PERFORM pglease._check_text('renew_slot', 'p_scope', p_scope);
+        PERFORM pglease._check_int('renew_slot', 'p_slot', p_slot, 1, 1000000);
+        PERFORM pglease._check_text('renew_slot', 'p_holder', p_holder);
+        PERFORM pglease._check_fence('renew_slot', p_fence);
+    END IF;
+    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
+        v_ttl := pglease._check_ttl('renew_slot', p_ttl);
+    END IF;
 
     UPDATE pglease.slots AS s
     SET expires_at = v_now + v_ttl
@@ -887,10 +934,16 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
-    PERFORM pglease._check_text('release_slot', 'p_scope', p_scope);
-    PERFORM pglease._check_int('release_slot', 'p_slot', p_slot, 1, 1000000);
-    PERFORM pglease._check_text('release_slot', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('release_slot', p_fence);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_scope) BETWEEN 1 AND 256
+        AND p_slot BETWEEN 1 AND 1000000
+        AND octet_length(p_holder) BETWEEN 1 AND 256
+        AND p_fence >= 0) IS NOT TRUE THEN
+        PERFORM pglease._check_text('release_slot', 'p_scope', p_scope);
+        PERFORM pglease._check_int('release_slot', 'p_slot', p_slot, 1, 1000000);
+        PERFORM pglease._check_text('release_slot', 'p_holder', p_holder);
+        PERFORM pglease._check_fence('release_slot', p_fence);
+    END IF;
 
     UPDATE pglease.slots AS s
     SET holder = NULL, expires_at = v_now
@@ -932,8 +985,14 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_ttl interval;
 BEGIN
-    PERFORM pglease._check_text('renew_holder', 'p_holder', p_holder);
-    v_ttl := pglease._check_ttl('renew_holder', p_ttl);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        PERFORM pglease._check_text('renew_holder', 'p_holder', p_holder);
+    END IF;
+    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
+        v_ttl := pglease._check_ttl('renew_holder', p_ttl);
+    END IF;
 
     WITH renewed AS (
         UPDATE pglease.leases AS l

@@ -29,9 +29,16 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_ttl interval;
 BEGIN
-    PERFORM pglease._check_text('acquire', 'p_name', p_name);
-    PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
-    v_ttl := pglease._check_ttl('acquire', p_ttl);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_name) BETWEEN 1 AND 256
+        AND octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        PERFORM pglease._check_text('acquire', 'p_name', p_name);
+        PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
+    END IF;
+    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
+        v_ttl := pglease._check_ttl('acquire', p_ttl);
+    END IF;
 
     -- Each pass either decides or sees a row change under it; a concurrent
     -- change can only happen a bounded number of times in a row.
@@ -56,35 +63,41 @@ BEGIN
             RETURN;
         END IF;
 
-        -- Held by someone else, or no row yet: look without locking the
-        -- row, after taking the wait lock (see pglease._wake).
-        PERFORM pglease._wait_lock('lease', p_name);
+        -- Held by someone else, or no row yet: look without locking the row.
         SELECT l.holder, l.fence, l.expires_at
         INTO holder, fence, expires_at
         FROM pglease.leases AS l
         WHERE l.name = p_name;
-        IF FOUND THEN
-            IF holder IS NOT NULL AND holder <> p_holder AND expires_at > v_now THEN
+        IF NOT FOUND THEN
+            INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at)
+            VALUES (p_name, p_holder, 1, v_now, v_now + v_ttl)
+            ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
+            IF FOUND THEN
+                acquired := true;
+                fence := 1;
+                holder := p_holder;
+                expires_at := v_now + v_ttl;
+                expires_in := v_ttl;
+                RETURN;
+            END IF;
+            CONTINUE; -- another session created the row first
+        END IF;
+        IF holder <> p_holder AND expires_at > v_now THEN
+            -- Before refusing, take the wait lock and look again (see
+            -- pglease._wake), then register as a waiter.
+            PERFORM pglease._wait_lock('lease', p_name);
+            SELECT l.holder, l.fence, l.expires_at
+            INTO holder, fence, expires_at
+            FROM pglease.leases AS l
+            WHERE l.name = p_name;
+            IF holder <> p_holder AND expires_at > v_now THEN
                 acquired := false;
                 expires_in := expires_at - v_now;
                 PERFORM pglease._wait_register('lease', p_name, expires_at);
                 RETURN;
             END IF;
-            CONTINUE; -- released or expired since the UPDATE looked: try again
         END IF;
-
-        INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at)
-        VALUES (p_name, p_holder, 1, v_now, v_now + v_ttl)
-        ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
-        IF FOUND THEN
-            acquired := true;
-            fence := 1;
-            holder := p_holder;
-            expires_at := v_now + v_ttl;
-            expires_in := v_ttl;
-            RETURN;
-        END IF;
-        -- Another session created the row first: decide against it.
+        -- Released or expired since the UPDATE looked: try again.
     END LOOP;
     RAISE EXCEPTION USING ERRCODE = '40001',
         MESSAGE = format('pglease.acquire: lease %L changed on every attempt; retry the call', p_name);

@@ -19,10 +19,18 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_ttl interval;
 BEGIN
-    PERFORM pglease._check_text('renew', 'p_name', p_name);
-    PERFORM pglease._check_text('renew', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('renew', p_fence);
-    v_ttl := pglease._check_ttl('renew', p_ttl);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_name) BETWEEN 1 AND 256
+        AND octet_length(p_holder) BETWEEN 1 AND 256
+        AND p_fence >= 0) IS NOT TRUE THEN
+        PERFORM pglease._check_text('renew', 'p_name', p_name);
+        PERFORM pglease._check_text('renew', 'p_holder', p_holder);
+        PERFORM pglease._check_fence('renew', p_fence);
+    END IF;
+    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
+        v_ttl := pglease._check_ttl('renew', p_ttl);
+    END IF;
 
     UPDATE pglease.leases AS l
     SET expires_at = v_now + v_ttl

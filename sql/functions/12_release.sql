@@ -18,9 +18,14 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
-    PERFORM pglease._check_text('release', 'p_name', p_name);
-    PERFORM pglease._check_text('release', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('release', p_fence);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_name) BETWEEN 1 AND 256
+        AND octet_length(p_holder) BETWEEN 1 AND 256
+        AND p_fence >= 0) IS NOT TRUE THEN
+        PERFORM pglease._check_text('release', 'p_name', p_name);
+        PERFORM pglease._check_text('release', 'p_holder', p_holder);
+        PERFORM pglease._check_fence('release', p_fence);
+    END IF;
 
     UPDATE pglease.leases AS l
     SET holder = NULL, expires_at = v_now

@@ -31,10 +31,18 @@ DECLARE
     v_now timestamptz;
     v_ttl interval;
 BEGIN
-    PERFORM pglease._check_text('claim_slot', 'p_scope', p_scope);
-    PERFORM pglease._check_text('claim_slot', 'p_holder', p_holder);
-    PERFORM pglease._check_int('claim_slot', 'p_capacity', p_capacity, 1, 1000000);
-    v_ttl := pglease._check_ttl('claim_slot', p_ttl);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_scope) BETWEEN 1 AND 256
+        AND octet_length(p_holder) BETWEEN 1 AND 256
+        AND p_capacity BETWEEN 1 AND 1000000) IS NOT TRUE THEN
+        PERFORM pglease._check_text('claim_slot', 'p_scope', p_scope);
+        PERFORM pglease._check_text('claim_slot', 'p_holder', p_holder);
+        PERFORM pglease._check_int('claim_slot', 'p_capacity', p_capacity, 1, 1000000);
+    END IF;
+    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
+        v_ttl := pglease._check_ttl('claim_slot', p_ttl);
+    END IF;
 
     PERFORM pglease._scope_lock(p_scope);
     PERFORM pglease._wait_lock('slot', p_scope);

@@ -17,11 +17,20 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_ttl interval;
 BEGIN
-    PERFORM pglease._check_text('renew_slot', 'p_scope', p_scope);
-    PERFORM pglease._check_int('renew_slot', 'p_slot', p_slot, 1, 1000000);
-    PERFORM pglease._check_text('renew_slot', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('renew_slot', p_fence);
-    v_ttl := pglease._check_ttl('renew_slot', p_ttl);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_scope) BETWEEN 1 AND 256
+        AND p_slot BETWEEN 1 AND 1000000
+        AND octet_length(p_holder) BETWEEN 1 AND 256
+        AND p_fence >= 0) IS NOT TRUE THEN
+        PERFORM pglease._check_text('renew_slot', 'p_scope', p_scope);
+        PERFORM pglease._check_int('renew_slot', 'p_slot', p_slot, 1, 1000000);
+        PERFORM pglease._check_text('renew_slot', 'p_holder', p_holder);
+        PERFORM pglease._check_fence('renew_slot', p_fence);
+    END IF;
+    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
+        v_ttl := pglease._check_ttl('renew_slot', p_ttl);
+    END IF;
 
     UPDATE pglease.slots AS s
     SET expires_at = v_now + v_ttl

@@ -16,10 +16,16 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
-    PERFORM pglease._check_text('release_slot', 'p_scope', p_scope);
-    PERFORM pglease._check_int('release_slot', 'p_slot', p_slot, 1, 1000000);
-    PERFORM pglease._check_text('release_slot', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('release_slot', p_fence);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_scope) BETWEEN 1 AND 256
+        AND p_slot BETWEEN 1 AND 1000000
+        AND octet_length(p_holder) BETWEEN 1 AND 256
+        AND p_fence >= 0) IS NOT TRUE THEN
+        PERFORM pglease._check_text('release_slot', 'p_scope', p_scope);
+        PERFORM pglease._check_int('release_slot', 'p_slot', p_slot, 1, 1000000);
+        PERFORM pglease._check_text('release_slot', 'p_holder', p_holder);
+        PERFORM pglease._check_fence('release_slot', p_fence);
+    END IF;
 
     UPDATE pglease.slots AS s
     SET holder = NULL, expires_at = v_now

@@ -24,8 +24,14 @@ DECLARE
     v_now timestamptz := clock_timestamp();
     v_ttl interval;
 BEGIN
-    PERFORM pglease._check_text('renew_holder', 'p_holder', p_holder);
-    v_ttl := pglease._check_ttl('renew_holder', p_ttl);
+    -- Valid input takes this one test; the checks raise the precise error.
+    IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
+        PERFORM pglease._check_text('renew_holder', 'p_holder', p_holder);
+    END IF;
+    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
+        v_ttl := pglease._check_ttl('renew_holder', p_ttl);
+    END IF;
 
     WITH renewed AS (
         UPDATE pglease.leases AS l
