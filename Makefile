@@ -1,11 +1,14 @@
 # pglease — `make help` lists the targets.
 
-GO      ?= go
-SQLC    := $(GO) tool -modfile=tools/go.mod sqlc
-PKGS    := ./...
+GO        ?= go
+SQLC      := $(GO) tool -modfile=tools/go.mod sqlc
+PKGS      := ./...
+PG_CONFIG ?= pg_config
+EXT_DIR   := build/extension
 
 .DEFAULT_GOAL := help
-.PHONY: help demo generate verify lint lint-go lint-sql test test-race test-isolation deps
+.PHONY: help demo generate verify lint lint-go lint-sql test test-race test-isolation deps \
+	extension install-extension test-extension
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -43,3 +46,14 @@ test-race: test ## Same as test: the suite always runs with -race
 
 test-isolation: ## Interleaving specs of the SQL functions (Postgres' isolation tester)
 	./scripts/test-isolation.sh
+
+extension: ## Generate the PostgreSQL extension (pglease.control, pglease--VERSION.sql) into build/extension/
+	./scripts/gen-extension.sh $(EXT_DIR)
+
+install-extension: extension ## Install the extension into $(pg_config --sharedir)/extension (needs write access there)
+	@dir="$$($(PG_CONFIG) --sharedir)/extension"; \
+	if [ ! -w "$$dir" ]; then echo "install-extension: cannot write $$dir: run as a user who can (sudo make install-extension), or set PG_CONFIG" >&2; exit 1; fi; \
+	install -m 0644 $(EXT_DIR)/pglease.control $(EXT_DIR)/pglease--*.sql "$$dir/" && echo "installed pglease into $$dir"
+
+test-extension: install-extension ## Run the SQL contract tests against CREATE EXTENSION pglease instead of the migrations
+	PGLEASE_TEST_SCHEMA=extension $(GO) test -race -count=1 ./internal/contract/

@@ -57,6 +57,7 @@ func CreateExtension(t testing.TB, url string) {
 	if _, err := conn.Exec(ctx, "CREATE EXTENSION pglease"); err != nil {
 		t.Fatalf("pgtest: %v", extensionError(err, Source(t)))
 	}
+	t.Logf("pgtest: CREATE EXTENSION pglease")
 }
 
 // extensionError explains a failed CREATE EXTENSION.

@@ -161,6 +161,7 @@ func run(m *testing.M) (code int) {
 		}
 	}()
 	code = m.Run()
+	code = max(code, stopPooler())
 	if err := dropExampleDatabase(); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		code = max(code, 1)

@@ -1,0 +1,10 @@
+//go:build unix && !linux
+
+package main
+
+import "syscall"
+
+// sysProcAttr puts the command in a process group of its own.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}

@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// Exit codes. The command's own exit status passes through `pglease run`
+// unchanged; these are pglease's own. See the package documentation.
+const (
+	exitOK       = 0
+	exitFailure  = 1   // pglease failed: database error, refused operation, ...
+	exitUsage    = 2   // bad flags or arguments, or a connection string that does not parse
+	exitLost     = 69  // EX_UNAVAILABLE: the lease or slot was lost; the command was stopped
+	exitHeld     = 75  // EX_TEMPFAIL: held elsewhere (--no-wait); the command did not run
+	exitNoExec   = 126 // the command could not be executed
+	exitNotFound = 127 // the command was not found
+	exitSignal   = 128 // + n: killed by signal n (the command, or pglease while waiting)
+)
+
+// commands lists the subcommands, in the order help shows them.
+var commands = []*command{
+	migrateCommand,
+	statusCommand,
+	runCommand,
+	releaseCommand,
+	demoCommand,
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string // one line for `pglease help`
+	usage   string // synopsis and description for `pglease help NAME`
+	// flags declares the flags on fs and returns the function that runs
+	// the command with the parsed flags and the remaining arguments.
+	flags func(a *app, fs *flag.FlagSet) func(ctx context.Context, args []string) error
+	// interspersed lets flags follow positional arguments (all but run,
+	// whose arguments after the flags are the command to run).
+	interspersed bool
+	// signals says that the command handles SIGINT and SIGTERM itself
+	// (run forwards them); the others stop on them.
+	signals bool
+}
+
+// app is one invocation: where it writes and what environment it reads.
+type app struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	// secrets are strings never to print (the password of the connection
+	// string in use), scrubbed from every error message.
+	secrets []string
+}
+
+func main() {
+	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	os.Exit(a.main(os.Args[1:]))
+}
+
+// main runs the command line args and returns the exit code.
+func (a *app) main(args []string) int {
+	if len(args) == 0 {
+		a.printUsage(a.stderr)
+		return exitUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		return a.help(rest)
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		fmt.Fprintf(a.stderr, "pglease: unknown command %q (run 'pglease help' for the list)\n", name)
+		return exitUsage
+	}
+	return a.runCommand(cmd, rest)
+}
+
+// lookup returns the command called name, or nil.
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// runCommand parses cmd's flags from args and runs it.
+func (a *app) runCommand(cmd *command, args []string) int {
+	fs := flag.NewFlagSet("pglease "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	run := cmd.flags(a, fs)
+	positional, err := parseFlags(fs, args, cmd.interspersed)
+	if errors.Is(err, flag.ErrHelp) {
+		a.printCommandUsage(a.stdout, cmd, fs)
+		return exitOK
+	}
+	if err != nil {
+		return a.report(usagef(cmd.name, "%v", err))
+	}
+	ctx := context.Background()
+	if !cmd.signals {
+		var stop func()
+		ctx, stop = stopOnSignal(ctx)
+		defer stop()
+	}
+	err = run(ctx, positional)
+	if sig, ok := errors.AsType[*signalled](context.Cause(ctx)); ok && errors.Is(err, context.Canceled) {
+		err = &exitError{code: exitSignal + int(sig.sig), msg: "interrupted by " + signalName(sig.sig)}
+	}
+	return a.report(err)
+}
+
+// signalled is the cause of a context cancelled by a signal.
+type signalled struct{ sig syscall.Signal }
+
+func (s *signalled) Error() string { return "got " + signalName(s.sig) }
+
+// stopOnSignal returns a context cancelled, with a *signalled cause, by the
+// first SIGINT or SIGTERM. Call stop to stop listening.
+func stopOnSignal(parent context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			if sig, ok := s.(syscall.Signal); ok {
+				cancel(&signalled{sig: sig})
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// parseFlags parses args with fs and returns the positional arguments. When
+// interspersed is set, flags may also follow positional arguments; "--" ends
+// the flags either way.
+func parseFlags(fs *flag.FlagSet, args []string, interspersed bool) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if !interspersed {
+		return fs.Args(), nil
+	}
+	var positional []string
+	for rest := fs.Args(); len(rest) > 0; rest = fs.Args() {
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		if err := fs.Parse(rest[1:]); err != nil {
+			return nil, err
+		}
+	}
+	return positional, nil
+}
+
+// exitError ends pglease with code, after printing "pglease: msg" to
+// standard error unless msg is empty.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// usagef returns a usage error of command cmd.
+func usagef(cmd, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if cmd != "" {
+		msg = fmt.Sprintf("%s: %s (run 'pglease help %s')", cmd, msg, cmd)
+	}
+	return &exitError{code: exitUsage, msg: msg}
+}
+
+// failf returns a failure with exit code 1.
+func failf(format string, args ...any) error {
+	return &exitError{code: exitFailure, msg: fmt.Sprintf(format, args...)}
+}
+
+// report prints err, if any, and returns its exit code.
+func (a *app) report(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	code, msg := exitFailure, err.Error()
+	if e, ok := errors.AsType[*exitError](err); ok {
+		code, msg = e.code, e.msg
+	}
+	if msg != "" {
+		fmt.Fprintf(a.stderr, "pglease: %s\n", a.scrub(oneLine(msg)))
+	}
+	return code
+}
+
+// scrub replaces every secret in s.
+func (a *app) scrub(s string) string {
+	for _, secret := range a.secrets {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "xxxxx")
+		}
+	}
+	return s
+}
+
+// oneLine joins the lines of s with "; ".
+func oneLine(s string) string {
+	lines := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
+	for i, l := range lines {
+		lines[i] = strings.TrimSpace(l)
+	}
+	return strings.Join(lines, "; ")
+}
+
+// help prints the usage of pglease or of one command.
+func (a *app) help(args []string) int {
+	if len(args) == 0 {
+		a.printUsage(a.stdout)
+		return exitOK
+	}
+	cmd := lookup(args[0])
+	if cmd == nil {
+		fmt.Fprintf(a.stderr, "pglease: unknown command %q (run 'pglease help' for the list)\n", args[0])
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("pglease "+cmd.name, flag.ContinueOnError)
+	cmd.flags(a, fs)
+	a.printCommandUsage(a.stdout, cmd, fs)
+	return exitOK
+}
+
+func (a *app) printUsage(w io.Writer) {
+	fmt.Fprint(w, `pglease: fenced leases and N-slot claims in PostgreSQL.
+
+Usage:
+  pglease <command> [flags] [arguments]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `  help      Show the usage of pglease or of a command
+
+The database is the one --database names, else PGLEASE_DATABASE_URL, else
+DATABASE_URL, else libpq's defaults (PGHOST, PGPORT, PGUSER, PGDATABASE, ...).
+It takes a postgres:// URL or a key=value connection string.
+
+Exit codes: 0 success; 1 failure; 2 usage error (bad flags, or a connection
+string that does not parse). pglease run exits with the command's status, or
+69 when the lease was lost and the command stopped, 75 when the lease is held
+elsewhere (--no-wait), 126/127 when the command cannot be executed or found,
+128+n when it died of signal n.
+
+Run 'pglease help <command>' for the flags of a command.
+`)
+}
+
+func (a *app) printCommandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "%s\n", strings.TrimSpace(cmd.usage))
+	var b strings.Builder
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		dashes := "--"
+		if len(f.Name) == 1 {
+			dashes = "-"
+		}
+		fmt.Fprintf(&b, "  %s%s", dashes, f.Name)
+		if name != "" {
+			fmt.Fprintf(&b, " %s", name)
+		}
+		fmt.Fprintf(&b, "\n      %s", usage)
+		if f.DefValue != "" && f.DefValue != "false" {
+			fmt.Fprintf(&b, " (default %s)", f.DefValue)
+		}
+		b.WriteString("\n")
+	})
+	if b.Len() > 0 {
+		fmt.Fprintf(w, "\nFlags:\n%s", b.String())
+	}
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pglease/pglease/internal/schema"
+)
+
+// migrateTimeout bounds one migrate command.
+const migrateTimeout = 5 * time.Minute
+
+var migrateCommand = &command{
+	name:    "migrate",
+	summary: "Apply (up), revert (down) or show (version) the pglease schema",
+	usage: `
+Usage: pglease migrate up|down|version [--database URL] [--yes]
+
+  up       applies the pending migrations: schema pglease, its functions and
+           views, and role pglease_client when missing and allowed. Applying
+           an up-to-date database does nothing.
+  down     reverts them: drops schema pglease with every lease, slot and
+           fence. Refused without --yes.
+  version  prints the applied migration version (0: none), followed by
+           " (dirty)" when a migration failed half-way.
+
+The history is kept in table pglease_schema_migrations, apart from an
+application's own schema_migrations (the same table as pglease.Migrate).
+A database where pglease was installed with CREATE EXTENSION pglease has no
+migrations: up does nothing, down is refused (use DROP EXTENSION).`,
+	interspersed: true,
+	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		var (
+			db  dbFlag
+			yes bool
+		)
+		db.register(fs)
+		fs.BoolVar(&yes, "yes", false, "confirm down: delete every lease, slot and fence")
+		return func(ctx context.Context, args []string) error {
+			if len(args) != 1 {
+				return usagef("migrate", "want one of up, down or version")
+			}
+			return a.migrate(ctx, &db, args[0], yes)
+		}
+	},
+}
+
+func (a *app) migrate(ctx context.Context, db *dbFlag, action string, yes bool) error {
+	switch action {
+	case "up", "version":
+	case "down":
+		if !yes {
+			return usagef("migrate", "down deletes schema pglease with every lease, slot and fence: add --yes to confirm")
+		}
+	default:
+		return usagef("migrate", "unknown action %q: want up, down or version", action)
+	}
+	t, err := a.parseTarget(db, "migrate")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+	defer cancel()
+	pool, err := a.connect(ctx, t)
+	if err != nil {
+		return err
+	}
+	st, err := inspectSchema(ctx, pool)
+	pool.Close()
+	if err != nil {
+		return a.queryError(ctx, "inspect schema pglease", err)
+	}
+	// The server answered above, so schema's own connection needs no
+	// connect timeout beyond ctx.
+	connString := t.connString
+
+	if st.extension != "" {
+		switch action {
+		case "up":
+			fmt.Fprintf(a.stdout, "pglease is installed as extension pglease %s in %s: nothing to migrate (upgrade it with ALTER EXTENSION pglease UPDATE)\n", st.extension, t)
+			return nil
+		case "down":
+			return failf("pglease is installed as extension pglease %s in %s: remove it with DROP EXTENSION pglease, then DROP SCHEMA pglease", st.extension, t)
+		}
+	}
+	version, dirty, err := schema.Version(ctx, connString)
+	if err != nil {
+		return a.migrateError(ctx, "read the migration version", err)
+	}
+	switch action {
+	case "version":
+		if st.extension != "" {
+			fmt.Fprintf(a.stdout, "0 (extension pglease %s)\n", st.extension)
+			return nil
+		}
+		if dirty {
+			fmt.Fprintf(a.stdout, "%d (dirty)\n", version)
+			return nil
+		}
+		fmt.Fprintf(a.stdout, "%d\n", version)
+		return nil
+	case "up":
+		if st.schema && version == 0 {
+			return failf("schema pglease already exists in %s but has no migration history (made by hand, or left by DROP EXTENSION?): drop it or use it as it is", t)
+		}
+		if err := schema.Up(ctx, connString); err != nil {
+			return a.migrateError(ctx, "migrate up", err)
+		}
+		after, _, err := schema.Version(ctx, connString)
+		if err != nil {
+			return a.migrateError(ctx, "read the migration version", err)
+		}
+		if after == version {
+			fmt.Fprintf(a.stdout, "pglease schema is up to date at version %d in %s\n", after, t)
+		} else {
+			fmt.Fprintf(a.stdout, "migrated pglease schema from version %d to %d in %s\n", version, after, t)
+		}
+		return nil
+	default: // down
+		if err := schema.Down(ctx, connString); err != nil {
+			return a.migrateError(ctx, "migrate down", err)
+		}
+		fmt.Fprintf(a.stdout, "reverted pglease schema from version %d to 0 in %s: schema pglease is gone\n", version, t)
+		return nil
+	}
+}
+
+// migrateError explains a failed migration step in one line: golang-migrate
+// errors may quote the whole migration.
+func (a *app) migrateError(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	const maxLen = 400
+	if len(msg) > maxLen {
+		msg = msg[:maxLen] + "..."
+	}
+	if strings.Contains(msg, "Dirty database") || strings.Contains(msg, "dirty") {
+		msg += "; hint: a migration failed half-way: fix the schema by hand, then set the version in table " + schema.TableName
+	}
+	return failf("%s: %s", what, msg)
+}

@@ -1,0 +1,427 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/internal/keep"
+	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/runslots"
+)
+
+// Defaults of pglease run.
+const (
+	defaultRunTTL   = 30 * time.Second
+	defaultRunGrace = 10 * time.Second
+	// minRunTTL keeps renewals (every TTL/3) from spinning.
+	minRunTTL = 100 * time.Millisecond
+)
+
+var runCommand = &command{
+	name:    "run",
+	summary: "Run a command only while holding a lease and/or a slot (a distributed flock)",
+	usage: `
+Usage: pglease run [--lease NAME] [--slot SCOPE:CAPACITY] [--ttl 30s]
+                   [--wait | --no-wait] [--grace 10s] [--database URL] -- COMMAND [ARGS...]
+
+Takes lease NAME (and/or one of CAPACITY slots of SCOPE; with both, the
+lease first, then a slot), runs COMMAND while renewing it every TTL/3, and
+releases it once COMMAND has exited. COMMAND gets in its environment:
+
+  PGLEASE_HOLDER      the holder identity (host/pid/random)
+  PGLEASE_LEASE       the lease name                    (with --lease)
+  PGLEASE_FENCE       the lease's fence for this tenure (with --lease)
+  PGLEASE_SLOT_SCOPE  the slot scope                    (with --slot)
+  PGLEASE_SLOT        the slot number, 1 to CAPACITY    (with --slot)
+  PGLEASE_SLOT_FENCE  the slot's fence for this tenure  (with --slot)
+
+so that it can fence its own writes (pglease.assert_held(NAME, FENCE) in
+the transaction that writes).
+
+By default (--no-wait, for cron) it exits at once with status 75 when the
+lease is held elsewhere or the scope is full, saying who holds it and for
+how long. With --wait it waits until it gets them.
+
+SIGINT, SIGTERM and SIGHUP are forwarded to COMMAND's process group; the
+lease is released after COMMAND exits, and pglease exits with COMMAND's
+status (128+n when it died of signal n).
+
+When the lease or slot is lost (a renewal refused, or no renewal succeeded
+before the local deadline, TTL minus a tenth), pglease sends SIGTERM to
+COMMAND's process group at once, SIGKILL after --grace, and exits with
+status 69. COMMAND runs in a process group of its own, so it cannot read
+from the terminal; on Linux it is killed if pglease itself dies.
+
+Exit status: COMMAND's own; 1 when pglease failed (database error); 2 usage
+error; 69 lease or slot lost, command stopped; 75 held elsewhere or full
+(--no-wait), command not run; 126 command not executable; 127 command not
+found; 128+n killed by signal n (also when pglease got signal n while
+waiting, before COMMAND started).`,
+	signals: true,
+	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		var (
+			o      runOptions
+			db     dbFlag
+			slot   string
+			noWait bool
+		)
+		db.register(fs)
+		fs.StringVar(&o.lease, "lease", "", "lease `NAME` to hold while COMMAND runs")
+		fs.StringVar(&slot, "slot", "", "hold one slot of SCOPE, which admits at most CAPACITY holders at once, while COMMAND runs (`SCOPE:CAPACITY`)")
+		fs.DurationVar(&o.ttl, "ttl", defaultRunTTL, "time to live of the lease and slot on the server; renewed every TTL/3")
+		fs.BoolVar(&o.wait, "wait", false, "wait until the lease (and slot) can be taken")
+		fs.BoolVar(&noWait, "no-wait", false, "exit with status 75 at once when held elsewhere (the default)")
+		fs.DurationVar(&o.grace, "grace", defaultRunGrace, "after losing the lease: time between SIGTERM and SIGKILL")
+		fs.StringVar(&o.holder, "holder", "", "holder `ID` to take the lease as (default host/pid/random, unique)")
+		fs.BoolVar(&o.verbose, "v", false, "log acquisitions, renewal problems and releases to standard error")
+		return func(ctx context.Context, args []string) error {
+			if o.wait && noWait {
+				return usagef("run", "--wait and --no-wait contradict each other")
+			}
+			if slot != "" {
+				i := strings.LastIndexByte(slot, ':')
+				capacity, err := strconv.Atoi(slot[i+1:])
+				if i <= 0 || err != nil || capacity < 1 {
+					return usagef("run", "--slot %q: want SCOPE:CAPACITY with CAPACITY a whole number of at least 1", slot)
+				}
+				o.scope, o.capacity = slot[:i], capacity
+			}
+			if o.lease == "" && o.scope == "" {
+				return usagef("run", "name a --lease, a --slot, or both")
+			}
+			if len(args) == 0 {
+				return usagef("run", "no COMMAND to run: pglease run --lease NAME -- COMMAND [ARGS...]")
+			}
+			if o.ttl < minRunTTL || o.ttl > pglease.MaxTTL {
+				return usagef("run", "--ttl must be from %s to %s, got %s", minRunTTL, pglease.MaxTTL, o.ttl)
+			}
+			if o.grace < 0 {
+				return usagef("run", "--grace must not be negative, got %s", o.grace)
+			}
+			o.argv = args
+			return a.run(ctx, &db, o)
+		}
+	},
+}
+
+// runOptions are the flags of pglease run.
+type runOptions struct {
+	lease    string
+	scope    string
+	capacity int
+	ttl      time.Duration
+	grace    time.Duration
+	wait     bool
+	holder   string
+	verbose  bool
+	argv     []string
+}
+
+// tenure is a held lease or slot.
+type tenure interface {
+	keep.Tenure
+	Release(ctx context.Context) error
+	Fence() int64
+}
+
+// step takes one lease or slot.
+type step struct {
+	// take takes it, waiting or not, or returns an *exitError with
+	// exitHeld when it is held elsewhere (not waiting).
+	take func(ctx context.Context) (tenure, error)
+	// env is what the command learns about the tenure.
+	env func(t tenure) []string
+	// describe names the tenure for messages.
+	describe func(t tenure) string
+}
+
+// runner runs one command under a lease and/or slot.
+type runner struct {
+	a    *app
+	o    runOptions
+	log  *slog.Logger
+	pool *pgxpool.Pool
+
+	// sigCtx ends when a signal arrives before the command has started:
+	// waiting for the lease stops then.
+	sigCtx    context.Context
+	cancelSig context.CancelFunc
+
+	mu     sync.Mutex
+	signal syscall.Signal // the signal that stopped the waiting, if any
+	child  *child         // the command, once started
+	levels []level        // the tenures held, outermost first
+}
+
+// level is a tenure held and the context of the work under it, which is
+// cancelled when the tenure is lost.
+type level struct {
+	what string
+	ctx  context.Context
+}
+
+func (a *app) run(ctx context.Context, db *dbFlag, o runOptions) error {
+	t, err := a.parseTarget(db, "run")
+	if err != nil {
+		return err
+	}
+	o.holder = cmp.Or(o.holder, pglease.NewHolderID())
+	r := &runner{a: a, o: o, log: newLogger(a.stderr, o.verbose)}
+	r.sigCtx, r.cancelSig = context.WithCancel(ctx)
+	defer r.cancelSig()
+	stopSignals := r.handleSignals()
+	defer stopSignals()
+
+	pool, err := a.connect(r.sigCtx, t)
+	if err != nil {
+		return r.interrupted(err)
+	}
+	defer closePool(pool, closeTimeout)
+	r.pool = pool
+	if err := a.requireSchema(r.sigCtx, pool, t); err != nil {
+		return r.interrupted(err)
+	}
+	steps, err := r.steps()
+	if err != nil {
+		return err
+	}
+	return r.interrupted(r.hold(ctx, steps, append(childEnv(os.Environ()), "PGLEASE_HOLDER="+o.holder)))
+}
+
+// closeTimeout bounds closing the pool when pglease run exits: after a
+// partition, pgx sends each broken connection's cancel request into the
+// void for up to 15 s. The process exit closes the sockets anyway.
+const closeTimeout = time.Second
+
+// closePool closes pool, waiting at most timeout.
+func closePool(pool *pgxpool.Pool, timeout time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pool.Close()
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// interrupted turns err into the exit for a signal that stopped the waiting
+// before the command started, if there was one.
+func (r *runner) interrupted(err error) error {
+	r.mu.Lock()
+	sig := r.signal
+	r.mu.Unlock()
+	if sig != 0 && err != nil && (errors.Is(err, context.Canceled) || r.sigCtx.Err() != nil) {
+		return &exitError{code: exitSignal + int(sig), msg: fmt.Sprintf("got %s before the command started: not running it", signalName(sig))}
+	}
+	return err
+}
+
+// steps returns what to take, in order: the lease, then the slot.
+func (r *runner) steps() ([]step, error) {
+	var steps []step
+	if r.o.lease != "" {
+		c, err := pglease.New(r.pool, pglease.Config{Holder: r.o.holder})
+		if err != nil {
+			return nil, usagef("run", "%v", err)
+		}
+		name := r.o.lease
+		steps = append(steps, step{
+			take: func(ctx context.Context) (tenure, error) {
+				l, err := c.TryAcquire(ctx, name, r.o.ttl)
+				if held, ok := errors.AsType[*pglease.HeldError](err); ok {
+					if !r.o.wait {
+						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
+							"lease %q is held by %q (fence %d) for another %s: not running the command (exit %d; --wait to wait)",
+							name, held.Holder, held.Fence, held.ExpiresIn.Round(time.Millisecond), exitHeld)}
+					}
+					r.log.Info("waiting for the lease", "lease", name, "holder", held.Holder, "fence", held.Fence, "expires_in", held.ExpiresIn)
+					l, err = c.Acquire(ctx, name, r.o.ttl)
+				}
+				if err != nil {
+					return nil, r.takeError(ctx, fmt.Sprintf("acquire lease %q", name), err)
+				}
+				return l, nil
+			},
+			env: func(t tenure) []string {
+				return []string{"PGLEASE_LEASE=" + name, "PGLEASE_FENCE=" + strconv.FormatInt(t.Fence(), 10)}
+			},
+			describe: func(t tenure) string { return fmt.Sprintf("lease %q (fence %d)", name, t.Fence()) },
+		})
+	}
+	if r.o.scope != "" {
+		c, err := runslots.New(r.pool, runslots.Config{Holder: r.o.holder, Logger: r.log})
+		if err != nil {
+			return nil, usagef("run", "%v", err)
+		}
+		scope, capacity := r.o.scope, r.o.capacity
+		steps = append(steps, step{
+			take: func(ctx context.Context) (tenure, error) {
+				s, err := c.TryClaim(ctx, scope, capacity, r.o.ttl)
+				if full, ok := errors.AsType[*runslots.FullError](err); ok {
+					if !r.o.wait {
+						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
+							"scope %q is full: %d holders for capacity %d, the earliest expires in %s: not running the command (exit %d; --wait to wait)",
+							scope, full.InUse, capacity, full.RetryIn.Round(time.Millisecond), exitHeld)}
+					}
+					r.log.Info("waiting for a slot", "scope", scope, "in_use", full.InUse, "capacity", capacity, "retry_in", full.RetryIn)
+					s, err = c.Claim(ctx, scope, capacity, r.o.ttl)
+				}
+				if err != nil {
+					return nil, r.takeError(ctx, fmt.Sprintf("claim a slot of scope %q", scope), err)
+				}
+				return s, nil
+			},
+			env: func(t tenure) []string {
+				s := t.(*runslots.Slot)
+				return []string{"PGLEASE_SLOT_SCOPE=" + scope, "PGLEASE_SLOT=" + strconv.Itoa(s.Number()),
+					"PGLEASE_SLOT_FENCE=" + strconv.FormatInt(s.Fence(), 10)}
+			},
+			describe: func(t tenure) string {
+				return fmt.Sprintf("slot %d of scope %q (fence %d)", t.(*runslots.Slot).Number(), scope, t.Fence())
+			},
+		})
+	}
+	return steps, nil
+}
+
+// takeError explains a failure to take a lease or slot.
+func (r *runner) takeError(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, pglease.ErrInvalidArgument) {
+		return usagef("run", "%s: %v", what, err)
+	}
+	return r.a.queryError(ctx, what, err)
+}
+
+// hold takes steps[0] and holds it while doing the rest under it, and at
+// the bottom runs the command with env. The parent context ends only when
+// an outer tenure is lost.
+func (r *runner) hold(parent context.Context, steps []step, env []string) error {
+	if len(steps) == 0 {
+		return r.runChild(parent, env)
+	}
+	st := steps[0]
+	// Taking stops when an outer tenure is lost or a signal arrives.
+	tctx, cancel := context.WithCancel(parent)
+	stop := context.AfterFunc(r.sigCtx, cancel)
+	t, err := st.take(tctx)
+	stop()
+	cancel()
+	if err != nil {
+		return err
+	}
+	desc := st.describe(t)
+	log := r.log.With("tenure", desc, "holder", r.o.holder)
+	log.Info("acquired")
+	res := keep.Hold(parent, t, keep.Config{
+		RenewInterval: r.o.ttl / 3,
+		RetryDelay:    max(r.o.ttl/20, 10*time.Millisecond),
+		StopTimeout:   r.o.grace + r.o.ttl,
+		IsLost:        func(err error) bool { return errors.Is(err, pglease.ErrLeaseLost) },
+		Logger:        log,
+	}, func(wctx context.Context) error {
+		r.mu.Lock()
+		r.levels = append(r.levels, level{what: desc, ctx: wctx})
+		r.mu.Unlock()
+		return r.hold(wctx, steps[1:], append(env, st.env(t)...))
+	})
+	if res.Lost {
+		if _, ok := errors.AsType[*commandStopped](res.WorkErr); ok {
+			return &exitError{code: exitLost, msg: fmt.Sprintf("%s was lost: the command was stopped (exit %d)", desc, exitLost)}
+		}
+		r.mu.Lock()
+		started := r.child != nil
+		r.mu.Unlock()
+		if !started { // lost while taking the slot
+			return &exitError{code: exitLost, msg: fmt.Sprintf("%s lost (%v) before the command started (exit %d)", desc, res.Cause, exitLost)}
+		}
+		// A renewal in flight when the command exited was refused.
+		return &exitError{code: exitLost, msg: fmt.Sprintf("%s lost (%v) as the command exited: it may have run without it (exit %d)", desc, res.Cause, exitLost)}
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), r.o.ttl)
+	defer rcancel()
+	if err := t.Release(rctx); err != nil {
+		fmt.Fprintf(r.a.stderr, "pglease: release %s failed (it expires by itself within %s): %v\n", desc, r.o.ttl, r.a.scrub(oneLine(err.Error())))
+	} else {
+		log.Info("released")
+	}
+	return res.WorkErr
+}
+
+// lossCause says which tenure was lost and why, once the command's context
+// has ended: the outermost level whose work context ended.
+func (r *runner) lossCause() (what string, cause error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.levels {
+		if l.ctx.Err() != nil {
+			return l.what, context.Cause(l.ctx)
+		}
+	}
+	return "the lease", errors.New("unknown cause")
+}
+
+// commandStopped is the command's result when it was stopped because its
+// tenure was lost.
+type commandStopped struct {
+	status int // what the command exited with
+}
+
+func (e *commandStopped) Error() string {
+	return fmt.Sprintf("command stopped after its tenure was lost (its exit status %d)", e.status)
+}
+
+// childEnv returns env without the variables pglease run sets, so that a
+// nested run does not pass on its parent's tenure.
+func childEnv(env []string) []string {
+	out := make([]string, 0, len(env)+6)
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "PGLEASE_HOLDER", "PGLEASE_LEASE", "PGLEASE_FENCE", "PGLEASE_SLOT_SCOPE", "PGLEASE_SLOT", "PGLEASE_SLOT_FENCE":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// newLogger returns the logger of the lease keeping: warnings always (a
+// renewal that failed, a command that does not stop), the rest with -v.
+func newLogger(w io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			if len(groups) == 0 && a.Key == slog.MessageKey {
+				a.Value = slog.StringValue("pglease: " + a.Value.String())
+			}
+			return a
+		},
+	}))
+}

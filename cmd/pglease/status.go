@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/runslots"
+)
+
+var statusCommand = &command{
+	name:    "status",
+	summary: "List leases, slots and slot scopes as the server sees them now",
+	usage: `
+Usage: pglease status [--json] [--database URL]
+
+Lists every lease, slot and slot scope in the database with its holder,
+fence, state (held, expired or free) and time left, all computed by the
+server's clock when read.
+
+With --json it prints one JSON object, whose shape is stable:
+
+  {"leases": [{"name": "nightly", "holder": "host/4242/9f..", "fence": 7,
+               "state": "held", "expires_at": "2025-01-02T03:04:05.678Z",
+               "expires_in_ms": 28512, "expires_in": "28.512s"}],
+   "slots":  [{"scope": "gpu", "slot": 1, "holder": "...", "fence": 3,
+               "state": "held", "expires_at": "...",
+               "expires_in_ms": 1200, "expires_in": "1.2s"}],
+   "scopes": [{"scope": "gpu", "in_use": 1, "slots": 2}]}
+
+The arrays are sorted (leases by name, slots by scope and number, scopes by
+name) and empty, not null, when there is nothing. holder is null when free.
+expires_in_ms is the time left in whole milliseconds (0 once expired or
+free); expires_in is the same as a Go duration string. expires_at is the
+server's RFC 3339 time at which the tenure ends or ended (for a free one:
+when it was released).`,
+	interspersed: true,
+	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
+		var (
+			db     dbFlag
+			asJSON bool
+		)
+		db.register(fs)
+		fs.BoolVar(&asJSON, "json", false, "print JSON (shape in 'pglease help status')")
+		return func(ctx context.Context, args []string) error {
+			if len(args) != 0 {
+				return usagef("status", "unexpected argument %q", args[0])
+			}
+			return a.status(ctx, &db, asJSON)
+		}
+	},
+}
+
+// statusJSON is the output of status --json.
+type statusJSON struct {
+	Leases []leaseJSON `json:"leases"`
+	Slots  []slotJSON  `json:"slots"`
+	Scopes []scopeJSON `json:"scopes"`
+}
+
+type leaseJSON struct {
+	Name        string    `json:"name"`
+	Holder      *string   `json:"holder"`
+	Fence       int64     `json:"fence"`
+	State       string    `json:"state"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	ExpiresInMS int64     `json:"expires_in_ms"`
+	ExpiresIn   string    `json:"expires_in"`
+}
+
+type slotJSON struct {
+	Scope       string    `json:"scope"`
+	Slot        int       `json:"slot"`
+	Holder      *string   `json:"holder"`
+	Fence       int64     `json:"fence"`
+	State       string    `json:"state"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	ExpiresInMS int64     `json:"expires_in_ms"`
+	ExpiresIn   string    `json:"expires_in"`
+}
+
+type scopeJSON struct {
+	Scope string `json:"scope"`
+	InUse int    `json:"in_use"`
+	Slots int    `json:"slots"`
+}
+
+func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
+	t, err := a.parseTarget(db, "status")
+	if err != nil {
+		return err
+	}
+	pool, err := a.connect(ctx, t)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := a.requireSchema(ctx, pool, t); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	// Status reads only; holders are never written.
+	leases, err := pglease.New(pool, pglease.Config{Holder: "pglease-status"})
+	if err != nil {
+		return err
+	}
+	slots, err := runslots.New(pool, runslots.Config{Holder: "pglease-status"})
+	if err != nil {
+		return err
+	}
+	ls, err := leases.Leases(ctx)
+	if err != nil {
+		return a.queryError(ctx, "list leases", err)
+	}
+	ss, err := slots.Slots(ctx)
+	if err != nil {
+		return a.queryError(ctx, "list slots", err)
+	}
+	scopes, err := slots.Scopes(ctx)
+	if err != nil {
+		return a.queryError(ctx, "list slot scopes", err)
+	}
+	out := statusJSON{Leases: []leaseJSON{}, Slots: []slotJSON{}, Scopes: []scopeJSON{}}
+	for _, l := range ls {
+		out.Leases = append(out.Leases, leaseJSON{
+			Name: l.Name, Holder: nonEmpty(l.Holder), Fence: l.Fence, State: string(l.State),
+			ExpiresAt: l.ExpiresAt, ExpiresInMS: l.ExpiresIn.Milliseconds(), ExpiresIn: l.ExpiresIn.String(),
+		})
+	}
+	for _, s := range ss {
+		out.Slots = append(out.Slots, slotJSON{
+			Scope: s.Scope, Slot: s.Slot, Holder: nonEmpty(s.Holder), Fence: s.Fence, State: string(s.State),
+			ExpiresAt: s.ExpiresAt, ExpiresInMS: s.ExpiresIn.Milliseconds(), ExpiresIn: s.ExpiresIn.String(),
+		})
+	}
+	for _, s := range scopes {
+		out.Scopes = append(out.Scopes, scopeJSON{Scope: s.Scope, InUse: s.InUse, Slots: s.Slots})
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	return printStatus(a.stdout, out)
+}
+
+// printStatus prints the status as tables.
+func printStatus(w io.Writer, s statusJSON) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if len(s.Leases) == 0 {
+		fmt.Fprintln(tw, "No leases.")
+	} else {
+		fmt.Fprintln(tw, "LEASE\tHOLDER\tFENCE\tSTATE\tEXPIRES IN")
+		for _, l := range s.Leases {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cell(l.Name), orDash(l.Holder), l.Fence, l.State, timeLeft(l.ExpiresInMS))
+		}
+	}
+	fmt.Fprintln(tw)
+	if len(s.Slots) == 0 {
+		fmt.Fprintln(tw, "No slots.")
+	} else {
+		fmt.Fprintln(tw, "SCOPE\tSLOT\tHOLDER\tFENCE\tSTATE\tEXPIRES IN")
+		for _, sl := range s.Slots {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", cell(sl.Scope), sl.Slot, orDash(sl.Holder), sl.Fence, sl.State, timeLeft(sl.ExpiresInMS))
+		}
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "SCOPE\tIN USE\tSLOTS")
+		for _, sc := range s.Scopes {
+			fmt.Fprintf(tw, "%s\t%d\t%d\n", cell(sc.Scope), sc.InUse, sc.Slots)
+		}
+	}
+	return tw.Flush()
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// orDash formats an optional holder for a table: "-" for none.
+func orDash(s *string) string {
+	if s == nil {
+		return "-"
+	}
+	return cell(*s)
+}
+
+// cell formats a name for a table cell: quoted when it holds a tab, a
+// newline or another character that would break the table.
+func cell(s string) string {
+	for _, r := range s {
+		if !strconv.IsPrint(r) || r == '\t' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// timeLeft formats milliseconds left for a table: "-" for none.
+func timeLeft(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}

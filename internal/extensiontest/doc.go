@@ -1,0 +1,15 @@
+// Package extensiontest checks that the PostgreSQL extension built by
+// scripts/gen-extension.sh works: it generates the extension, installs it
+// into the test server's SHAREDIR (as `make install-extension` does), and
+// exercises CREATE EXTENSION pglease in a fresh database. It holds tests
+// only.
+//
+// # Safety
+//
+// The test writes pglease.control and pglease--VERSION.sql into the
+// extension directory of the server that pgtest finds, replacing any
+// earlier copy with a rename, so it must run as a user who can write there
+// (root, or the owner of the PostgreSQL installation). It fails, saying so,
+// when it cannot, or when the server does not see the files (a container or
+// a remote server, whose SHAREDIR is not on this machine).
+package extensiontest
