@@ -8,7 +8,7 @@ EXT_DIR   := build/extension
 
 .DEFAULT_GOAL := help
 .PHONY: help demo generate verify lint lint-go lint-sql test test-race test-isolation deps \
-	extension install-extension test-extension
+	extension install-extension test-extension bench
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -35,6 +35,7 @@ lint: lint-go lint-sql ## Run every linter
 lint-go: ## gofmt and go vet
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:" $$out >&2; exit 1; fi
 	$(GO) vet $(PKGS)
+	cd bench && $(GO) vet ./...
 
 lint-sql: deps ## plpgsql_check over every PL/pgSQL function, all warnings on
 	./scripts/lint-sql.sh
@@ -57,3 +58,6 @@ install-extension: extension ## Install the extension into $(pg_config --sharedi
 
 test-extension: install-extension ## Run the SQL contract tests against CREATE EXTENSION pglease instead of the migrations
 	PGLEASE_TEST_SCHEMA=extension $(GO) test -race -count=1 ./internal/contract/
+
+bench: ## Benchmark pglease against one Postgres (PGLEASE_BENCH_DATABASE_URL); writes BENCHMARKS.md and bench/results/latest.json
+	cd bench && $(GO) run . -out ../BENCHMARKS.md

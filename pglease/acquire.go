@@ -29,6 +29,13 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 	if err := c.checkTTL(ttl); err != nil {
 		return nil, err
 	}
+	// Try before listening: a free lease needs no LISTEN connection. Once
+	// refused, listen, then try again before waiting, so that a release
+	// between the first try and the LISTEN is not missed.
+	l, err := c.tryAcquire(ctx, name, ttl)
+	if _, ok := errors.AsType[*HeldError](err); !ok {
+		return l, err
+	}
 	w := notify.Listen(ctx, c.pool, "lease", name)
 	defer w.Close(ctx)
 	for {

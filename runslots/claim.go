@@ -53,6 +53,13 @@ func (c *Client) Claim(ctx context.Context, scope string, capacity int, ttl time
 	if err := c.checkClaim(scope, capacity, ttl); err != nil {
 		return nil, err
 	}
+	// Try before listening: a free slot needs no LISTEN connection. Once
+	// refused, listen, then try again before waiting, so that a release
+	// between the first try and the LISTEN is not missed.
+	s, err := c.tryClaim(ctx, scope, capacity, ttl)
+	if _, ok := errors.AsType[*FullError](err); !ok {
+		return s, err
+	}
 	w := notify.Listen(ctx, c.pool, "slot", scope)
 	defer w.Close(ctx)
 	for {

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// proposalSQL is the change proposed for pglease's SQL; see the file.
+//
+//go:embed proposal.sql
+var proposalSQL string
+
+// updateNotifySQL is the limit UPDATE with a NOTIFY in its transaction:
+// what a write costs when it must wake someone.
+const updateNotifySQL = `WITH u AS (
+	UPDATE bench_limit SET expires_at = now() + interval '30 s' WHERE name = $1 RETURNING name)
+	SELECT pg_notify('bench', u.name) FROM u`
+
+// diagnosticWorkloads returns the rows that show where pglease's calls
+// spend the time the limit UPDATE does not: a NOTIFY in the transaction,
+// and renew as migrated against renew with proposal.sql (applied to the
+// database of proposed); with acquire, release and the slot calls, and
+// pglock's acquire and release, for comparison. The limit is first.
+func (e *env) diagnosticWorkloads(ctx context.Context, proposed *env) ([]workload, error) {
+	if err := proposed.exec(ctx, proposalSQL); err != nil {
+		return nil, fmt.Errorf("apply proposal.sql: %w", err)
+	}
+	relabel := func(w workload, path string) workload {
+		w.path = path
+		return w
+	}
+	return []workload{
+		e.limitWorkload(),
+		e.singleStatement("diag/update-notify", "UPDATE + pg_notify, one transaction", updateNotifySQL, 1),
+		relabel(e.renewSQL("diag/renew/migrated"), "SQL via pgx, as migrated"),
+		relabel(proposed.renewSQL("diag/renew/proposed"), "SQL via pgx, with proposal.sql"),
+		e.acquireReleaseSQL("diag/acquire-release"),
+		e.claimReleaseSQL("diag/claim-release"),
+		e.pglockAcquireRelease(),
+	}, nil
+}
+
+// execSamples is how many times each statement is timed by the server.
+const execSamples = 100
+
+// ExecTime is the server's execution time of one call, without the round
+// trip and the commit: what the function itself costs.
+type ExecTime struct {
+	Name    string  `json:"name"`
+	Path    string  `json:"path"`
+	Ms      float64 `json:"median_ms"` // of execSamples
+	VsLimit float64 `json:"vs_limit"`
+}
+
+// explainExec runs sql under EXPLAIN ANALYZE (so it executes, and commits
+// when run outside a transaction) and returns the server's execution time.
+func explainExec(ctx context.Context, conn *pgx.Conn, sql string, args ...any) (time.Duration, error) {
+	var plan []struct {
+		ExecutionTime float64 `json:"Execution Time"`
+	}
+	if err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) "+sql, args...).Scan(&plan); err != nil {
+		return 0, err
+	}
+	if len(plan) != 1 {
+		return 0, fmt.Errorf("EXPLAIN returned %d plans", len(plan))
+	}
+	return time.Duration(plan[0].ExecutionTime * float64(time.Millisecond)), nil
+}
+
+// renewExecTimes times, taking turns, the limit UPDATE and pglease.renew as
+// migrated (in e) and with proposal.sql (in proposed), each on a
+// connection of its own.
+func (e *env) renewExecTimes(ctx context.Context, proposed *env) ([]ExecTime, error) {
+	const name, holder = "exec/renew", "bench/exec/renew"
+	limitArgs := func(ctx context.Context, conn *pgx.Conn) ([]any, error) {
+		_, err := conn.Exec(ctx, limitRowSQL, name)
+		return []any{name}, err
+	}
+	renewArgs := func(ctx context.Context, conn *pgx.Conn) ([]any, error) {
+		fence, err := sqlAcquire(ctx, conn, name, holder, heldTTL)
+		return []any{name, holder, fence, heldTTL}, err
+	}
+	type subject struct {
+		ExecTime
+		env  *env
+		sql  string
+		prep func(ctx context.Context, conn *pgx.Conn) ([]any, error)
+		conn *pgx.Conn
+		args []any
+		ds   []time.Duration
+	}
+	subjects := []*subject{
+		{ExecTime: ExecTime{Name: "UPDATE one row (the limit)", Path: "SQL"}, env: e, sql: limitUpdateSQL, prep: limitArgs},
+		{ExecTime: ExecTime{Name: "pglease.renew", Path: "as migrated"}, env: e, sql: renewSQL, prep: renewArgs},
+		{ExecTime: ExecTime{Name: "pglease.renew", Path: "with proposal.sql"}, env: proposed, sql: renewSQL, prep: renewArgs},
+	}
+	for _, s := range subjects {
+		var err error
+		if s.conn, err = pgx.Connect(ctx, s.env.url); err != nil {
+			return nil, err
+		}
+		defer s.conn.Close(ctx)
+		if s.args, err = s.prep(ctx, s.conn); err != nil {
+			return nil, err
+		}
+	}
+	for range execSamples {
+		for _, s := range subjects {
+			d, err := explainExec(ctx, s.conn, s.sql, s.args...)
+			if err != nil {
+				return nil, err
+			}
+			s.ds = append(s.ds, d)
+		}
+	}
+	limit := ms(median(subjects[0].ds))
+	out := make([]ExecTime, len(subjects))
+	for i, s := range subjects {
+		out[i] = s.ExecTime
+		out[i].Ms = ms(median(s.ds))
+		out[i].VsLimit = out[i].Ms / limit
+	}
+	return out, nil
+}

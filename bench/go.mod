@@ -1,0 +1,22 @@
+module github.com/pglease/pglease/bench
+
+go 1.26.8
+
+require (
+	cirello.io/pglock v1.16.1
+	github.com/jackc/pgx/v5 v5.13.0
+	github.com/pglease/pglease v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/golang-migrate/migrate/v4 v4.20.1 // indirect
+	github.com/jackc/pgerrcode v0.0.0-20220416144525-469b46aa5efa // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/lib/pq v1.10.9 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
+
+replace github.com/pglease/pglease => ../

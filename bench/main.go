@@ -1,0 +1,291 @@
+// Command bench measures pglease against the physical limit of one
+// Postgres server (a single-row UPDATE per transaction), against
+// cirello.io/pglock and advisory locks, and checks pglease's performance
+// targets. It creates a scratch database on the server, applies pglease's
+// migrations to it, runs everything in one go, drops the database, and
+// writes the results as markdown (-out) and JSON (-json).
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// defaultURL is the server used when neither -url nor
+// PGLEASE_BENCH_DATABASE_URL says otherwise.
+const defaultURL = "postgres://postgres@127.0.0.1:5432/postgres"
+
+// dropTimeout bounds dropping the scratch database at the end, also after
+// an interrupt.
+const dropTimeout = 30 * time.Second
+
+type config struct {
+	url         string
+	cell        time.Duration
+	rounds      int
+	clients     []int
+	slotClients []int
+	out         string
+	json        string
+	pgbench     string
+	pgbenchTime time.Duration
+	handovers   int
+	crashTTL    time.Duration
+	leases      int
+}
+
+func main() {
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("bench: ")
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&cfg.url, "url", cmp.Or(os.Getenv("PGLEASE_BENCH_DATABASE_URL"), defaultURL),
+		"server to create the scratch database on (default from PGLEASE_BENCH_DATABASE_URL)")
+	fs.DurationVar(&cfg.cell, "duration", 2*time.Second, "measured time per row and concurrency")
+	fs.IntVar(&cfg.rounds, "rounds", 2, "turns each cell's time is split into, interleaved with the other rows")
+	clients := fs.String("clients", "1,8,32", "concurrencies of the throughput table")
+	slotClients := fs.String("slot-clients", "1,8", "concurrencies of the slot capacity sweep")
+	fs.StringVar(&cfg.out, "out", "../BENCHMARKS.md", "markdown file to write (also printed)")
+	fs.StringVar(&cfg.json, "json", "results/latest.json", "JSON file to write with every figure")
+	fs.StringVar(&cfg.pgbench, "pgbench", "", "pgbench binary (default: from PATH, else "+pgbenchFallback+")")
+	fs.DurationVar(&cfg.pgbenchTime, "pgbench-time", 3*time.Second, "pgbench cross-check duration")
+	fs.IntVar(&cfg.handovers, "handovers", 50, "handovers of each kind")
+	fs.DurationVar(&cfg.crashTTL, "crash-ttl", 200*time.Millisecond, "TTL of the lease in the crash takeovers")
+	fs.IntVar(&cfg.leases, "renew-holder-leases", 1000, "leases of the renew_holder comparison")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	var err error
+	if cfg.clients, err = parseInts(*clients); err != nil {
+		return cfg, fmt.Errorf("-clients: %w", err)
+	}
+	if cfg.slotClients, err = parseInts(*slotClients); err != nil {
+		return cfg, fmt.Errorf("-slot-clients: %w", err)
+	}
+	switch {
+	case cfg.rounds < 1 || cfg.cell/time.Duration(cfg.rounds) < 10*time.Millisecond:
+		return cfg, errors.New("-duration / -rounds must be at least 10ms")
+	case cfg.handovers < 1 || cfg.leases < 1:
+		return cfg, errors.New("-handovers and -renew-holder-leases must be at least 1")
+	}
+	return cfg, nil
+}
+
+// parseInts parses a comma-separated list of positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, cfg config) (err error) {
+	r := &Report{
+		Command: command(),
+		Date:    time.Now(),
+		Host:    Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Pglock: pglockVersion, LoadStart: loadavg()},
+		Run: RunSettings{
+			CellSeconds: cfg.cell.Seconds(), Rounds: cfg.rounds,
+			Clients: cfg.clients, SlotClients: cfg.slotClients,
+		},
+	}
+	if r.Server, err = readServer(ctx, cfg.url); err != nil {
+		return err
+	}
+	name := scratchName("")
+	sc, err := createScratch(ctx, cfg.url, name)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, dropScratch(ctx, sc)) }()
+	e := &env{url: sc.url}
+	log.Printf("scratch database %s on %s", sc.name, r.Server.Version)
+	if err := e.exec(ctx, limitTableSQL); err != nil {
+		return fmt.Errorf("create the limit's table: %w", err)
+	}
+	if err := e.createPglockTable(); err != nil {
+		return fmt.Errorf("create pglock's table: %w", err)
+	}
+
+	ws := append(e.leaseWorkloads(), e.pglockWorkloads()...)
+	for _, n := range cfg.clients {
+		log.Printf("throughput at C=%d: %d rows × %s", n, len(ws), cfg.cell)
+		rows, err := measure(ctx, []*env{e}, ws, n, cfg)
+		if err != nil {
+			return err
+		}
+		r.Throughput = append(r.Throughput, rows...)
+	}
+
+	log.Printf("diagnostics at C=%d, with proposal.sql in a second scratch database", targetClients)
+	psc, err := createScratch(ctx, cfg.url, name+"_proposal")
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, dropScratch(ctx, psc)) }()
+	proposed := &env{url: psc.url}
+	dws, err := e.diagnosticWorkloads(ctx, proposed)
+	if err != nil {
+		return err
+	}
+	if r.Diagnostics, err = measure(ctx, []*env{e, proposed}, dws, targetClients, cfg); err != nil {
+		return err
+	}
+	if r.ExecTimes, err = e.renewExecTimes(ctx, proposed); err != nil {
+		return fmt.Errorf("execution times: %w", err)
+	}
+
+	log.Printf("pgbench cross-check for %s", cfg.pgbenchTime)
+	if r.Pgbench, err = e.runPgbench(ctx, cfg.pgbench, targetClients, cfg.pgbenchTime); err != nil {
+		return err
+	}
+
+	if r.Slots, r.SlotExec, err = e.benchSlots(ctx, cfg); err != nil {
+		return err
+	}
+
+	log.Printf("renew_holder against %d single renews", cfg.leases)
+	if r.RenewHolder, err = e.benchRenewHolder(ctx, cfg.leases, cfg.rounds); err != nil {
+		return fmt.Errorf("renew_holder: %w", err)
+	}
+
+	log.Printf("%d release handovers and %d crash takeovers", cfg.handovers, cfg.handovers)
+	if r.Handover, err = e.benchHandover(ctx, cfg.handovers, cfg.crashTTL); err != nil {
+		return fmt.Errorf("handover: %w", err)
+	}
+	log.Printf("%d supervisor handovers", cfg.handovers)
+	sup, err := e.benchSupervisorHandover(ctx, cfg.handovers)
+	if err != nil {
+		return err
+	}
+	r.Handover = append(r.Handover, sup)
+
+	r.Host.LoadEnd = loadavg()
+	r.checkTargets()
+	return r.write(cfg)
+}
+
+// measure runs the group ws, whose first workload is the limit, at n
+// clients on envs and returns its rows.
+func measure(ctx context.Context, envs []*env, ws []workload, n int, cfg config) ([]Row, error) {
+	ts, err := runGroupOn(ctx, envs, ws, n, cfg)
+	if err != nil {
+		return nil, err
+	}
+	limit := ts[0].opsPerSec()
+	rows := make([]Row, len(ws))
+	for i, w := range ws {
+		rows[i] = newRow(w, n, ts[i])
+		rows[i].VsLimit = rows[i].OpsPerSec / limit
+	}
+	return rows, nil
+}
+
+// runGroupOn runs the group ws at n clients while envs have pools capped at
+// two connections per client, so that no client waits for a connection even
+// if a client library holds a second one.
+func runGroupOn(ctx context.Context, envs []*env, ws []workload, n int, cfg config) (ts []*tally, err error) {
+	err = withPools(ctx, envs, 2*n, func() error {
+		ts, err = runGroup(ctx, ws, n, cfg.cell, cfg.rounds)
+		return err
+	})
+	return ts, err
+}
+
+// dropScratch drops s, also when ctx has ended (an interrupt).
+func dropScratch(ctx context.Context, s *scratch) error {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
+	defer cancel()
+	return s.drop(dctx)
+}
+
+// write prints the markdown and writes it to cfg.out, and the JSON to
+// cfg.json.
+func (r *Report) write(cfg config) error {
+	var md bytes.Buffer
+	r.writeMarkdown(&md)
+	if _, err := os.Stdout.Write(md.Bytes()); err != nil {
+		return err
+	}
+	if err := os.WriteFile(cfg.out, md.Bytes(), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.json), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(cfg.json, append(js, '\n'), 0o644)
+}
+
+// command returns how this run was started, for the report's header, with
+// any password in -url hidden.
+func command() string {
+	args := make([]string, 0, len(os.Args))
+	for _, a := range os.Args[1:] {
+		if v, ok := strings.CutPrefix(a, "-url="); ok {
+			a = "-url=" + redact(v)
+		} else {
+			a = redact(a)
+		}
+		args = append(args, a)
+	}
+	return strings.TrimSpace("cd bench && go run . " + strings.Join(args, " "))
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages, or "" where
+// /proc/loadavg does not exist.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if err != nil || len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// pglockVersion is the version of cirello.io/pglock built in.
+var pglockVersion = func() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "cirello.io/pglock" {
+				return d.Version
+			}
+		}
+	}
+	return "(unknown)"
+}()

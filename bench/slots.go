@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// slotCapacities are the capacities the claim sweep compares with 1.
+var slotCapacities = []int{1, 64, 1024, 16384}
+
+// prefillSlots is how many slot rows the prefilled scopes get before the
+// clock starts.
+const prefillSlots = 1000
+
+// Prefill SQL: prefillSlots holders claim a slot each (slot rows 1..n are
+// created), and, for the "free" variant, release them again.
+const (
+	prefillCountSQL = `SELECT count(*) FROM pglease.slots WHERE scope = $1`
+	prefillClaimSQL = `SELECT count(*) FILTER (WHERE c.claimed)
+		FROM generate_series(1, $3::integer) AS i,
+		LATERAL pglease.claim_slot($1, 'prefill/' || i, $2, interval '1 hour') AS c`
+	prefillReleaseSQL = `SELECT count(*) FILTER (WHERE r.released)
+		FROM pglease.slots AS s,
+		LATERAL pglease.release_slot(s.scope, s.slot, s.holder, s.fence) AS r
+		WHERE s.scope = $1 AND s.holder LIKE 'prefill/%'`
+)
+
+// slotVariant is one row of the claim sweep.
+type slotVariant struct {
+	Capacity int    `json:"capacity"`
+	Rows     string `json:"rows"` // what the scope holds besides the client
+	prefill  func(ctx context.Context, conn *pgx.Conn, scope string, capacity int) error
+}
+
+// slotVariants returns the sweep: each capacity on an empty scope, then the
+// largest capacity on a scope with prefillSlots rows, all free and all held.
+func slotVariants() []slotVariant {
+	var vs []slotVariant
+	for _, c := range slotCapacities {
+		vs = append(vs, slotVariant{Capacity: c, Rows: "none"})
+	}
+	top := slotCapacities[len(slotCapacities)-1]
+	return append(vs,
+		slotVariant{Capacity: top, Rows: fmt.Sprintf("%d free slot rows", prefillSlots), prefill: prefill(true)},
+		slotVariant{Capacity: top, Rows: fmt.Sprintf("%d live holders", prefillSlots), prefill: prefill(false)},
+	)
+}
+
+// prefill returns a prefill that has prefillSlots holders claim a slot of
+// the scope, then release it when release is set. It does nothing when the
+// scope already has its rows (a later round).
+func prefill(release bool) func(ctx context.Context, conn *pgx.Conn, scope string, capacity int) error {
+	return func(ctx context.Context, conn *pgx.Conn, scope string, capacity int) error {
+		var rows int
+		if err := conn.QueryRow(ctx, prefillCountSQL, scope).Scan(&rows); err != nil || rows >= prefillSlots {
+			return err
+		}
+		var n int
+		if err := conn.QueryRow(ctx, prefillClaimSQL, scope, capacity, prefillSlots).Scan(&n); err != nil {
+			return err
+		}
+		if n != prefillSlots {
+			return fmt.Errorf("prefill %s: %d of %d claims granted", scope, n, prefillSlots)
+		}
+		if !release {
+			return nil
+		}
+		if err := conn.QueryRow(ctx, prefillReleaseSQL, scope).Scan(&n); err != nil {
+			return err
+		}
+		if n != prefillSlots {
+			return fmt.Errorf("prefill %s: %d of %d releases granted", scope, n, prefillSlots)
+		}
+		return nil
+	}
+}
+
+// slotKey is the workload key of variant k; client i claims in scope
+// id(slotKey(k), i).
+func slotKey(k int) string { return fmt.Sprintf("slots/%d", k) }
+
+// workload returns the claim+release cycle of v; every client claims in a
+// scope of its own, so that only the capacity and the rows differ.
+func (v slotVariant) workload(e *env, k int) workload {
+	key := slotKey(k)
+	return workload{
+		key: key, name: fmt.Sprintf("capacity %d, %s", v.Capacity, v.Rows), path: "SQL via pgx",
+		steps: []string{"claim", "release"},
+		start: func(ctx context.Context, n int) (*instance, error) {
+			return e.perConn(ctx, n, func(ctx context.Context, i int, conn *pgx.Conn) ([]step, error) {
+				scope := id(key, i)
+				if v.prefill != nil {
+					if err := v.prefill(ctx, conn, scope, v.Capacity); err != nil {
+						return nil, err
+					}
+				}
+				return slotCycle(conn, scope, v.Capacity), nil
+			})
+		},
+	}
+}
+
+// slotExecSamples is how many claims of each variant are timed by the
+// server alone.
+const slotExecSamples = 30
+
+// heldSlotSQL finds the slot a claim timed under EXPLAIN took (EXPLAIN
+// returns the plan, not the claim).
+const heldSlotSQL = `SELECT slot, fence FROM pglease.slots WHERE scope = $1 AND holder = $2 AND expires_at > now()`
+
+// SlotExec is the server's own execution time of a claim, without the
+// round trip and the commit that dominate the latencies of the sweep.
+type SlotExec struct {
+	slotVariant
+	ExecMs     float64 `json:"execution_ms"` // median of slotExecSamples
+	ExecVsCap1 float64 `json:"execution_vs_capacity_1"`
+}
+
+// execTime returns the median execution time of a claim at v's capacity in
+// scope (EXPLAIN ANALYZE's Execution Time), releasing each claim again.
+func (v slotVariant) execTime(ctx context.Context, conn *pgx.Conn, scope string) (float64, error) {
+	holder := "bench/" + scope
+	times := make([]time.Duration, slotExecSamples)
+	for i := range times {
+		var err error
+		if times[i], err = explainExec(ctx, conn, claimSlotSQL, scope, holder, v.Capacity, cycleTTL); err != nil {
+			return 0, err
+		}
+		var slot int32
+		var fence int64
+		if err := conn.QueryRow(ctx, heldSlotSQL, scope, holder).Scan(&slot, &fence); err != nil {
+			return 0, fmt.Errorf("claim in %s: %w", scope, err)
+		}
+		var released bool
+		if err := conn.QueryRow(ctx, releaseSlotSQL, scope, slot, holder, fence).Scan(&released); err != nil {
+			return 0, err
+		}
+		if !released {
+			return 0, errRefused("release_slot " + scope)
+		}
+	}
+	return ms(median(times)), nil
+}
+
+// slotExec times the claims of every variant on the server, in the scopes
+// of client 0 of the sweep (already prefilled).
+func (e *env) slotExec(ctx context.Context, variants []slotVariant) ([]SlotExec, error) {
+	conn, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	out := make([]SlotExec, len(variants))
+	for k, v := range variants {
+		out[k].slotVariant = v
+		if out[k].ExecMs, err = v.execTime(ctx, conn, id(slotKey(k), 0)); err != nil {
+			return nil, err
+		}
+		out[k].ExecVsCap1 = out[k].ExecMs / out[0].ExecMs
+	}
+	return out, nil
+}
+
+// benchSlots runs the claim sweep at each of cfg.slotClients, then times the
+// claims on the server.
+func (e *env) benchSlots(ctx context.Context, cfg config) ([]SlotRow, []SlotExec, error) {
+	variants := slotVariants()
+	ws := make([]workload, len(variants))
+	for k, v := range variants {
+		ws[k] = v.workload(e, k)
+	}
+	var rows []SlotRow
+	for _, n := range cfg.slotClients {
+		log.Printf("slot claims at C=%d: %d variants × %s", n, len(ws), cfg.cell)
+		ts, err := runGroupOn(ctx, []*env{e}, ws, n, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		base := summarize(ts[0].lat[0]).P50 // variants[0] is capacity 1, empty
+		for k, v := range variants {
+			s := SlotRow{
+				slotVariant: v, Clients: n, CyclesPerSec: ts[k].cyclesPerSec(),
+				Claim: summarize(ts[k].lat[0]), Release: summarize(ts[k].lat[1]),
+			}
+			s.ClaimVsCap1 = s.Claim.P50 / base
+			rows = append(rows, s)
+		}
+	}
+	log.Printf("slot claims' execution time on the server")
+	exec, err := e.slotExec(ctx, variants)
+	if err != nil {
+		return nil, nil, fmt.Errorf("slot execution time: %w", err)
+	}
+	return rows, exec, nil
+}

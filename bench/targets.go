@@ -1,0 +1,101 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// targetClients is the concurrency the throughput targets are set at.
+const targetClients = 8
+
+// Goals, as set for pglease.
+const (
+	minVsLimit        = 0.8  // renew and acquire throughput over the UPDATE limit
+	minVsPglock       = 2.0  // acquire+release cycles/s over pglock's
+	maxSlotVsCap1     = 1.5  // claim p50 at the largest capacity over capacity 1
+	minRenewHolder    = 20.0 // renew_holder speedup over single renews
+	maxReleaseP99Ms   = 50.0 // release handover p99
+	maxCrashOverTTLMs = 100.0
+)
+
+// checkTargets evaluates the goals against what was measured.
+func (r *Report) checkTargets() {
+	c := targetClients
+	for _, key := range []string{"renew/sql", "renew/pkg", "acquire-release/sql", "acquire-release/pkg-try"} {
+		name := fmt.Sprintf("%s ≥ %.1f× the UPDATE limit at C=%d", r.label(key), minVsLimit, c)
+		row := r.row(key, c)
+		if row == nil {
+			r.unmeasured(name)
+			continue
+		}
+		r.add(name, row.VsLimit >= minVsLimit, "%.2f× (%s ops/s vs %s ops/s)",
+			row.VsLimit, count(row.OpsPerSec), count(row.OpsPerSec/row.VsLimit))
+	}
+
+	name := fmt.Sprintf("pglease acquire+release ≥ %.0f× pglock's at C=%d, with a lower p99", minVsPglock, c)
+	ours, theirs := r.row("acquire-release/pkg-try", c), r.row("acquire-release/pglock", c)
+	if ours == nil || theirs == nil {
+		r.unmeasured(name)
+	} else {
+		ratio := ours.CyclesPerSec / theirs.CyclesPerSec
+		r.add(name, ratio >= minVsPglock && ours.Latency.P99 < theirs.Latency.P99,
+			"%.2f× (%s vs %s cycles/s); p99 %.2f ms vs %.2f ms",
+			ratio, count(ours.CyclesPerSec), count(theirs.CyclesPerSec), ours.Latency.P99, theirs.Latency.P99)
+	}
+
+	top := slotCapacities[len(slotCapacities)-1]
+	name = fmt.Sprintf("slot claim p50 at capacity %d ≤ %.1f× capacity 1", top, maxSlotVsCap1)
+	var parts []string
+	holds, measured := true, false
+	for _, n := range r.Run.SlotClients {
+		if s := r.slot(top, "none", n); s != nil {
+			measured = true
+			holds = holds && s.ClaimVsCap1 <= maxSlotVsCap1
+			parts = append(parts, fmt.Sprintf("C=%d: %.2f×", n, s.ClaimVsCap1))
+		}
+	}
+	for _, s := range r.SlotExec {
+		if s.Capacity == top && s.Rows == "none" {
+			parts = append(parts, fmt.Sprintf("server execution time: %.2f×", s.ExecVsCap1))
+		}
+	}
+	if measured {
+		r.add(name, holds, "claim p50 %s", strings.Join(parts, "; "))
+	} else {
+		r.unmeasured(name)
+	}
+
+	rh := r.RenewHolder
+	r.add(fmt.Sprintf("renew_holder of %d leases ≥ %.0f× faster than %d single renews", rh.Leases, minRenewHolder, rh.Leases),
+		rh.Speedup >= minRenewHolder, "%.0f× (%.2f ms vs %.1f ms)", rh.Speedup, rh.Bulk, rh.Singles)
+
+	for _, h := range r.Handover {
+		switch h.Kind {
+		case "release":
+			r.add(fmt.Sprintf("release handover p99 ≤ %.0f ms (%s)", maxReleaseP99Ms, h.Level),
+				h.Latency.P99 <= maxReleaseP99Ms, "p99 %.2f ms (p50 %.2f ms, n=%d)", h.Latency.P99, h.Latency.P50, h.Trials)
+		case "crash":
+			r.add(fmt.Sprintf("crash takeover ≤ TTL + %.0f ms after the last renewal (%s)", maxCrashOverTTLMs, h.Level),
+				h.OverTTL.Max <= maxCrashOverTTLMs, "TTL + %.1f ms worst (p50 + %.1f ms, p99 + %.1f ms, n=%d, TTL %.0f ms)",
+				h.OverTTL.Max, h.OverTTL.P50, h.OverTTL.P99, h.Trials, h.TTLMs)
+		}
+	}
+}
+
+// label names a throughput row by its operation and path.
+func (r *Report) label(key string) string {
+	for _, t := range r.Throughput {
+		if t.Key == key {
+			return t.Name + " (" + t.Path + ")"
+		}
+	}
+	return key
+}
+
+func (r *Report) add(name string, holds bool, format string, args ...any) {
+	r.Targets = append(r.Targets, Target{Name: name, Holds: holds, Measured: fmt.Sprintf(format, args...)})
+}
+
+func (r *Report) unmeasured(name string) {
+	r.Targets = append(r.Targets, Target{Name: name, Measured: "not measured in this run"})
+}
