@@ -5,10 +5,13 @@ SQLC      := $(GO) tool -modfile=tools/go.mod sqlc
 PKGS      := ./...
 PG_CONFIG ?= pg_config
 EXT_DIR   := build/extension
+PG_MAJORS ?= 13 14 15 16 17 18
+FUZZTIME  ?= 30s
+FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 
 .DEFAULT_GOAL := help
 .PHONY: help demo generate verify lint lint-go lint-sql test test-race test-isolation deps \
-	extension install-extension test-extension bench
+	extension install-extension test-extension bench test-matrix test-pgbouncer stress fuzz proof
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -61,3 +64,20 @@ test-extension: install-extension ## Run the SQL contract tests against CREATE E
 
 bench: ## Benchmark pglease against one Postgres (PGLEASE_BENCH_DATABASE_URL); writes BENCHMARKS.md and bench/results/latest.json
 	cd bench && $(GO) run . -out ../BENCHMARKS.md
+
+test-matrix: ## SQL contract and client suites on PostgreSQL $(PG_MAJORS), one throwaway cluster each (server binaries via npm)
+	./scripts/test-matrix.sh $(PG_MAJORS)
+
+test-pgbouncer: deps ## Client and supervisor suites through PgBouncer in transaction pooling mode
+	./scripts/test-pgbouncer.sh
+
+proof: ## Reliability tests at CI size, with their figures: history checker, stress, faults, fuzz seeds, secrets
+	$(GO) test -race -count=1 -v ./internal/history/ ./internal/proof/
+
+stress: ## Long history-checked stress run (PGLEASE_STRESS_DURATION, default 5m)
+	PGLEASE_STRESS_DURATION=$${PGLEASE_STRESS_DURATION:-5m} $(GO) test -race -count=1 -timeout 60m -run '^TestStress$$' -v ./internal/proof/
+
+fuzz: ## Fuzz every SQL function's arguments, FUZZTIME (30s) per target
+	@for f in $(FUZZ_TARGETS); do \
+		$(GO) test -count=1 -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 1 ./internal/proof/ || exit 1; \
+	done

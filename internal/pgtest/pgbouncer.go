@@ -299,12 +299,19 @@ func (b *pgBouncer) stop() error {
 }
 
 // halt stops pgbouncer, if it was started, and waits for it: closing its
-// watcher's input makes the watcher send SIGTERM.
+// watcher's input makes the watcher send SIGTERM. It returns an error with
+// the log's tail if pgbouncer had already exited.
 func (b *pgBouncer) halt() error {
 	if b.cmd == nil {
 		return nil
 	}
 	defer func() { b.cmd = nil }()
+	select {
+	case <-b.exited:
+		_ = b.stdin.Close()
+		return fmt.Errorf("pgbouncer on port %d exited before the end of the tests (%v)%s", b.port, b.cmd.ProcessState, logTail(b.logPath()))
+	default:
+	}
 	_ = b.stdin.Close()
 	select {
 	case <-b.exited:
@@ -333,7 +340,7 @@ auth_type = trust
 auth_file = %s
 auth_user = %s
 pool_mode = transaction
-max_client_conn = 2000
+max_client_conn = 500
 default_pool_size = 20
 server_login_retry = 1
 autodb_idle_timeout = 60

@@ -1,0 +1,254 @@
+package history
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const ms = time.Millisecond
+
+// op builds an Op on lease or scope name; times in milliseconds.
+func op(kind Kind, out Outcome, holder, name string, fence int64, call, ret float64) Op {
+	o := Op{Kind: kind, Outcome: out, Holder: holder, Name: name, Fence: fence,
+		Call: time.Duration(call * float64(ms)), Return: time.Duration(ret * float64(ms))}
+	switch kind {
+	case Acquire, Renew, Claim, RenewSlot:
+		o.TTL = 100 * ms
+	}
+	return o
+}
+
+func withTTL(o Op, ttl time.Duration) Op { o.TTL = ttl; return o }
+
+func slotOp(kind Kind, out Outcome, holder, scope string, slot int, fence int64, capacity int, call, ret float64) Op {
+	o := op(kind, out, holder, scope, fence, call, ret)
+	o.Slot, o.Capacity = slot, capacity
+	return o
+}
+
+func refusedAcquire(holder, name, other string, fence int64, call, ret float64) Op {
+	o := op(Acquire, Refused, holder, name, fence, call, ret)
+	o.Other = other
+	return o
+}
+
+func refusedClaim(holder, scope string, capacity, inUse int, call, ret float64) Op {
+	o := op(Claim, Refused, holder, scope, 0, call, ret)
+	o.Capacity, o.InUse = capacity, inUse
+	return o
+}
+
+// TestCheckAccepts: histories pglease can produce pass.
+func TestCheckAccepts(t *testing.T) {
+	tests := []struct {
+		name string
+		ops  []Op
+	}{
+		{"handover by release, expiry and refusals", []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			refusedAcquire("b", "L", "a", 1, 2, 3),
+			op(Renew, OK, "a", "L", 1, 50, 51),
+			op(Write, OK, "a", "L", 1, 60, 61),
+			op(Release, OK, "a", "L", 1, 70, 71),
+			op(Acquire, OK, "b", "L", 2, 72, 73),
+			op(Write, OK, "b", "L", 2, 74, 75),
+			op(Write, Refused, "a", "L", 1, 76, 77), // stale fence: refused
+			op(Acquire, OK, "c", "L", 3, 200, 201),  // b's tenure expired at ~173
+			op(Renew, Refused, "b", "L", 2, 202, 203),
+			op(Release, Refused, "b", "L", 2, 204, 205),
+		}},
+		{"takeover right at expiry", []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Acquire, OK, "b", "L", 2, 100, 101),
+		}},
+		{"release and acquire concurrent", []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Release, OK, "a", "L", 1, 70, 90),
+			op(Acquire, OK, "b", "L", 2, 75, 80),
+		}},
+		{"re-entrant acquire keeps the fence", []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Acquire, OK, "a", "L", 1, 50, 51),
+			op(Write, OK, "a", "L", 1, 140, 141), // inside the re-pinned tenure
+		}},
+		{"renewal with unknown outcome may have extended", []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Renew, Unknown, "a", "L", 1, 90, 95),
+			op(Write, OK, "a", "L", 1, 150, 151),
+			refusedAcquire("b", "L", "a", 1, 160, 161),
+		}},
+		{"acquire with unknown outcome explains a refusal", []Op{
+			op(Acquire, Unknown, "a", "L", 0, 0, 5),
+			refusedAcquire("b", "L", "a", 1, 10, 11),
+		}},
+		{"separate leases do not exclude each other", []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Acquire, OK, "b", "M", 1, 0, 1),
+		}},
+		{"slots up to capacity", []Op{
+			slotOp(Claim, OK, "a", "S", 1, 1, 2, 0, 1),
+			slotOp(Claim, OK, "b", "S", 2, 1, 2, 2, 3),
+			refusedClaim("c", "S", 2, 2, 4, 5),
+			slotOp(RenewSlot, OK, "a", "S", 1, 1, 0, 50, 51),
+			slotOp(ReleaseSlot, OK, "b", "S", 2, 1, 0, 60, 61),
+			slotOp(Claim, OK, "c", "S", 2, 2, 2, 62, 63),
+			slotOp(Claim, OK, "d", "S", 1, 2, 2, 160, 161), // a's slot expired at ~150
+			refusedClaim("e", "S", 1, 2, 162, 163),
+		}},
+		{"claim at a smaller capacity while a slot is being released", []Op{
+			slotOp(Claim, OK, "a", "S", 1, 1, 2, 0, 1),
+			slotOp(Claim, OK, "b", "S", 2, 1, 2, 2, 3),
+			slotOp(ReleaseSlot, OK, "b", "S", 2, 1, 0, 20, 30),
+			slotOp(Claim, OK, "c", "S", 2, 2, 2, 25, 28),
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Check(tc.ops, Config{})
+			if !rep.OK() {
+				for _, v := range rep.Violations {
+					t.Errorf("%s", v)
+				}
+			}
+			if rep.Ops != len(tc.ops) {
+				t.Errorf("Ops = %d, want %d", rep.Ops, len(tc.ops))
+			}
+		})
+	}
+}
+
+// TestCheckRejects: histories that break the contract are caught, by the
+// rule that says why.
+func TestCheckRejects(t *testing.T) {
+	tests := []struct {
+		name string
+		rule string
+		ops  []Op
+	}{
+		{"overlapping tenures", RuleOverlap, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Acquire, OK, "b", "L", 2, 10, 11),
+		}},
+		{"overlap kept up by renewals", RuleOverlap, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Renew, OK, "a", "L", 1, 60, 61),
+			op(Acquire, OK, "b", "L", 2, 120, 121), // a renewed until ~160
+		}},
+		{"fence granted to two holders", RuleTwoHolders, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Release, OK, "a", "L", 1, 5, 6),
+			op(Acquire, OK, "b", "L", 1, 10, 11),
+		}},
+		{"fence reused by its holder after release", RuleOutside, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Release, OK, "a", "L", 1, 5, 6),
+			op(Acquire, OK, "a", "L", 1, 10, 11),
+		}},
+		{"fence reused by its holder after expiry", RuleOutside, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Acquire, OK, "a", "L", 1, 150, 151),
+		}},
+		{"fence going backwards across release", RuleFenceOrder, []Op{
+			op(Acquire, OK, "a", "L", 2, 0, 1),
+			op(Release, OK, "a", "L", 2, 2, 3),
+			op(Acquire, OK, "b", "L", 1, 10, 11),
+		}},
+		{"fence going backwards across expiry", RuleFenceOrder, []Op{
+			op(Acquire, OK, "a", "L", 5, 0, 1),
+			op(Acquire, OK, "b", "L", 4, 200, 201),
+		}},
+		{"N+1 overlapping slot holders", RuleCapacity, []Op{
+			slotOp(Claim, OK, "a", "S", 1, 1, 2, 0, 1),
+			slotOp(Claim, OK, "b", "S", 2, 1, 2, 0, 1),
+			slotOp(Claim, OK, "c", "S", 3, 1, 2, 5, 6),
+		}},
+		{"claim at capacity 1 granted while one holder is live", RuleCapacity, []Op{
+			slotOp(Claim, OK, "a", "S", 1, 1, 2, 0, 1),
+			slotOp(Claim, OK, "b", "S", 2, 1, 1, 5, 6),
+		}},
+		{"two holders of one slot", RuleOverlap, []Op{
+			slotOp(Claim, OK, "a", "S", 1, 1, 3, 0, 1),
+			slotOp(Claim, OK, "b", "S", 1, 2, 3, 5, 6),
+		}},
+		{"write after the tenure expired", RuleOutside, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Write, OK, "a", "L", 1, 200, 201),
+		}},
+		{"write after release", RuleOutside, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Release, OK, "a", "L", 1, 10, 11),
+			op(Write, OK, "a", "L", 1, 20, 21),
+		}},
+		{"write after a refused renewal", RuleOutside, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Renew, Refused, "a", "L", 1, 10, 11),
+			op(Write, OK, "a", "L", 1, 20, 21),
+		}},
+		{"write while the next tenure is live", RuleOutside, []Op{
+			withTTL(op(Acquire, OK, "a", "L", 1, 0, 1), 300*ms),
+			op(Acquire, OK, "b", "L", 2, 10, 11), // itself an overlap
+			op(Write, OK, "a", "L", 1, 50, 51),
+		}},
+		{"write under a fence never granted", RuleOutside, []Op{
+			op(Write, OK, "a", "L", 7, 0, 1),
+		}},
+		{"write before its grant", RuleOutside, []Op{
+			op(Write, OK, "a", "L", 1, 0, 1),
+			op(Acquire, OK, "b", "L", 1, 5, 6),
+		}},
+		{"renewal of another holder's tenure", RuleOutside, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Renew, OK, "b", "L", 1, 5, 6),
+		}},
+		{"refusal in the name of a released tenure", RuleRefusal, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Release, OK, "a", "L", 1, 2, 3),
+			refusedAcquire("b", "L", "a", 1, 10, 11),
+		}},
+		{"refusal in the name of the caller", RuleRefusal, []Op{
+			refusedAcquire("a", "L", "a", 1, 10, 11),
+		}},
+		{"claim refused with more holders than possible", RuleRefusal, []Op{
+			slotOp(Claim, OK, "a", "S", 1, 1, 2, 0, 1),
+			refusedClaim("b", "S", 2, 2, 10, 11),
+		}},
+		{"holder with two calls in flight", RuleSequential, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 10),
+			op(Acquire, OK, "a", "M", 1, 5, 6),
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Check(tc.ops, Config{})
+			if rep.Counts[tc.rule] == 0 {
+				t.Fatalf("no %s violation; got %v: %s", tc.rule, rep.Counts, rep.Summary())
+			}
+			for _, v := range rep.Violations {
+				if v.Rule == tc.rule {
+					t.Logf("%s", v)
+					if !strings.Contains(v.String(), tc.rule) {
+						t.Errorf("String() = %q, does not name the rule", v.String())
+					}
+					break
+				}
+			}
+		})
+	}
+}
+
+// TestCheckCapacityDefault: the capacity bound defaults to the largest any
+// claim of the scope passed, and Config.Capacity overrides it.
+func TestCheckCapacityDefault(t *testing.T) {
+	ops := []Op{
+		slotOp(Claim, OK, "a", "S", 1, 1, 3, 0, 1),
+		slotOp(Claim, OK, "b", "S", 2, 1, 3, 0, 1),
+		slotOp(Claim, OK, "c", "S", 3, 1, 3, 5, 6),
+	}
+	if rep := Check(ops, Config{}); !rep.OK() || rep.MaxLive["S"] != 3 {
+		t.Fatalf("capacity 3: %s %v", rep.Summary(), rep.Violations)
+	}
+	if rep := Check(ops, Config{Capacity: map[string]int{"S": 2}}); rep.Counts[RuleCapacity] == 0 {
+		t.Fatalf("capacity 2 configured: no violation: %s", rep.Summary())
+	}
+}

@@ -1,0 +1,249 @@
+package history
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Row says which table a ServerEvent comes from.
+type Row uint8
+
+// Rows.
+const (
+	// LeaseRow: a version of a row of pglease.leases (an audit trigger's
+	// record).
+	LeaseRow Row = iota + 1
+	// SlotRow: a version of a row of pglease.slots.
+	SlotRow
+	// WriteRow: a fenced write that committed (a row of the test's write
+	// log, inserted after pglease.assert_held in the same transaction).
+	WriteRow
+)
+
+// ServerEvent is one record of the server's own history: a committed row
+// version of pglease.leases or pglease.slots, or a committed fenced write.
+// Seq is a value of one sequence taken inside the transaction after the row
+// lock was held (trigger) or after assert_held returned (write): per lease
+// row, Seq order is the order in which the writes and tenure changes
+// committed (see the package documentation).
+type ServerEvent struct {
+	Seq  int64
+	Row  Row
+	Name string // lease name or slot scope
+	Slot int    // slot number; 0 for leases and writes
+	// Inserted is true for a row's first version; the Old fields are then
+	// zero.
+	Inserted bool
+	// OldHolder ("" when NULL), OldFence and OldExpiresAt describe the
+	// version replaced.
+	OldHolder    string
+	OldFence     int64
+	OldExpiresAt time.Time
+	// Holder ("" when NULL), Fence, AcquiredAt and ExpiresAt describe the
+	// new version; for a write, Holder and Fence are the writer's.
+	Holder     string
+	Fence      int64
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	// Clock is the server's clock_timestamp() in the trigger, or for a
+	// write the start of its transaction (before assert_held).
+	Clock time.Time
+}
+
+// ServerReport is what CheckServer found.
+type ServerReport struct {
+	Events, Grants, Extends, Releases, Writes int
+	Counts                                    map[string]int
+	Violations                                []Violation
+}
+
+// OK reports whether no rule was broken.
+func (r *ServerReport) OK() bool { return len(r.Counts) == 0 }
+
+// Summary describes the report in one line.
+func (r *ServerReport) Summary() string {
+	n := 0
+	for _, c := range r.Counts {
+		n += c
+	}
+	return fmt.Sprintf("%d server events (%d grants, %d renewals, %d releases, %d fenced writes), %d violations",
+		r.Events, r.Grants, r.Extends, r.Releases, r.Writes, n)
+}
+
+func (r *ServerReport) add(rule, detail string) {
+	if r.Counts == nil {
+		r.Counts = map[string]int{}
+	}
+	r.Counts[rule]++
+	if r.Counts[rule] <= maxKept {
+		r.Violations = append(r.Violations, Violation{Rule: rule, Detail: detail})
+	}
+}
+
+// Server rules.
+const (
+	// RuleServerFence: a new tenure's fence is not the previous fence + 1,
+	// or a row's first fence is not 1.
+	RuleServerFence = "server-fence"
+	// RuleServerTakeover: a new tenure replaced one that was neither
+	// released nor expired by the taker's clock.
+	RuleServerTakeover = "server-takeover"
+	// RuleServerRevival: a released tenure got a holder back.
+	RuleServerRevival = "server-revival"
+	// RuleServerWrite: a fenced write committed while its fence was not
+	// the current, unreleased tenure of the lease, or began after the
+	// tenure's last expiry.
+	RuleServerWrite = "server-write"
+	// RuleServerSlot: a slot numbered above the scope's capacity.
+	RuleServerSlot = "server-slot"
+	// RuleAgree: the client history and the server's disagree.
+	RuleAgree = "client-server"
+)
+
+// state is a row's current tenure while replaying the server history.
+type state struct {
+	fence   int64
+	holder  string
+	expires time.Time // latest expiry of this tenure
+}
+
+// CheckServer replays the server's history in Seq order and checks it.
+// capacity, when not nil, bounds the slot numbers of each scope.
+func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
+	evs := slices.Clone(events)
+	slices.SortFunc(evs, func(a, b ServerEvent) int { return cmp.Compare(a.Seq, b.Seq) })
+	rep := ServerReport{Events: len(evs)}
+	rows := map[key]*state{}
+	for _, e := range evs {
+		k := key{e.Row == SlotRow, e.Name, e.Slot}
+		st := rows[k]
+		if e.Row == WriteRow {
+			rep.Writes++
+			switch {
+			case st == nil || st.fence != e.Fence:
+				cur := int64(0)
+				if st != nil {
+					cur = st.fence
+				}
+				rep.add(RuleServerWrite, fmt.Sprintf("%s: write #%d by %s under fence %d committed while the fence was %d", k, e.Seq, e.Holder, e.Fence, cur))
+			case st.holder == "":
+				rep.add(RuleServerWrite, fmt.Sprintf("%s: write #%d by %s under fence %d committed after the tenure was released", k, e.Seq, e.Holder, e.Fence))
+			case !e.Clock.Before(st.expires):
+				rep.add(RuleServerWrite, fmt.Sprintf("%s: write #%d under fence %d began %s after the tenure's last expiry", k, e.Seq, e.Fence, e.Clock.Sub(st.expires)))
+			}
+			continue
+		}
+		if c, ok := capacity[e.Name]; ok && e.Row == SlotRow && e.Slot > c {
+			rep.add(RuleServerSlot, fmt.Sprintf("%s: slot number above the capacity %d", k, c))
+		}
+		if e.Inserted {
+			if st != nil {
+				rep.add(RuleServerFence, fmt.Sprintf("%s: row inserted twice (#%d)", k, e.Seq))
+			}
+			if e.Fence != 1 {
+				rep.add(RuleServerFence, fmt.Sprintf("%s: first fence %d, want 1 (#%d)", k, e.Fence, e.Seq))
+			}
+			rep.Grants++
+			rows[k] = &state{fence: e.Fence, holder: e.Holder, expires: e.ExpiresAt}
+			continue
+		}
+		if st == nil || st.fence != e.OldFence || st.holder != e.OldHolder {
+			rep.add(RuleServerFence, fmt.Sprintf("%s: #%d replaced a version (fence %d, holder %q) the replay does not have", k, e.Seq, e.OldFence, e.OldHolder))
+			st = &state{fence: e.OldFence, holder: e.OldHolder, expires: e.OldExpiresAt}
+			rows[k] = st
+		}
+		switch {
+		case e.Fence != e.OldFence: // a new tenure
+			rep.Grants++
+			if e.Fence != e.OldFence+1 {
+				rep.add(RuleServerFence, fmt.Sprintf("%s: fence went from %d to %d (#%d)", k, e.OldFence, e.Fence, e.Seq))
+			}
+			if e.Holder == "" {
+				rep.add(RuleServerFence, fmt.Sprintf("%s: new fence %d without a holder (#%d)", k, e.Fence, e.Seq))
+			}
+			if e.OldHolder != "" && e.OldExpiresAt.After(e.AcquiredAt) {
+				rep.add(RuleServerTakeover, fmt.Sprintf("%s: %s took fence %d at %s while fence %d of %s was live until %s (#%d)",
+					k, e.Holder, e.Fence, e.AcquiredAt.Format(time.StampMicro), e.OldFence, e.OldHolder, e.OldExpiresAt.Format(time.StampMicro), e.Seq))
+			}
+			if e.AcquiredAt.After(e.Clock) {
+				rep.add(RuleServerTakeover, fmt.Sprintf("%s: fence %d acquired at %s, after the commit-time clock %s (#%d)", k, e.Fence, e.AcquiredAt, e.Clock, e.Seq))
+			}
+			*st = state{fence: e.Fence, holder: e.Holder, expires: e.ExpiresAt}
+		case e.Holder == "" && e.OldHolder != "": // released
+			rep.Releases++
+			st.holder = ""
+		case e.Holder != e.OldHolder:
+			rep.add(RuleServerRevival, fmt.Sprintf("%s: fence %d went from holder %q to %q (#%d)", k, e.Fence, e.OldHolder, e.Holder, e.Seq))
+			st.holder = e.Holder
+		default: // renewed or re-pinned
+			rep.Extends++
+			if e.ExpiresAt.After(st.expires) {
+				st.expires = e.ExpiresAt
+			}
+		}
+	}
+	return rep
+}
+
+// Agree checks the client history ops against the server's events: every
+// tenure a client was granted is one the server granted to that holder;
+// every tenure the server granted was asked for by its holder (an OK
+// grant, or a call with unknown outcome); and each (lease, fence, holder)
+// has between the OK and the OK + unknown number of client writes on the
+// server.
+func Agree(ops []Op, events []ServerEvent) ServerReport {
+	var rep ServerReport
+	type gkey struct {
+		k      key
+		fence  int64
+		holder string
+	}
+	server := map[gkey]bool{}
+	writes := map[gkey]int{}
+	for _, e := range events {
+		switch {
+		case e.Row == WriteRow:
+			writes[gkey{key{false, e.Name, 0}, e.Fence, e.Holder}]++
+		case e.Inserted || e.Fence != e.OldFence:
+			server[gkey{key{e.Row == SlotRow, e.Name, e.Slot}, e.Fence, e.Holder}] = true
+		}
+	}
+	client := map[gkey]bool{}
+	unknown := map[pkey]bool{}
+	okWrites, unknownWrites := map[gkey]int{}, map[gkey]int{}
+	for _, op := range ops {
+		switch {
+		case (op.Kind == Acquire || op.Kind == Claim) && op.Outcome == OK:
+			g := gkey{key{op.Kind == Claim, op.Name, op.Slot}, op.Fence, op.Holder}
+			client[g] = true
+			if !server[g] {
+				rep.add(RuleAgree, fmt.Sprintf("client %s was granted fence %d of %s, the server never granted it to it", op.Holder, op.Fence, g.k))
+			}
+		case (op.Kind == Acquire || op.Kind == Claim) && op.Outcome == Unknown:
+			unknown[pkey{op.Kind == Claim, op.Name, op.Holder}] = true
+		case op.Kind == Write && op.Outcome == OK:
+			okWrites[gkey{key{false, op.Name, 0}, op.Fence, op.Holder}]++
+		case op.Kind == Write && op.Outcome == Unknown:
+			unknownWrites[gkey{key{false, op.Name, 0}, op.Fence, op.Holder}]++
+		}
+	}
+	for g := range server {
+		if !client[g] && !unknown[pkey{g.k.slot, g.k.name, g.holder}] {
+			rep.add(RuleAgree, fmt.Sprintf("the server granted fence %d of %s to %s, which no call of that holder can have asked for", g.fence, g.k, g.holder))
+		}
+	}
+	for g, n := range writes {
+		rep.Writes += n
+		if o, u := okWrites[g], unknownWrites[g]; n < o || n > o+u {
+			rep.add(RuleAgree, fmt.Sprintf("%s fence %d by %s: %d writes on the server, clients saw %d commit and %d unknown", g.k, g.fence, g.holder, n, o, u))
+		}
+	}
+	for g, o := range okWrites {
+		if writes[g] == 0 {
+			rep.add(RuleAgree, fmt.Sprintf("%s fence %d by %s: clients saw %d writes commit, the server has none", g.k, g.fence, g.holder, o))
+		}
+	}
+	return rep
+}

@@ -1,0 +1,126 @@
+package history
+
+import (
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(msec float64) time.Time { return t0.Add(time.Duration(msec * float64(ms))) }
+
+// grant is a new tenure of lease L replacing (oldHolder, oldFence).
+func grant(seq int64, holder string, fence int64, acquired float64, oldHolder string, oldExpires float64) ServerEvent {
+	e := ServerEvent{Seq: seq, Row: LeaseRow, Name: "L", Holder: holder, Fence: fence,
+		AcquiredAt: at(acquired), ExpiresAt: at(acquired + 100), Clock: at(acquired + 0.5),
+		OldHolder: oldHolder, OldFence: fence - 1, OldExpiresAt: at(oldExpires)}
+	if fence == 1 {
+		e.Inserted, e.OldHolder, e.OldFence, e.OldExpiresAt = true, "", 0, time.Time{}
+	}
+	return e
+}
+
+func renewal(seq int64, holder string, fence int64, acquired, prevExpires, now float64) ServerEvent {
+	return ServerEvent{Seq: seq, Row: LeaseRow, Name: "L", Holder: holder, Fence: fence, OldHolder: holder, OldFence: fence,
+		AcquiredAt: at(acquired), OldExpiresAt: at(prevExpires), ExpiresAt: at(now + 100), Clock: at(now)}
+}
+
+func release(seq int64, holder string, fence int64, acquired, prevExpires, now float64) ServerEvent {
+	e := renewal(seq, holder, fence, acquired, prevExpires, now)
+	e.Holder, e.ExpiresAt = "", at(now)
+	return e
+}
+
+func write(seq int64, holder string, fence int64, began float64) ServerEvent {
+	return ServerEvent{Seq: seq, Row: WriteRow, Name: "L", Holder: holder, Fence: fence, Clock: at(began)}
+}
+
+func TestCheckServer(t *testing.T) {
+	good := []ServerEvent{
+		grant(1, "a", 1, 0, "", 0),
+		write(2, "a", 1, 10),
+		renewal(3, "a", 1, 0, 100, 50),
+		write(4, "a", 1, 140),
+		release(5, "a", 1, 0, 150, 145),
+		grant(6, "b", 2, 146, "", 145),
+		write(7, "b", 2, 147),
+		grant(8, "c", 3, 250, "b", 246), // after b's expiry
+	}
+	if rep := CheckServer(good, nil); !rep.OK() {
+		t.Fatalf("good history rejected: %v", rep.Violations)
+	} else if rep.Grants != 3 || rep.Writes != 3 || rep.Releases != 1 || rep.Extends != 1 {
+		t.Fatalf("counts: %s", rep.Summary())
+	}
+
+	tests := []struct {
+		name string
+		rule string
+		evs  []ServerEvent
+	}{
+		{"write after takeover in commit order", RuleServerWrite, []ServerEvent{
+			grant(1, "a", 1, 0, "", 0), grant(2, "b", 2, 120, "a", 100), write(3, "a", 1, 90)}},
+		{"write after release", RuleServerWrite, []ServerEvent{
+			grant(1, "a", 1, 0, "", 0), release(2, "a", 1, 0, 100, 50), write(3, "a", 1, 40)}},
+		{"write begun after expiry", RuleServerWrite, []ServerEvent{
+			grant(1, "a", 1, 0, "", 0), write(2, "a", 1, 101)}},
+		{"takeover of a live tenure", RuleServerTakeover, []ServerEvent{
+			grant(1, "a", 1, 0, "", 0), grant(2, "b", 2, 50, "a", 100)}},
+		{"fence skipping", RuleServerFence, []ServerEvent{
+			grant(1, "a", 1, 0, "", 0), func() ServerEvent { e := grant(2, "b", 3, 120, "a", 100); e.OldFence = 1; return e }()}},
+		{"fence restarting", RuleServerFence, []ServerEvent{
+			grant(1, "a", 1, 0, "", 0), grant(2, "b", 1, 120, "", 0)}},
+		{"released tenure revived", RuleServerRevival, []ServerEvent{
+			grant(1, "a", 1, 0, "", 0), release(2, "a", 1, 0, 100, 50),
+			{Seq: 3, Row: LeaseRow, Name: "L", Holder: "a", Fence: 1, OldFence: 1, OldExpiresAt: at(50), ExpiresAt: at(160), Clock: at(60)}}},
+		{"slot above capacity", RuleServerSlot, []ServerEvent{
+			{Seq: 1, Row: SlotRow, Name: "S", Slot: 3, Inserted: true, Holder: "a", Fence: 1, AcquiredAt: at(0), ExpiresAt: at(100), Clock: at(0)}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := CheckServer(tc.evs, map[string]int{"S": 2})
+			if rep.Counts[tc.rule] == 0 {
+				t.Fatalf("no %s violation: %v", tc.rule, rep.Violations)
+			}
+			t.Log(rep.Violations[0])
+		})
+	}
+}
+
+func TestAgree(t *testing.T) {
+	evs := []ServerEvent{grant(1, "a", 1, 0, "", 0), write(2, "a", 1, 10), write(3, "a", 1, 20)}
+	ops := []Op{
+		op(Acquire, OK, "a", "L", 1, 0, 1),
+		op(Write, OK, "a", "L", 1, 10, 11),
+		op(Write, Unknown, "a", "L", 1, 20, 21),
+	}
+	if rep := Agree(ops, evs); !rep.OK() {
+		t.Fatalf("agreeing histories rejected: %v", rep.Violations)
+	}
+	for name, ops := range map[string][]Op{
+		"write lost":              {op(Acquire, OK, "a", "L", 1, 0, 1), op(Write, OK, "a", "L", 1, 10, 11), op(Write, OK, "a", "L", 1, 20, 21), op(Write, OK, "a", "L", 1, 30, 31)},
+		"grant nobody asked for":  {op(Write, OK, "a", "L", 1, 10, 11), op(Write, OK, "a", "L", 1, 20, 21)},
+		"grant the server denies": {op(Acquire, OK, "a", "L", 1, 0, 1), op(Acquire, OK, "b", "L", 2, 200, 201), op(Write, OK, "a", "L", 1, 10, 11), op(Write, OK, "a", "L", 1, 20, 21)},
+	} {
+		if rep := Agree(ops, evs); rep.Counts[RuleAgree] == 0 {
+			t.Errorf("%s: not caught", name)
+		}
+	}
+}
+
+func TestCheckSpans(t *testing.T) {
+	spans := []Span{
+		{Name: "L", Owner: "a", Fence: 1, Start: 0, End: 10 * ms},
+		{Name: "L", Owner: "b", Fence: 2, Start: 10 * ms, End: 20 * ms}, // touching: fine
+		{Name: "M", Owner: "c", Fence: 1, Start: 5 * ms, End: 15 * ms},
+	}
+	if live, vs := CheckSpans(spans, 1); len(vs) != 0 || live["L"] != 1 {
+		t.Fatalf("CheckSpans = %v, %v; want no violation", live, vs)
+	}
+	spans = append(spans, Span{Name: "L", Owner: "d", Fence: 3, Start: 19 * ms, End: 25 * ms})
+	if live, vs := CheckSpans(spans, 1); len(vs) != 1 || live["L"] != 2 {
+		t.Fatalf("CheckSpans = %v, %v; want one overlap", live, vs)
+	}
+	if _, vs := CheckSpans(spans, 2); len(vs) != 0 {
+		t.Fatalf("capacity 2: %v", vs)
+	}
+}

@@ -1,0 +1,20 @@
+// Package proof holds the tests that try to break pglease's claims and turn
+// them into figures: a stress test whose every operation is recorded and
+// checked (package internal/history), fault injection (terminated
+// backends, a blackholed or flapping network, an immediate server restart,
+// a holder frozen with SIGSTOP), fuzz targets over every SQL function's
+// arguments, and a check that passwords never leak into errors or logs.
+//
+// It has no code besides its tests. docs/reliability.md lists each test,
+// what it does, the figures it reports (t.Logf) and how to run the long
+// versions:
+//
+//	go test -race -count=1 ./internal/proof/                       # CI size
+//	PGLEASE_STRESS_DURATION=5m go test -race -count=1 -timeout 30m \
+//	    -run TestStress -v ./internal/proof/                        # long stress
+//	go test -run '^$' -fuzz FuzzAcquire -fuzztime 30s ./internal/proof/
+//
+// Every test asserts safety (no violation, whatever the faults) and keeps
+// its liveness assertions generous: the machines that run it are small and
+// shared.
+package proof
