@@ -367,6 +367,9 @@ func TestClaimAll(t *testing.T) {
 // TestClaimAllWokenByRelease: a blocked ClaimAll waits on the scope that
 // refused and wakes at its release.
 func TestClaimAllWokenByRelease(t *testing.T) {
+	if pgtest.ThroughPooler(t) {
+		t.Skip("LISTEN does not reach waiters behind transaction pooling: they wake at expiry instead (docs/compatibility.md)")
+	}
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	c, other := newClient(t, pool, "c"), newClient(t, pool, "other")
@@ -406,6 +409,9 @@ func TestClaimAllWokenByRelease(t *testing.T) {
 // TestClaimWokenByRelease: a blocked Claim wakes on the release NOTIFY,
 // long before the holder's TTL would let it in.
 func TestClaimWokenByRelease(t *testing.T) {
+	if pgtest.ThroughPooler(t) {
+		t.Skip("LISTEN does not reach waiters behind transaction pooling: they wake at expiry instead (docs/compatibility.md)")
+	}
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	owner, c := newClient(t, pool, "owner"), newClient(t, pool, "waiter")
@@ -483,10 +489,10 @@ func TestDeadlineBeforeServerExpiry(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	check := func(c *runslots.Client, s *runslots.Slot, what string) {
 		t.Helper()
-		sent := time.Now()
+		// Same machine: the server's clock is this clock.
 		st := slotStatus(t, c, s.Scope(), s.Number())
-		if serverExpiry := sent.Add(st.ExpiresIn); s.Deadline().After(serverExpiry) {
-			t.Fatalf("%s: Deadline is %s after the server's expiry", what, s.Deadline().Sub(serverExpiry))
+		if s.Deadline().After(st.ExpiresAt) {
+			t.Fatalf("%s: Deadline is %s after the server's expiry", what, s.Deadline().Sub(st.ExpiresAt))
 		}
 	}
 	for _, margin := range []time.Duration{0, 5 * time.Millisecond} {

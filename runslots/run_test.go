@@ -62,7 +62,7 @@ func TestRunRenews(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	c := newClient(t, pool, "")
-	const ttl = time.Second
+	const ttl = 2 * time.Second
 	err := c.Run(context.Background(), "long", 1, ttl, func(ctx context.Context) error {
 		s := runslots.SlotFromContext(ctx)
 		first := s.Deadline()

@@ -7,11 +7,10 @@
 #
 # Usage: scripts/test-pgbouncer.sh [go test flags...]
 #
-# The tests that assert a wake-up at a release through LISTEN/NOTIFY are
-# skipped: behind transaction pooling a LISTEN is lost with the server
-# connection it ran on, so waiters wake at the holder's expiry instead (see
-# docs/compatibility.md). PGLEASE_PGBOUNCER_SKIP overrides the list (a go
-# test -skip pattern; empty runs everything).
+# The tests that assert a wake-up at a release through LISTEN/NOTIFY skip
+# themselves (pgtest.ThroughPooler): behind transaction pooling a LISTEN is
+# lost with the server connection it ran on, so waiters wake at the
+# holder's expiry instead (see docs/compatibility.md).
 #
 # Server: as for go test (PGLEASE_TEST_DATABASE_URL, PGLEASE_TEST_PG_BINDIR,
 # or the local server). Needs pgbouncer (make deps).
@@ -19,17 +18,12 @@ set -eu
 cd "$(dirname "$0")/.."
 
 pkgs="./pglease/ ./supervisor/ ./runslots/"
-# Each asserts a NOTIFY wake-up far below the TTL; through PgBouncer they
-# wait for the TTL (30 s or 1 min), or for a LISTEN session to show in
-# pg_stat_activity, which never comes.
-default_skip='^(TestAcquireWokenByRelease|TestGracefulHandover|TestClaimWokenByRelease|TestClaimAllWokenByRelease)$'
-skip=${PGLEASE_PGBOUNCER_SKIP-$default_skip}
 
 if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
     echo "test-pgbouncer: pgbouncer is not installed (make deps, or apt-get install pgbouncer)" >&2
     exit 2
 fi
 
-echo "test-pgbouncer: go test $pkgs through PgBouncer (transaction pooling)${skip:+, skipping $skip}" >&2
+echo "test-pgbouncer: go test $pkgs through PgBouncer (transaction pooling)" >&2
 # shellcheck disable=SC2086 # $pkgs is a list
-exec env PGLEASE_TEST_PGBOUNCER=1 go test -count=1 ${skip:+-skip "$skip"} "$@" $pkgs
+exec env PGLEASE_TEST_PGBOUNCER=1 go test -count=1 "$@" $pkgs

@@ -143,6 +143,9 @@ func TestCompeting(t *testing.T) {
 // TestGracefulHandover: the standby's workload starts within a few tens of
 // milliseconds of the leader's release (NOTIFY path; the TTL is 30 s).
 func TestGracefulHandover(t *testing.T) {
+	if pgtest.ThroughPooler(t) {
+		t.Skip("LISTEN does not reach waiters behind transaction pooling: they wake at expiry instead (docs/compatibility.md)")
+	}
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	const rounds = 10
@@ -284,11 +287,17 @@ func TestCrashCancelsBeforeExpiry(t *testing.T) {
 		leader := newSupervisor(t, leaderPool, supervisor.Config{Name: name, TTL: ttl})
 		ctx, cancel := context.WithCancel(context.Background())
 		leaderDone := make(chan error, 1)
+		var runs atomic.Int32
 		go func() {
 			leaderDone <- leader.Run(ctx, func(wctx context.Context) error {
-				close(leading)
+				if runs.Add(1) == 1 {
+					close(leading)
+				}
 				<-wctx.Done()
-				cancelled <- time.Now()
+				select {
+				case cancelled <- time.Now():
+				default:
+				}
 				return nil
 			})
 		}()
