@@ -13,13 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglease/pglease/internal/check"
 	"github.com/pglease/pglease/internal/db"
 )
 
 // Limits enforced by the SQL functions, checked here before a round trip.
 const (
 	// MaxNameLen is the longest lease name, holder or slot scope, in bytes.
-	MaxNameLen = 256
+	MaxNameLen = check.MaxLen
 	// MaxTTL is the longest TTL a lease or slot can be granted for.
 	MaxTTL = 24 * time.Hour
 )
@@ -107,8 +108,8 @@ func (c *Client) marginFor(ttl time.Duration) time.Duration {
 
 // checkText validates a lease name, holder or scope as the SQL does.
 func checkText(arg, value string) error {
-	if n := len(value); n < 1 || n > MaxNameLen {
-		return invalidf("%s must be 1 to %d bytes long, got %d bytes", arg, MaxNameLen, n)
+	if msg := check.Text(arg, value); msg != "" {
+		return invalidf("%s", msg)
 	}
 	return nil
 }

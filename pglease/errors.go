@@ -56,6 +56,7 @@ const (
 	sqlstateNotHeld      = "PGL01" // pglease.assert_held: fence not current
 	sqlstateNullValue    = "22004" // NULL argument
 	sqlstateInvalidParam = "22023" // argument out of range
+	sqlstateBadEncoding  = "22021" // text not valid in the database encoding
 )
 
 // interpretError maps errors from the generated queries to the package's
@@ -72,7 +73,7 @@ func interpretError(ctx context.Context, err error) error {
 		switch pgErr.Code {
 		case sqlstateNotHeld:
 			return fmt.Errorf("%w: %w", ErrLeaseLost, pgErr)
-		case sqlstateNullValue, sqlstateInvalidParam:
+		case sqlstateNullValue, sqlstateInvalidParam, sqlstateBadEncoding:
 			return fmt.Errorf("%w: %w", ErrInvalidArgument, pgErr)
 		case "3F000", "42883":
 			return fmt.Errorf("pglease: schema pglease or its functions are missing; apply the migrations (pglease.Migrate, or `pglease migrate up`): %w", err)

@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,9 +21,13 @@ type Beginner interface {
 
 // WithFence runs fn in a transaction on the lease's client database that
 // commits only while this tenure is current. See the package function
-// WithFence.
+// WithFence. In addition, the transaction may stay idle for at most the
+// lease's TTL (idle_in_transaction_session_timeout): the lease row stays
+// locked until the transaction ends, so a client that stalls inside it
+// (paused, or cut off by the network) would otherwise block every takeover
+// until its connection dies.
 func (l *Lease) WithFence(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return WithFence(ctx, l.c.db, l.name, l.fence, fn)
+	return withFence(ctx, l.c.db, l.name, l.fence, l.ttl, fn)
 }
 
 // WithFence runs fn in a transaction that first checks, with
@@ -33,7 +38,16 @@ func (l *Lease) WithFence(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // matching ErrLeaseLost, without calling fn, when the tenure is over; fn's
 // own error is returned unchanged after rolling back. Use it from processes
 // that only know the fence (a child given PGLEASE_FENCE, say).
-func WithFence(ctx context.Context, database Beginner, name string, fence int64, fn func(tx pgx.Tx) error) (err error) {
+//
+// Keep the transaction short: while it is open, the lease row is locked, so
+// the holder's own renewals and any takeover wait for it.
+func WithFence(ctx context.Context, database Beginner, name string, fence int64, fn func(tx pgx.Tx) error) error {
+	return withFence(ctx, database, name, fence, 0, fn)
+}
+
+// withFence is WithFence, with the transaction's idle timeout set to
+// idleTimeout when it is positive.
+func withFence(ctx context.Context, database Beginner, name string, fence int64, idleTimeout time.Duration, fn func(tx pgx.Tx) error) (err error) {
 	if err := checkText("name", name); err != nil {
 		return err
 	}
@@ -53,7 +67,14 @@ func WithFence(ctx context.Context, database Beginner, name string, fence int64,
 			_ = tx.Rollback(rctx)
 		}
 	}()
-	if err := db.New(tx).LeaseAssertHeld(ctx, db.LeaseAssertHeldParams{Name: name, Fence: fence}); err != nil {
+	q := db.New(tx)
+	if idleTimeout > 0 {
+		ms := strconv.FormatInt(max(idleTimeout.Milliseconds(), 1), 10)
+		if err := q.TxIdleTimeoutSet(ctx, ms); err != nil {
+			return interpretError(ctx, err)
+		}
+	}
+	if err := q.LeaseAssertHeld(ctx, db.LeaseAssertHeldParams{Name: name, Fence: fence}); err != nil {
 		return interpretError(ctx, err)
 	}
 	if err := fn(tx); err != nil {

@@ -494,3 +494,42 @@ func TestRace(t *testing.T) {
 	}
 	t.Logf("%d tenures granted to 12 racing clients", len(grants))
 }
+
+// TestWithFenceStalledTransaction: a holder that stalls inside its fenced
+// transaction (paused, cut off) must not block takeovers past its TTL: the
+// transaction's idle timeout ends it, and the write does not commit.
+func TestWithFenceStalledTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	a := newClient(t, pool, "a")
+	b := newClient(t, pool, "b")
+	la := mustAcquire(t, a, "stall", 300*time.Millisecond)
+
+	taken := make(chan time.Time, 1)
+	err := la.WithFence(ctx, func(tx pgx.Tx) error {
+		go func() {
+			l, err := b.Acquire(ctx, "stall", 10*time.Second)
+			if err != nil {
+				t.Errorf("Acquire during the stall: %v", err)
+				taken <- time.Time{}
+				return
+			}
+			if l.Fence() != 2 {
+				t.Errorf("takeover fence %d, want 2", l.Fence())
+			}
+			taken <- time.Now()
+		}()
+		time.Sleep(2 * time.Second) // the stall: idle in transaction
+		return nil
+	})
+	returned := time.Now()
+	if err == nil {
+		t.Fatal("WithFence committed after stalling past its lease's TTL")
+	}
+	at := <-taken
+	if !at.Before(returned) {
+		t.Fatalf("takeover waited for the stalled transaction (%s after it)", at.Sub(returned))
+	}
+	t.Logf("stalled fenced write refused (%v); takeover %s before the stall ended", err, returned.Sub(at))
+}

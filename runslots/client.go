@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglease/pglease/internal/check"
 	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/pglease"
 )
@@ -118,8 +119,8 @@ func (c *Client) checkClaim(scope string, capacity int, ttl time.Duration) error
 
 // checkText validates a scope or holder as the SQL does.
 func checkText(arg, value string) error {
-	if n := len(value); n < 1 || n > pglease.MaxNameLen {
-		return invalidf("%s must be 1 to %d bytes long, got %d bytes", arg, pglease.MaxNameLen, n)
+	if msg := check.Text(arg, value); msg != "" {
+		return invalidf("%s", msg)
 	}
 	return nil
 }

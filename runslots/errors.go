@@ -104,6 +104,7 @@ func (e *lostError) Unwrap() []error {
 const (
 	sqlstateNullValue        = "22004" // NULL argument
 	sqlstateInvalidParam     = "22023" // argument out of range
+	sqlstateBadEncoding      = "22021" // text not valid in the database encoding
 	sqlstateInvalidSchema    = "3F000" // schema pglease missing
 	sqlstateUndefinedFunc    = "42883" // a pglease function missing
 	sqlstateUndefinedTable   = "42P01" // a pglease view missing
@@ -122,7 +123,7 @@ func interpretError(ctx context.Context, err error) error {
 	}
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
 		switch pgErr.Code {
-		case sqlstateNullValue, sqlstateInvalidParam:
+		case sqlstateNullValue, sqlstateInvalidParam, sqlstateBadEncoding:
 			return fmt.Errorf("%w: %w", pglease.ErrInvalidArgument, pgErr)
 		case sqlstateInvalidSchema, sqlstateUndefinedFunc, sqlstateUndefinedTable:
 			return fmt.Errorf("runslots: schema pglease or its functions are missing; apply the migrations (pglease.Migrate, or `pglease migrate up`): %w", err)

@@ -258,3 +258,12 @@ func (q *Queries) NotifyUnlisten(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, notifyUnlisten)
 	return err
 }
+
+const txIdleTimeoutSet = `-- name: TxIdleTimeoutSet :exec
+SELECT set_config('idle_in_transaction_session_timeout', $1::text, true)
+`
+
+func (q *Queries) TxIdleTimeoutSet(ctx context.Context, timeout string) error {
+	_, err := q.db.Exec(ctx, txIdleTimeoutSet, timeout)
+	return err
+}

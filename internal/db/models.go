@@ -61,3 +61,10 @@ type PgleaseSlotStatus struct {
 	ExpiresAt time.Time
 	ExpiresIn interface{}
 }
+
+// pglease: refused acquires and claims waiting for a release notification
+type PgleaseWaiter struct {
+	Kind  string
+	Name  string
+	Until time.Time
+}

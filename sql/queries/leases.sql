@@ -44,3 +44,6 @@ LISTEN pglease;
 
 -- name: NotifyUnlisten :exec
 UNLISTEN pglease;
+
+-- name: TxIdleTimeoutSet :exec
+SELECT set_config('idle_in_transaction_session_timeout', @timeout::text, true);
