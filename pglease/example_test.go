@@ -66,9 +66,9 @@ func ExampleClient_Acquire() {
 		time.Sleep(50 * time.Millisecond) // some work
 		_ = held.Release(ctx)
 	}()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	lease, err := second.Acquire(ctx, "migrations", time.Minute)
+	lease, err := second.Acquire(waitCtx, "migrations", time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}
