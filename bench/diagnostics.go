@@ -2,17 +2,11 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
-
-// proposalSQL is the change proposed for pglease's SQL; see the file.
-//
-//go:embed proposal.sql
-var proposalSQL string
 
 // updateNotifySQL is the limit UPDATE with a NOTIFY in its transaction:
 // what a write costs when it must wake someone.
@@ -22,13 +16,9 @@ const updateNotifySQL = `WITH u AS (
 
 // diagnosticWorkloads returns the rows that show where pglease's calls
 // spend the time the limit UPDATE does not: a NOTIFY in the transaction,
-// and renew as migrated against renew with proposal.sql (applied to the
-// database of proposed); with acquire, release and the slot calls, and
+// and renew as migrated; with acquire, release and the slot calls, and
 // pglock's acquire and release, for comparison. The limit is first.
-func (e *env) diagnosticWorkloads(ctx context.Context, proposed *env) ([]workload, error) {
-	if err := proposed.exec(ctx, proposalSQL); err != nil {
-		return nil, fmt.Errorf("apply proposal.sql: %w", err)
-	}
+func (e *env) diagnosticWorkloads() []workload {
 	relabel := func(w workload, path string) workload {
 		w.path = path
 		return w
@@ -37,11 +27,10 @@ func (e *env) diagnosticWorkloads(ctx context.Context, proposed *env) ([]workloa
 		e.limitWorkload(),
 		e.singleStatement("diag/update-notify", "UPDATE + pg_notify, one transaction", updateNotifySQL, 1),
 		relabel(e.renewSQL("diag/renew/migrated"), "SQL via pgx, as migrated"),
-		relabel(proposed.renewSQL("diag/renew/proposed"), "SQL via pgx, with proposal.sql"),
 		e.acquireReleaseSQL("diag/acquire-release"),
 		e.claimReleaseSQL("diag/claim-release"),
 		e.pglockAcquireRelease(),
-	}, nil
+	}
 }
 
 // execSamples is how many times each statement is timed by the server.
@@ -72,9 +61,8 @@ func explainExec(ctx context.Context, conn *pgx.Conn, sql string, args ...any) (
 }
 
 // renewExecTimes times, taking turns, the limit UPDATE and pglease.renew as
-// migrated (in e) and with proposal.sql (in proposed), each on a
-// connection of its own.
-func (e *env) renewExecTimes(ctx context.Context, proposed *env) ([]ExecTime, error) {
+// migrated, each on a connection of its own.
+func (e *env) renewExecTimes(ctx context.Context) ([]ExecTime, error) {
 	const name, holder = "exec/renew", "bench/exec/renew"
 	limitArgs := func(ctx context.Context, conn *pgx.Conn) ([]any, error) {
 		_, err := conn.Exec(ctx, limitRowSQL, name)
@@ -86,7 +74,6 @@ func (e *env) renewExecTimes(ctx context.Context, proposed *env) ([]ExecTime, er
 	}
 	type subject struct {
 		ExecTime
-		env  *env
 		sql  string
 		prep func(ctx context.Context, conn *pgx.Conn) ([]any, error)
 		conn *pgx.Conn
@@ -94,13 +81,12 @@ func (e *env) renewExecTimes(ctx context.Context, proposed *env) ([]ExecTime, er
 		ds   []time.Duration
 	}
 	subjects := []*subject{
-		{ExecTime: ExecTime{Name: "UPDATE one row (the limit)", Path: "SQL"}, env: e, sql: limitUpdateSQL, prep: limitArgs},
-		{ExecTime: ExecTime{Name: "pglease.renew", Path: "as migrated"}, env: e, sql: renewSQL, prep: renewArgs},
-		{ExecTime: ExecTime{Name: "pglease.renew", Path: "with proposal.sql"}, env: proposed, sql: renewSQL, prep: renewArgs},
+		{ExecTime: ExecTime{Name: "UPDATE one row (the limit)", Path: "SQL"}, sql: limitUpdateSQL, prep: limitArgs},
+		{ExecTime: ExecTime{Name: "pglease.renew", Path: "as migrated"}, sql: renewSQL, prep: renewArgs},
 	}
 	for _, s := range subjects {
 		var err error
-		if s.conn, err = pgx.Connect(ctx, s.env.url); err != nil {
+		if s.conn, err = pgx.Connect(ctx, e.url); err != nil {
 			return nil, err
 		}
 		defer s.conn.Close(ctx)

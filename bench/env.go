@@ -20,22 +20,20 @@ type env struct {
 	pool *pgxpool.Pool
 }
 
-// withPools runs f while each env of envs has a pool of size connections.
-func withPools(ctx context.Context, envs []*env, size int, f func() error) error {
-	for _, e := range envs {
-		cfg, err := pgxpool.ParseConfig(e.url)
-		if err != nil {
-			return err
-		}
-		cfg.MaxConns = int32(size)
-		if e.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
-			return err
-		}
-		defer func() {
-			e.pool.Close()
-			e.pool = nil
-		}()
+// withPool runs f while e has a pool of size connections.
+func (e *env) withPool(ctx context.Context, size int, f func() error) error {
+	cfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		return err
 	}
+	cfg.MaxConns = int32(size)
+	if e.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return err
+	}
+	defer func() {
+		e.pool.Close()
+		e.pool = nil
+	}()
 	return f()
 }
 

@@ -124,8 +124,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	if r.Server, err = readServer(ctx, cfg.url); err != nil {
 		return err
 	}
-	name := scratchName("")
-	sc, err := createScratch(ctx, cfg.url, name)
+	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {
 		return err
 	}
@@ -142,28 +141,18 @@ func run(ctx context.Context, cfg config) (err error) {
 	ws := append(e.leaseWorkloads(), e.pglockWorkloads()...)
 	for _, n := range cfg.clients {
 		log.Printf("throughput at C=%d: %d rows × %s", n, len(ws), cfg.cell)
-		rows, err := measure(ctx, []*env{e}, ws, n, cfg)
+		rows, err := measure(ctx, e, ws, n, cfg)
 		if err != nil {
 			return err
 		}
 		r.Throughput = append(r.Throughput, rows...)
 	}
 
-	log.Printf("diagnostics at C=%d, with proposal.sql in a second scratch database", targetClients)
-	psc, err := createScratch(ctx, cfg.url, name+"_proposal")
-	if err != nil {
+	log.Printf("diagnostics at C=%d", targetClients)
+	if r.Diagnostics, err = measure(ctx, e, e.diagnosticWorkloads(), targetClients, cfg); err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, dropScratch(ctx, psc)) }()
-	proposed := &env{url: psc.url}
-	dws, err := e.diagnosticWorkloads(ctx, proposed)
-	if err != nil {
-		return err
-	}
-	if r.Diagnostics, err = measure(ctx, []*env{e, proposed}, dws, targetClients, cfg); err != nil {
-		return err
-	}
-	if r.ExecTimes, err = e.renewExecTimes(ctx, proposed); err != nil {
+	if r.ExecTimes, err = e.renewExecTimes(ctx); err != nil {
 		return fmt.Errorf("execution times: %w", err)
 	}
 
@@ -198,9 +187,9 @@ func run(ctx context.Context, cfg config) (err error) {
 }
 
 // measure runs the group ws, whose first workload is the limit, at n
-// clients on envs and returns its rows.
-func measure(ctx context.Context, envs []*env, ws []workload, n int, cfg config) ([]Row, error) {
-	ts, err := runGroupOn(ctx, envs, ws, n, cfg)
+// clients on e and returns its rows.
+func measure(ctx context.Context, e *env, ws []workload, n int, cfg config) ([]Row, error) {
+	ts, err := runGroupOn(ctx, e, ws, n, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -213,11 +202,11 @@ func measure(ctx context.Context, envs []*env, ws []workload, n int, cfg config)
 	return rows, nil
 }
 
-// runGroupOn runs the group ws at n clients while envs have pools capped at
+// runGroupOn runs the group ws at n clients while e has a pool capped at
 // two connections per client, so that no client waits for a connection even
 // if a client library holds a second one.
-func runGroupOn(ctx context.Context, envs []*env, ws []workload, n int, cfg config) (ts []*tally, err error) {
-	err = withPools(ctx, envs, 2*n, func() error {
+func runGroupOn(ctx context.Context, e *env, ws []workload, n int, cfg config) (ts []*tally, err error) {
+	err = e.withPool(ctx, 2*n, func() error {
 		ts, err = runGroup(ctx, ws, n, cfg.cell, cfg.rounds)
 		return err
 	})

@@ -60,9 +60,9 @@ func (r *Report) writeMarkdown(w io.Writer) {
 	}
 	p("")
 
-	p("## Where the time goes, and a proposed SQL change")
+	p("## Where the time goes")
 	p("")
-	p("Rows measured together at C=%d, interleaved like the table above. A transaction that calls pg_notify takes a cluster-wide lock in PreCommit_Notify and keeps it until its commit record is flushed (PostgreSQL's src/backend/commands/async.c), so notifying transactions commit one at a time instead of sharing WAL flushes: the second row is the limit UPDATE with a pg_notify in its transaction, what any write that must wake a waiter pays (no waiter is registered in the other rows). Then pglease.renew as migrated and with bench/proposal.sql applied in a second scratch database (its argument checks inlined, the helper functions called only to raise); the migrated acquire + release and claim_slot + release_slot; and pglock.", targetClients)
+	p("Rows measured together at C=%d, interleaved like the table above. A transaction that calls pg_notify takes a cluster-wide lock in PreCommit_Notify and keeps it until its commit record is flushed (PostgreSQL's src/backend/commands/async.c), so notifying transactions commit one at a time instead of sharing WAL flushes: the second row is the limit UPDATE with a pg_notify in its transaction, what any write that must wake a waiter pays (no waiter is registered in the other rows). Then the migrated pglease.renew, acquire + release and claim_slot + release_slot; and pglock.", targetClients)
 	p("")
 	throughputTable(w, r.Diagnostics)
 	p("")

@@ -176,7 +176,7 @@ func (e *env) benchSlots(ctx context.Context, cfg config) ([]SlotRow, []SlotExec
 	var rows []SlotRow
 	for _, n := range cfg.slotClients {
 		log.Printf("slot claims at C=%d: %d variants × %s", n, len(ws), cfg.cell)
-		ts, err := runGroupOn(ctx, []*env{e}, ws, n, cfg)
+		ts, err := runGroupOn(ctx, e, ws, n, cfg)
 		if err != nil {
 			return nil, nil, err
 		}
