@@ -38,6 +38,7 @@ lint: lint-go lint-sql ## Run every linter
 lint-go: ## gofmt and go vet
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:" $$out >&2; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags proof ./internal/proof/
 	cd bench && $(GO) vet ./...
 
 lint-sql: deps ## plpgsql_check over every PL/pgSQL function, all warnings on
@@ -72,12 +73,12 @@ test-pgbouncer: deps ## Client and supervisor suites through PgBouncer in transa
 	./scripts/test-pgbouncer.sh
 
 proof: ## Reliability tests at CI size, with their figures: history checker, stress, faults, fuzz seeds, secrets
-	$(GO) test -race -count=1 -v ./internal/history/ ./internal/proof/
+	$(GO) test -tags proof -race -count=1 -v ./internal/history/ ./internal/proof/
 
 stress: ## Long history-checked stress run (PGLEASE_STRESS_DURATION, default 5m)
-	PGLEASE_STRESS_DURATION=$${PGLEASE_STRESS_DURATION:-5m} $(GO) test -race -count=1 -timeout 60m -run '^TestStress$$' -v ./internal/proof/
+	PGLEASE_STRESS_DURATION=$${PGLEASE_STRESS_DURATION:-5m} $(GO) test -tags proof -race -count=1 -timeout 60m -run '^TestStress$$' -v ./internal/proof/
 
 fuzz: ## Fuzz every SQL function's arguments, FUZZTIME (30s) per target
 	@for f in $(FUZZ_TARGETS); do \
-		$(GO) test -count=1 -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 1 ./internal/proof/ || exit 1; \
+		$(GO) test -tags proof -count=1 -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 1 ./internal/proof/ || exit 1; \
 	done
