@@ -11,7 +11,7 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 
 .DEFAULT_GOAL := help
 .PHONY: help demo generate verify lint lint-go lint-sql test test-race test-isolation deps \
-	extension install-extension test-extension bench test-matrix test-pgbouncer stress fuzz proof
+	extension install-extension test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -39,6 +39,7 @@ lint-go: ## gofmt and go vet
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:" $$out >&2; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags proof ./internal/proof/
+	$(GO) vet -tags failover ./failover/
 	cd bench && $(GO) vet ./...
 
 lint-sql: deps ## plpgsql_check over every PL/pgSQL function, all warnings on
@@ -82,3 +83,6 @@ fuzz: ## Fuzz every SQL function's arguments, FUZZTIME (30s) per target
 	@for f in $(FUZZ_TARGETS); do \
 		$(GO) test -tags proof -count=1 -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 1 ./internal/proof/ || exit 1; \
 	done
+
+test-failover: ## Failover tests on a pg_auto_failover formation (root; ~4 min; FAILOVER_FLAGS=-short ~3 min)
+	$(GO) test -tags failover -count=1 -v -timeout 20m $(FAILOVER_FLAGS) ./failover/

@@ -57,8 +57,12 @@
 // jumps forward (which expires leases early). Replication: a lease is as
 // durable as the commit that granted it; after a failover to an
 // asynchronous standby a granted tenure or fence can be lost and handed out
-// again. Run pglease on a primary with synchronous replication, or accept
-// that risk.
+// again (measured: make test-failover). Run pglease on a primary with
+// synchronous replication, or accept that risk. Even then, a commit that
+// waits for the standby and is cancelled (a query cancel request) is
+// reported as a success with a warning although the standby may not have
+// it: do not configure pgx to send cancel requests on context cancellation
+// (its default closes the connection instead, which is safe).
 //
 // # Failure handling
 //

@@ -1,0 +1,330 @@
+#!/bin/sh
+# failover/env.sh: a pg_auto_failover formation on loopback for pglease's
+# failover tests (go test -tags failover ./failover/): one monitor and two
+# Postgres nodes, a primary and a synchronous standby.
+#
+#   failover/env.sh up            start it (idempotent); prints the client URL
+#   failover/env.sh down          stop everything and remove its directory
+#   failover/env.sh url [DB]      the multi-host client URL of database DB
+#                                 (default $PGLEASE_FAILOVER_DB or
+#                                 pglease_failover, which up does not create)
+#   failover/env.sh state         pg_autoctl show state
+#   failover/env.sh wait-ready [S]  wait (S seconds, default 120) until the
+#                                 monitor sees one primary and one secondary
+#   failover/env.sh primary       the node number (1 or 2) of the primary
+#   failover/env.sh switchover    pg_autoctl perform failover (planned)
+#   failover/env.sh kill-postmaster  SIGKILL the primary's postmaster; its
+#                                 keeper lives on and either restarts it in
+#                                 place or, when the monitor fails over
+#                                 first, rejoins as a secondary by itself
+#                                 (pg_rewind); prints N
+#   failover/env.sh kill-node     SIGKILL the primary's pg_autoctl,
+#                                 postmaster and backends: the machine is
+#                                 gone until start-node N; prints N
+#   failover/env.sh start-node N  (re)start node N's keeper; a killed old
+#                                 primary rejoins as a secondary
+#   failover/env.sh save-logs D   copy pg_autoctl's and Postgres' logs to D
+#   failover/env.sh sync|async    make the standby synchronous (the default)
+#                                 or asynchronous (replication-quorum false)
+#   failover/env.sh stop-sender|cont-sender
+#                                 SIGSTOP/SIGCONT the primary's WAL sender:
+#                                 the standby receives nothing more (a
+#                                 stopped receiver would not do: the WAL
+#                                 already sent waits in its socket buffer)
+#
+# Runs as root: installs postgresql-<major>-auto-failover when pg_autoctl is
+# missing, and runs pg_autoctl and Postgres as user postgres with the
+# server binaries on PATH. Everything lives under $PGLEASE_FAILOVER_DIR
+# (default /tmp/pglease-failover), owned by postgres, including
+# pg_autoctl's configuration, state and pid files (XDG_* point there).
+# Ports: $PGLEASE_FAILOVER_PORT (default 6510) for the monitor, the next two
+# for nodes 1 and 2, all on 127.0.0.1 with trust authentication.
+#
+# The monitor is tuned so that a test goes through several failovers in
+# minutes: health checks every 1 s instead of 5 s, a node unhealthy after
+# 5 s instead of 20 s (pgautofailover.node_considered_unhealthy_timeout),
+# and a dead primary given up on after 10 s instead of 30 s
+# (pgautofailover.primary_demote_timeout). Set
+# PGLEASE_FAILOVER_MONITOR_DEFAULTS=1 to keep pg_auto_failover's defaults.
+# In production keep primary_demote_timeout above the keepers'
+# network_partition_timeout (20 s), so that an isolated primary has demoted
+# itself before its standby is promoted.
+set -eu
+
+DIR=${PGLEASE_FAILOVER_DIR:-/tmp/pglease-failover}
+BASE=${PGLEASE_FAILOVER_PORT:-6510}
+DB=${PGLEASE_FAILOVER_DB:-pglease_failover}
+HOST=127.0.0.1
+MON_PORT=$BASE
+MON_URI="postgres://autoctl_node@$HOST:$MON_PORT/pg_auto_failover?sslmode=disable"
+
+major() { pg_config --version | sed -E 's/[^0-9]*([0-9]+).*/\1/'; }
+BINDIR=${PGLEASE_FAILOVER_PG_BINDIR:-/usr/lib/postgresql/$(major)/bin}
+
+log() { echo "failover/env.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+port_of() { # node number -> port
+	echo $((BASE + $1))
+}
+
+pgdata_of() { # node name (monitor, node1, node2) -> data directory
+	echo "$DIR/$1/pgdata"
+}
+
+# as_pg runs a command as postgres, with a clean environment whose XDG
+# directories keep pg_autoctl's files under $DIR.
+as_pg() {
+	setpriv --reuid=postgres --regid=postgres --init-groups \
+		env -i PATH="$BINDIR:/usr/bin:/bin" HOME="$DIR" LANG=C.UTF-8 \
+		XDG_CONFIG_HOME="$DIR/xdg/config" XDG_DATA_HOME="$DIR/xdg/data" \
+		XDG_RUNTIME_DIR="$DIR/xdg/run" \
+		"$@"
+}
+
+autoctl() { (cd "$DIR" && as_pg pg_autoctl "$@"); }
+
+psql_at() { # port db user sql
+	"$BINDIR/psql" -X -q -At -h "$HOST" -p "$1" -d "$2" -U "$3" -v ON_ERROR_STOP=1 -c "$4"
+}
+
+monitor_sql() { psql_at "$MON_PORT" pg_auto_failover autoctl_node "$1"; }
+
+ensure_installed() {
+	command -v pg_autoctl >/dev/null 2>&1 && return 0
+	[ "$(id -u)" -eq 0 ] || die "pg_autoctl is missing; run as root to install postgresql-$(major)-auto-failover"
+	log "installing postgresql-$(major)-auto-failover"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "postgresql-$(major)-auto-failover" >/dev/null
+}
+
+# alive tells whether the process whose pid is in file $1 runs.
+alive() {
+	[ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+}
+
+# spawn runs pg_autoctl in the background, in a session of its own (so that
+# kill-node can kill the whole process group), logging to $DIR/$name.log.
+spawn() {
+	name=$1
+	shift
+	(cd "$DIR" && exec setsid setpriv --reuid=postgres --regid=postgres --init-groups \
+		env -i PATH="$BINDIR:/usr/bin:/bin" HOME="$DIR" LANG=C.UTF-8 \
+		XDG_CONFIG_HOME="$DIR/xdg/config" XDG_DATA_HOME="$DIR/xdg/data" \
+		XDG_RUNTIME_DIR="$DIR/xdg/run" \
+		pg_autoctl "$@" >>"$DIR/$name.log" 2>&1 </dev/null) &
+	echo $! >"$DIR/$name.pid"
+}
+
+wait_for() { # seconds description command...
+	secs=$1
+	what=$2
+	shift 2
+	end=$(($(date +%s) + secs))
+	until "$@" >/dev/null 2>&1; do
+		[ "$(date +%s)" -lt "$end" ] || die "timed out after ${secs}s waiting for $what (logs in $DIR/*.log)"
+		sleep 0.2
+	done
+}
+
+counts() { # "primaries secondaries" as the monitor sees them, settled
+	monitor_sql "SELECT count(*) FILTER (WHERE reportedstate = 'primary' AND goalstate = 'primary')
+	                 || ' ' ||
+	                    count(*) FILTER (WHERE reportedstate = 'secondary' AND goalstate = 'secondary')
+	               FROM pgautofailover.node"
+}
+
+ready() { [ "$(counts 2>/dev/null)" = "1 1" ]; }
+
+primary_node() {
+	p=$(monitor_sql "SELECT nodeport FROM pgautofailover.node
+	                  WHERE reportedstate = 'primary' AND goalstate = 'primary'")
+	[ -n "$p" ] || die "no primary now: $(counts)"
+	echo $((p - BASE))
+}
+
+secondary_node() {
+	p=$(monitor_sql "SELECT nodeport FROM pgautofailover.node
+	                  WHERE reportedstate = 'secondary' AND goalstate = 'secondary'")
+	[ -n "$p" ] || die "no secondary now: $(counts)"
+	echo $((p - BASE))
+}
+
+# postmaster prints the pid of the postmaster of node name, when one runs.
+postmaster() {
+	f="$(pgdata_of "$1")/postmaster.pid"
+	[ -f "$f" ] || return 0
+	pm=$(head -1 "$f")
+	case $(ps -o args= -p "$pm" 2>/dev/null) in
+	*"-D $(pgdata_of "$1")"*) echo "$pm" ;;
+	esac
+}
+
+running() { alive "$DIR/monitor.pid" && alive "$DIR/node1.pid" && alive "$DIR/node2.pid"; }
+
+url() { # [database]
+	echo "postgres://postgres@$HOST:$(port_of 1),$HOST:$(port_of 2)/${1:-$DB}?target_session_attrs=read-write&sslmode=disable&connect_timeout=2"
+}
+
+start_node() { # n
+	n=$1
+	if alive "$DIR/node$n.pid"; then
+		return 0
+	fi
+	if [ -f "$(pgdata_of "node$n")/PG_VERSION" ]; then
+		spawn "node$n" run --pgdata "$(pgdata_of "node$n")"
+	else
+		spawn "node$n" create postgres --pgdata "$(pgdata_of "node$n")" --pgport "$(port_of "$n")" \
+			--hostname "$HOST" --listen "$HOST" --name "node$n" --auth trust --no-ssl --monitor "$MON_URI" --run
+	fi
+}
+
+up() {
+	ensure_installed
+	if running && ready; then
+		url
+		return 0
+	fi
+	[ ! -e "$DIR" ] || down
+	mkdir -p "$DIR/xdg/config" "$DIR/xdg/data" "$DIR/xdg/run" "$DIR/monitor" "$DIR/node1" "$DIR/node2"
+	chown -R postgres:postgres "$DIR"
+	chmod 700 "$DIR/xdg/run"
+
+	log "starting the monitor on port $MON_PORT"
+	# create monitor has no --listen: create, set it, then run.
+	autoctl create monitor --pgdata "$(pgdata_of monitor)" --pgport "$MON_PORT" \
+		--hostname "$HOST" --auth trust --no-ssl >>"$DIR/monitor.log" 2>&1
+	autoctl config set --pgdata "$(pgdata_of monitor)" postgresql.listen_addresses "$HOST" >/dev/null
+	spawn monitor run --pgdata "$(pgdata_of monitor)"
+	wait_for 60 "the monitor" monitor_sql "SELECT 1"
+	# Declare a node dead after ~5 s rather than 20 s, and promote a standby
+	# 10 s rather than 30 s after its primary stopped answering, unless
+	# PGLEASE_FAILOVER_MONITOR_DEFAULTS is set.
+	[ -n "${PGLEASE_FAILOVER_MONITOR_DEFAULTS:-}" ] ||
+	for setting in health_check_period=1000 health_check_timeout=1000 health_check_max_retries=1 \
+		health_check_retry_delay=500 node_considered_unhealthy_timeout=5000 primary_demote_timeout=10000; do
+		psql_at "$MON_PORT" pg_auto_failover postgres \
+			"ALTER SYSTEM SET pgautofailover.${setting%%=*} = ${setting#*=}" >/dev/null
+	done
+	psql_at "$MON_PORT" pg_auto_failover postgres "SELECT pg_reload_conf()" >/dev/null
+
+	log "starting node 1 on port $(port_of 1)"
+	start_node 1
+	wait_for 60 "node 1 to be the single node" sh -c \
+		"[ \"\$(\"$BINDIR/psql\" -X -At -h $HOST -p $MON_PORT -U autoctl_node -d pg_auto_failover -c \"SELECT reportedstate FROM pgautofailover.node WHERE nodeport = $(port_of 1)\")\" = single ]"
+	log "starting node 2 on port $(port_of 2)"
+	start_node 2
+	wait_ready 120
+	url
+}
+
+wait_ready() {
+	wait_for "${1:-120}" "one primary and one secondary" ready
+}
+
+down() {
+	for name in node2 node1 monitor; do
+		if alive "$DIR/$name.pid"; then
+			pid=$(cat "$DIR/$name.pid")
+			# Ask the keeper to stop Postgres and itself; then kill its
+			# process group (pg_autoctl and the postmaster; the backends
+			# run in sessions of their own and are killed below).
+			autoctl stop --pgdata "$(pgdata_of "$name")" --immediate >/dev/null 2>&1 || true
+			i=0
+			while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do
+				sleep 0.2
+				i=$((i + 1))
+			done
+			/bin/kill -s KILL -- "-$pid" 2>/dev/null || true
+		fi
+		pm=$(postmaster "$name")
+		if [ -n "$pm" ]; then
+			kids=$(ps -o pid= --ppid "$pm" || true)
+			as_pg pg_ctl stop -D "$(pgdata_of "$name")" -m immediate -w -t 10 >/dev/null 2>&1 || true
+			kill -KILL "$pm" $kids 2>/dev/null || true
+		fi
+	done
+	rm -rf "$DIR"
+}
+
+set_mode() { # true (sync) | false (async)
+	# pg_autoctl 2.0 prints spurious "invalid byte sequence" errors from its
+	# get_nodes() call here; the setting is applied all the same (checked
+	# below), so its output goes to the log.
+	for n in 1 2; do
+		autoctl set node replication-quorum "$1" --pgdata "$(pgdata_of "node$n")" >>"$DIR/env.log" 2>&1 ||
+			die "pg_autoctl set node replication-quorum $1 failed on node $n (see $DIR/env.log)"
+	done
+	end=$(($(date +%s) + 60))
+	while :; do
+		ssn="?"
+		if ready; then
+			ssn=$(psql_at "$(port_of "$(primary_node)")" postgres postgres "SHOW synchronous_standby_names" 2>/dev/null || echo "?")
+		fi
+		case "$1:$ssn" in
+		true:ANY*) break ;;
+		false:) break ;;
+		esac
+		[ "$(date +%s)" -lt "$end" ] || die "synchronous_standby_names is '$ssn' after 60s"
+		sleep 0.2
+	done
+	echo "synchronous_standby_names = '$ssn'"
+}
+
+sender_pid() { # the primary's WAL sender to the secondary
+	n=$(primary_node)
+	pid=$(ps -o pid=,args= --ppid "$(postmaster "node$n")" |
+		awk '/walsender/ {print $1}')
+	[ -n "$pid" ] || die "node $n has no WAL sender"
+	echo "$pid"
+}
+
+cmd=${1:-}
+[ $# -eq 0 ] || shift
+case $cmd in
+up) up ;;
+down) down ;;
+url) url "${1:-}" ;;
+state) autoctl show state --pgdata "$(pgdata_of monitor)" ;;
+wait-ready) wait_ready "${1:-120}" ;;
+primary) primary_node ;;
+secondary) secondary_node ;;
+switchover) autoctl perform failover --pgdata "$(pgdata_of monitor)" ;;
+kill-postmaster)
+	n=$(primary_node)
+	pm=$(postmaster "node$n")
+	[ -n "$pm" ] || die "node $n has no postmaster"
+	kill -KILL "$pm"
+	echo "$n"
+	;;
+kill-node)
+	n=$(primary_node)
+	pm=$(postmaster "node$n")
+	[ -n "$pm" ] || die "node $n has no postmaster"
+	# Postgres' children run in sessions of their own: kill them by pid
+	# (a stopped WAL sender would otherwise hold the shared memory and keep
+	# the node from ever starting again).
+	kids=$(ps -o pid= --ppid "$pm" || true)
+	/bin/kill -s KILL -- "-$(cat "$DIR/node$n.pid")" 2>/dev/null || true
+	kill -KILL "$pm" $kids 2>/dev/null || true
+	echo "$n"
+	;;
+start-node) start_node "${1:?node number}" ;;
+save-logs)
+	dest=${1:?destination directory}
+	mkdir -p "$dest"
+	for name in monitor node1 node2; do
+		[ ! -f "$DIR/$name.log" ] || cp "$DIR/$name.log" "$dest/"
+		[ ! -d "$(pgdata_of "$name")/log" ] || cp -r "$(pgdata_of "$name")/log" "$dest/$name-postgres"
+	done
+	[ ! -f "$DIR/env.log" ] || cp "$DIR/env.log" "$dest/"
+	;;
+sync) set_mode true ;;
+async) set_mode false ;;
+stop-sender) kill -STOP "$(sender_pid)" ;;
+cont-sender) kill -CONT "$(sender_pid)" ;;
+*)
+	sed -n '2,/^# Runs as root/p' "$0" | sed '$d' >&2
+	exit 2
+	;;
+esac
