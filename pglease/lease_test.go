@@ -533,3 +533,62 @@ func TestWithFenceStalledTransaction(t *testing.T) {
 	}
 	t.Logf("stalled fenced write refused (%v); takeover %s before the stall ended", err, returned.Sub(at))
 }
+
+// TestAcquireListensAgain: when the listening connection breaks (a
+// failover, a killed backend), a blocked Acquire listens again and still
+// wakes at the release, not at the 30 s expiry.
+func TestAcquireListensAgain(t *testing.T) {
+	if pgtest.ThroughPooler(t) {
+		t.Skip("LISTEN does not reach waiters behind transaction pooling: they wake at expiry instead (docs/compatibility.md)")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	owner := newClient(t, pool, "owner")
+	waiter := newClient(t, pool, "waiter")
+	l := mustAcquire(t, owner, "jobs", 30*time.Second)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, "jobs", 30*time.Second)
+		done <- err
+	}()
+	waitListening(t, pool)
+	var killed bool
+	if err := pool.QueryRow(ctx, `SELECT bool_or(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE '%LISTEN pglease%' AND query NOT LIKE '%UNLISTEN%'`).Scan(&killed); err != nil || !killed {
+		t.Fatalf("terminate the listening backend: %v, %v", killed, err)
+	}
+	// A new listening session appears, then the release is heard.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND query LIKE '%LISTEN pglease%' AND query NOT LIKE '%UNLISTEN%' AND state = 'idle'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter did not listen again within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	released := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		t.Logf("woken %s after the release, on a new LISTEN connection", time.Since(released))
+		if time.Since(released) > 10*time.Second {
+			t.Fatalf("woke %s after the release: at the expiry, not at the release", time.Since(released))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("blocked Acquire not woken 20s after the release")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,7 +41,8 @@ const maxJitter = 20 * time.Millisecond
 // Waiter waits for a release of one lease or slot scope, or for a timeout.
 type Waiter struct {
 	kind, name string
-	hub        *hub          // nil: no notifications, timeouts only
+	pool       *pgxpool.Pool // nil: no notifications, timeouts only
+	hub        *hub          // nil while not listening
 	wake       chan struct{} // buffered 1: a release of kind/name, or the hub broke
 }
 
@@ -50,7 +52,7 @@ type Waiter struct {
 // whether the lease is free, so that a release in between is not missed,
 // and Close the waiter when done.
 func Listen(ctx context.Context, pool *pgxpool.Pool, kind, name string) *Waiter {
-	w := &Waiter{kind: kind, name: name, wake: make(chan struct{}, 1)}
+	w := &Waiter{kind: kind, name: name, pool: pool, wake: make(chan struct{}, 1)}
 	if pool != nil {
 		w.hub = subscribe(ctx, pool, w)
 	}
@@ -59,8 +61,19 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, kind, name string) *Waiter 
 
 // Wait returns after d plus a little jitter, or earlier when a release of
 // the waited-for lease or scope is notified (or notifications broke, which
-// is worth a retry). It returns ctx.Err() unchanged when ctx ends first.
+// is worth a retry). A waiter that is not listening (its connection broke,
+// say in a failover, or could not be opened) listens again first and, when
+// that works, returns at once so that the caller looks again before
+// waiting. It returns ctx.Err() unchanged when ctx ends first.
 func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
+	if w.pool != nil && (w.hub == nil || w.hub.dead.Load()) {
+		if w.hub != nil {
+			w.hub.unsubscribe(w)
+		}
+		if w.hub = subscribe(ctx, w.pool, w); w.hub != nil {
+			return ctx.Err()
+		}
+	}
 	t := time.NewTimer(max(d, 0) + rand.N(maxJitter))
 	defer t.Stop()
 	select {
@@ -88,6 +101,7 @@ type hub struct {
 	conn   *pgx.Conn
 	cancel context.CancelFunc
 	done   chan struct{}
+	dead   atomic.Bool // the connection broke; waiters must listen anew
 
 	mu      sync.Mutex // guards waiters; registryMu is taken first
 	waiters map[*Waiter]struct{}
@@ -202,6 +216,7 @@ func (h *hub) run(ctx context.Context) {
 
 // broken detaches the hub from the registry and wakes all its waiters.
 func (h *hub) broken() {
+	h.dead.Store(true)
 	registryMu.Lock()
 	if registry[h.pool] == h {
 		delete(registry, h.pool)
