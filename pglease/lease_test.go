@@ -165,12 +165,9 @@ func waitState(t *testing.T, c *pglease.Client, name string, state pglease.Lease
 // TestAcquireWokenByRelease: a blocked Acquire wakes on the release NOTIFY,
 // long before the 30 s TTL would let it in.
 func TestAcquireWokenByRelease(t *testing.T) {
-	if pgtest.ThroughPooler(t) {
-		t.Skip("LISTEN does not reach waiters behind transaction pooling: they wake at expiry instead (docs/compatibility.md)")
-	}
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
+	pool := pgtest.NewDirectPool(t)
 	owner := newClient(t, pool, "owner")
 	waiter := newClient(t, pool, "waiter")
 	l := mustAcquire(t, owner, "jobs", 30*time.Second)
@@ -538,12 +535,9 @@ func TestWithFenceStalledTransaction(t *testing.T) {
 // failover, a killed backend), a blocked Acquire listens again and still
 // wakes at the release, not at the 30 s expiry.
 func TestAcquireListensAgain(t *testing.T) {
-	if pgtest.ThroughPooler(t) {
-		t.Skip("LISTEN does not reach waiters behind transaction pooling: they wake at expiry instead (docs/compatibility.md)")
-	}
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
+	pool := pgtest.NewDirectPool(t)
 	owner := newClient(t, pool, "owner")
 	waiter := newClient(t, pool, "waiter")
 	l := mustAcquire(t, owner, "jobs", 30*time.Second)

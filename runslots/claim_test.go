@@ -367,11 +367,8 @@ func TestClaimAll(t *testing.T) {
 // TestClaimAllWokenByRelease: a blocked ClaimAll waits on the scope that
 // refused and wakes at its release.
 func TestClaimAllWokenByRelease(t *testing.T) {
-	if pgtest.ThroughPooler(t) {
-		t.Skip("LISTEN does not reach waiters behind transaction pooling: they wake at expiry instead (docs/compatibility.md)")
-	}
 	t.Parallel()
-	pool := pgtest.NewPool(t)
+	pool := pgtest.NewDirectPool(t)
 	c, other := newClient(t, pool, "c"), newClient(t, pool, "other")
 	waiting := waitingHook(c)
 	blocker := mustClaim(t, other, "b", 1, time.Minute)
@@ -409,11 +406,8 @@ func TestClaimAllWokenByRelease(t *testing.T) {
 // TestClaimWokenByRelease: a blocked Claim wakes on the release NOTIFY,
 // long before the holder's TTL would let it in.
 func TestClaimWokenByRelease(t *testing.T) {
-	if pgtest.ThroughPooler(t) {
-		t.Skip("LISTEN does not reach waiters behind transaction pooling: they wake at expiry instead (docs/compatibility.md)")
-	}
 	t.Parallel()
-	pool := pgtest.NewPool(t)
+	pool := pgtest.NewDirectPool(t)
 	owner, c := newClient(t, pool, "owner"), newClient(t, pool, "waiter")
 	waiting := waitingHook(c)
 	held := mustClaim(t, owner, "jobs", 1, time.Minute)

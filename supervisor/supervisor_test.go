@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
+	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -143,11 +144,8 @@ func TestCompeting(t *testing.T) {
 // TestGracefulHandover: the standby's workload starts within a few tens of
 // milliseconds of the leader's release (NOTIFY path; the TTL is 30 s).
 func TestGracefulHandover(t *testing.T) {
-	if pgtest.ThroughPooler(t) {
-		t.Skip("LISTEN does not reach waiters behind transaction pooling: they wake at expiry instead (docs/compatibility.md)")
-	}
 	t.Parallel()
-	pool := pgtest.NewPool(t)
+	pool := pgtest.NewDirectPool(t)
 	const rounds = 10
 	var latencies []time.Duration
 	for i := range rounds {
@@ -242,23 +240,20 @@ func proxiedPool(t *testing.T, dbURL string) (*pgxpool.Pool, *faultproxy.Proxy) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := fmt.Sprintf("%s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port)
-	if cfg.ConnConfig.Host == "" || cfg.ConnConfig.Host[0] == '/' {
-		t.Fatalf("the fault proxy needs a TCP database URL, got host %q", cfg.ConnConfig.Host)
-	}
-	p, err := faultproxy.New(target)
+	p, err := faultproxy.New(faultproxy.PostgresTarget(cfg.ConnConfig.Host, cfg.ConnConfig.Port))
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatalf("parse %q: %v", dbURL, err)
-	}
-	u.Host = p.Addr()
-	pcfg, err := pgxpool.ParseConfig(u.String())
+	host, port, err := net.SplitHostPort(p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
+	portN, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcfg := cfg.Copy()
+	pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Fallbacks = host, uint16(portN), nil
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatal(err)

@@ -438,10 +438,7 @@ func testRunLeaseLostBlackhole(t *testing.T, c cli) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.HasPrefix(cfg.Host, "/") {
-		t.Skipf("the test server listens on a Unix socket (%s): the fault proxy needs TCP", cfg.Host)
-	}
-	proxy, err := faultproxy.New(net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	proxy, err := faultproxy.New(faultproxy.PostgresTarget(cfg.Host, cfg.Port))
 	if err != nil {
 		t.Fatal(err)
 	}

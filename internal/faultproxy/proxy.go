@@ -5,7 +5,10 @@
 package faultproxy
 
 import (
+	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -22,8 +25,18 @@ type Proxy struct {
 	closed    bool
 }
 
-// New starts a proxy on 127.0.0.1 (random port) that forwards to target
-// ("host:port").
+// PostgresTarget returns the address New dials for a Postgres server at
+// host and port, as pgx parses them: "host:port" over TCP, or the server's
+// socket file when host is a Unix socket directory.
+func PostgresTarget(host string, port uint16) string {
+	if strings.HasPrefix(host, "/") {
+		return fmt.Sprintf("%s/.s.PGSQL.%d", host, port)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
+}
+
+// New starts a proxy on 127.0.0.1 (random port) that forwards to target:
+// "host:port" over TCP, or the path of a Unix socket (starting with "/").
 func New(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -89,7 +102,11 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
+		network := "tcp"
+		if strings.HasPrefix(p.target, "/") {
+			network = "unix"
+		}
+		server, err := net.Dial(network, p.target)
 		if err != nil {
 			client.Close()
 			continue

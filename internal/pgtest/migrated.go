@@ -35,11 +35,25 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	return Pool(t, NewMigrated(t))
 }
 
+// NewDirectPool is NewPool for tests of LISTEN/NOTIFY wake-ups: its
+// connections never go through a connection pooler, since transaction
+// pooling cannot carry a LISTEN (waiters behind one wake at expiry, which
+// other tests cover).
+func NewDirectPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return openPool(t, NewMigrated(t))
+}
+
 // Pool opens a pool on url, closed when the test ends. When the run goes
 // through a connection pooler, the pool connects through it.
 func Pool(t testing.TB, url string) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), clientURL(t, url))
+	return openPool(t, clientURL(t, url))
+}
+
+func openPool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatalf("pgtest: open pool: %v", err)
 	}

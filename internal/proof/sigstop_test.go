@@ -40,7 +40,8 @@ const (
 // TestFaultSIGSTOP freezes a holder process with SIGSTOP past its TTL,
 // lets another holder take the lease over and write under its fence, and
 // resumes the frozen one. The helper process is this test binary running
-// TestHelperHolder; it reports on stdout each fenced write it attempts,
+// this test with PGLEASE_PROOF_HELPER_URL set, which makes it the holder
+// (helperHolder) instead; it reports on stdout each fenced write it attempts,
 // with the wall-clock times it began and ended.
 //
 // raw: the helper holds the lease with TryAcquire and Renew and writes in a
@@ -55,6 +56,10 @@ const (
 // In both, the server's log must hold no write under the frozen fence
 // after the takeover (in commit order).
 func TestFaultSIGSTOP(t *testing.T) {
+	if dbURL := os.Getenv(envHelperURL); dbURL != "" {
+		helperHolder(t, dbURL)
+		return
+	}
 	for _, mode := range []string{"raw", "supervised", "mid-write"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
@@ -76,7 +81,7 @@ func testSIGSTOP(t *testing.T, mode string) {
 	installAudit(t, dbURL)
 	pool := openPool(t, dbURL, 2, "pglease-proof-taker")
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFaultSIGSTOP$", "-test.count=1")
 	cmd.Env = append(os.Environ(), envHelperURL+"="+dbURL, envHelperMode+"="+mode)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -377,14 +382,10 @@ func parseHelperLine(s string) (helperLine, bool) {
 	return l, true
 }
 
-// TestHelperHolder is the holder process of TestFaultSIGSTOP; it does
-// nothing unless PGLEASE_PROOF_HELPER_URL is set. It holds lease "frozen"
-// and makes fenced writes until its stdin closes, reporting on stdout.
-func TestHelperHolder(t *testing.T) {
-	dbURL := os.Getenv(envHelperURL)
-	if dbURL == "" {
-		t.Skip("the helper process of TestFaultSIGSTOP")
-	}
+// helperHolder is the holder process of TestFaultSIGSTOP, run when
+// PGLEASE_PROOF_HELPER_URL is set. It holds lease "frozen" and makes fenced
+// writes until its stdin closes, reporting on stdout.
+func helperHolder(t *testing.T, dbURL string) {
 	pool := openPool(t, dbURL, 4, helperApp)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
