@@ -69,12 +69,14 @@ func withFence(ctx context.Context, database Beginner, name string, fence int64,
 	}()
 	q := db.New(tx)
 	if idleTimeout > 0 {
-		ms := strconv.FormatInt(max(idleTimeout.Milliseconds(), 1), 10)
-		if err := q.TxIdleTimeoutSet(ctx, ms); err != nil {
-			return interpretError(ctx, err)
-		}
+		// One round trip: the check and the transaction's idle timeout.
+		err = q.LeaseAssertHeldIdleTimeout(ctx, db.LeaseAssertHeldIdleTimeoutParams{
+			Name: name, Fence: fence, Timeout: strconv.FormatInt(max(idleTimeout.Milliseconds(), 1), 10),
+		})
+	} else {
+		err = q.LeaseAssertHeld(ctx, db.LeaseAssertHeldParams{Name: name, Fence: fence})
 	}
-	if err := q.LeaseAssertHeld(ctx, db.LeaseAssertHeldParams{Name: name, Fence: fence}); err != nil {
+	if err != nil {
 		return interpretError(ctx, err)
 	}
 	if err := fn(tx); err != nil {

@@ -105,6 +105,22 @@ func (q *Queries) LeaseAssertHeld(ctx context.Context, arg LeaseAssertHeldParams
 	return err
 }
 
+const leaseAssertHeldIdleTimeout = `-- name: LeaseAssertHeldIdleTimeout :exec
+SELECT pglease.assert_held($1, $2),
+       set_config('idle_in_transaction_session_timeout', $3::text, true)
+`
+
+type LeaseAssertHeldIdleTimeoutParams struct {
+	Name    string
+	Fence   int64
+	Timeout string
+}
+
+func (q *Queries) LeaseAssertHeldIdleTimeout(ctx context.Context, arg LeaseAssertHeldIdleTimeoutParams) error {
+	_, err := q.db.Exec(ctx, leaseAssertHeldIdleTimeout, arg.Name, arg.Fence, arg.Timeout)
+	return err
+}
+
 const leaseForceRelease = `-- name: LeaseForceRelease :one
 SELECT r.released::boolean AS released, r.holder, r.fence
 FROM pglease.force_release($1) AS r
@@ -256,14 +272,5 @@ UNLISTEN pglease
 
 func (q *Queries) NotifyUnlisten(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, notifyUnlisten)
-	return err
-}
-
-const txIdleTimeoutSet = `-- name: TxIdleTimeoutSet :exec
-SELECT set_config('idle_in_transaction_session_timeout', $1::text, true)
-`
-
-func (q *Queries) TxIdleTimeoutSet(ctx context.Context, timeout string) error {
-	_, err := q.db.Exec(ctx, txIdleTimeoutSet, timeout)
 	return err
 }

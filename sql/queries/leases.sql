@@ -45,5 +45,6 @@ LISTEN pglease;
 -- name: NotifyUnlisten :exec
 UNLISTEN pglease;
 
--- name: TxIdleTimeoutSet :exec
-SELECT set_config('idle_in_transaction_session_timeout', @timeout::text, true);
+-- name: LeaseAssertHeldIdleTimeout :exec
+SELECT pglease.assert_held(@name, @fence),
+       set_config('idle_in_transaction_session_timeout', @timeout::text, true);
