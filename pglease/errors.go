@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pglease/pglease/internal/pgerr"
 )
 
 // Sentinel errors, matched with errors.Is.
@@ -51,36 +51,12 @@ func (e *HeldError) Error() string {
 // Is reports whether target is ErrLeaseHeld.
 func (e *HeldError) Is(target error) bool { return target == ErrLeaseHeld }
 
-// SQLSTATEs raised by the pglease SQL functions.
-const (
-	sqlstateNotHeld      = "PGL01" // pglease.assert_held: fence not current
-	sqlstateNullValue    = "22004" // NULL argument
-	sqlstateInvalidParam = "22023" // argument out of range
-	sqlstateBadEncoding  = "22021" // text not valid in the database encoding
-)
+// errs maps the SQL functions' errors to this package's sentinels.
+var errs = pgerr.Sentinels{Prefix: "pglease", Invalid: ErrInvalidArgument, Lost: ErrLeaseLost}
 
 // interpretError maps errors from the generated queries to the package's
-// errors. It returns ctx.Err() unchanged when ctx has ended, so callers can
-// compare against context.Canceled and context.DeadlineExceeded.
-func interpretError(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		switch pgErr.Code {
-		case sqlstateNotHeld:
-			return fmt.Errorf("%w: %w", ErrLeaseLost, pgErr)
-		case sqlstateNullValue, sqlstateInvalidParam, sqlstateBadEncoding:
-			return fmt.Errorf("%w: %w", ErrInvalidArgument, pgErr)
-		case "3F000", "42883":
-			return fmt.Errorf("pglease: schema pglease or its functions are missing; apply the migrations (pglease.Migrate, or `pglease migrate up`): %w", err)
-		}
-	}
-	return fmt.Errorf("pglease: %w", err)
-}
+// errors, and returns ctx.Err() unchanged when ctx has ended.
+func interpretError(ctx context.Context, err error) error { return errs.Interpret(ctx, err) }
 
 // invalidf returns an ErrInvalidArgument error with a message.
 func invalidf(format string, args ...any) error {

@@ -7,8 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
+	"github.com/pglease/pglease/internal/pgerr"
 	"github.com/pglease/pglease/pglease"
 )
 
@@ -100,36 +99,9 @@ func (e *lostError) Unwrap() []error {
 	return errs
 }
 
-// SQLSTATEs that interpretError maps.
-const (
-	sqlstateNullValue        = "22004" // NULL argument
-	sqlstateInvalidParam     = "22023" // argument out of range
-	sqlstateBadEncoding      = "22021" // text not valid in the database encoding
-	sqlstateInvalidSchema    = "3F000" // schema pglease missing
-	sqlstateUndefinedFunc    = "42883" // a pglease function missing
-	sqlstateUndefinedTable   = "42P01" // a pglease view missing
-	sqlstateInsufficientPriv = "42501"
-)
+// errs maps the SQL functions' errors to this package's sentinels.
+var errs = pgerr.Sentinels{Prefix: "runslots", Invalid: pglease.ErrInvalidArgument, Lost: ErrSlotLost}
 
 // interpretError maps errors from the generated queries to the package's
-// errors. It returns ctx.Err() unchanged when ctx has ended, so callers can
-// compare against context.Canceled and context.DeadlineExceeded.
-func interpretError(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		switch pgErr.Code {
-		case sqlstateNullValue, sqlstateInvalidParam, sqlstateBadEncoding:
-			return fmt.Errorf("%w: %w", pglease.ErrInvalidArgument, pgErr)
-		case sqlstateInvalidSchema, sqlstateUndefinedFunc, sqlstateUndefinedTable:
-			return fmt.Errorf("runslots: schema pglease or its functions are missing; apply the migrations (pglease.Migrate, or `pglease migrate up`): %w", err)
-		case sqlstateInsufficientPriv:
-			return fmt.Errorf("runslots: permission denied; grant role pglease_client to the connecting role: %w", err)
-		}
-	}
-	return fmt.Errorf("runslots: %w", err)
-}
+// errors, and returns ctx.Err() unchanged when ctx has ended.
+func interpretError(ctx context.Context, err error) error { return errs.Interpret(ctx, err) }
