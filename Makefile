@@ -4,14 +4,13 @@ GO        ?= go
 SQLC      := $(GO) tool -modfile=tools/go.mod sqlc
 PKGS      := ./...
 PG_CONFIG ?= pg_config
-EXT_DIR   := build/extension
 PG_MAJORS ?= 13 14 15 16 17 18
 FUZZTIME  ?= 30s
 FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 
 .DEFAULT_GOAL := help
 .PHONY: help demo generate verify lint lint-go lint-sql test test-race test-isolation deps \
-	extension install-extension test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover
+	install-extension test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -23,14 +22,12 @@ demo: ## Run the demo: migrations, three supervised instances, a crash, a handov
 deps: ## Install the Debian packages the checks need (plpgsql_check, pgbouncer)
 	./scripts/install-deps.sh
 
-generate: ## Regenerate migrations/ from sql/ and internal/db/ from sql/queries/
-	./scripts/gen-migrations.sh
+generate: ## Regenerate the head upgrade (migrations/, extension/) from sql/, and internal/db/ from sql/queries/
+	./scripts/gen-schema.sh
 	$(SQLC) generate
 
-verify: ## Fail when generated files (migrations, internal/db) are stale
-	@tmp=$$(mktemp -d) && ./scripts/gen-migrations.sh $$tmp && \
-		diff -ru --exclude=embed.go $$tmp migrations || \
-		{ echo "verify: migrations/ is stale: run make generate" >&2; rm -rf $$tmp; exit 1; }; rm -rf $$tmp
+verify: ## Fail when a released file changed or a generated one (migrations, extension, internal/db) is stale
+	./scripts/verify-schema.sh
 	$(SQLC) diff || { echo "verify: internal/db is stale: run make generate" >&2; exit 1; }
 
 lint: lint-go lint-sql ## Run every linter
@@ -53,13 +50,10 @@ test-race: test ## Same as test: the suite always runs with -race
 test-isolation: ## Interleaving specs of the SQL functions (Postgres' isolation tester)
 	./scripts/test-isolation.sh
 
-extension: ## Generate the PostgreSQL extension (pglease.control, pglease--VERSION.sql) into build/extension/
-	./scripts/gen-extension.sh $(EXT_DIR)
-
-install-extension: extension ## Install the extension into $(pg_config --sharedir)/extension (needs write access there)
+install-extension: ## Install the extension (extension/) into $(pg_config --sharedir)/extension (needs write access there)
 	@dir="$$($(PG_CONFIG) --sharedir)/extension"; \
 	if [ ! -w "$$dir" ]; then echo "install-extension: cannot write $$dir: run as a user who can (sudo make install-extension), or set PG_CONFIG" >&2; exit 1; fi; \
-	install -m 0644 $(EXT_DIR)/pglease.control $(EXT_DIR)/pglease--*.sql "$$dir/" && echo "installed pglease into $$dir"
+	install -m 0644 extension/pglease.control extension/pglease--*.sql "$$dir/" && echo "installed pglease into $$dir"
 
 test-extension: install-extension ## Run the SQL contract tests against CREATE EXTENSION pglease instead of the migrations
 	PGLEASE_TEST_SCHEMA=extension $(GO) test -race -count=1 ./internal/contract/

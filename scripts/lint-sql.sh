@@ -18,7 +18,7 @@ if ! psql -X -q -v ON_ERROR_STOP=1 -d "$scratch" -c 'CREATE EXTENSION plpgsql_ch
     echo "  Debian: apt-get install postgresql-\$(pg_config --version | sed -E 's/[^0-9]*([0-9]+).*/\1/')-plpgsql-check (scripts/install-deps.sh does it)" >&2
     exit 1
 fi
-psql -X -q -v ON_ERROR_STOP=1 -d "$scratch" -f migrations/000001_pglease.up.sql >/dev/null
+for f in migrations/*.up.sql; do psql -X -q -v ON_ERROR_STOP=1 -d "$scratch" -f "$f" >/dev/null; done
 
 report=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$scratch" <<'SQL'
 SELECT p.oid::regprocedure || ': line ' || coalesce(c.lineno::text, '?') || ': '

@@ -12,7 +12,7 @@
 # Server: PGLEASE_TEST_DATABASE_URL (a libpq URL or connection string to a
 # database whose user may CREATE DATABASE), else the local server
 # postgres://postgres@127.0.0.1:5432/postgres. A scratch database is created
-# there, migrations/000001_pglease.up.sql applied to it, and it is dropped at
+# there, every migration in migrations/ applied to it, and it is dropped at
 # the end.
 #
 # Tester: PG_ISOLATION_REGRESS when set, else the one of the server's major
@@ -136,9 +136,11 @@ ssl=$(printf '%s' "$admin" | sed -n -E 's#.*sslmode=([a-z-]+).*#\1#p')
 [ -n "$ssl" ] && export PGSSLMODE="$ssl"
 unset PGDATABASE PGSERVICE 2>/dev/null || true
 
-psql -X -q -v ON_ERROR_STOP=1 -h "$host" -p "$port" -U "$user" -d "$db" \
-    -f migrations/000001_pglease.up.sql >/dev/null ||
-    die "cannot apply migrations/000001_pglease.up.sql to $db"
+for f in migrations/*.up.sql; do
+    psql -X -q -v ON_ERROR_STOP=1 -h "$host" -p "$port" -U "$user" -d "$db" \
+        -f "$f" >/dev/null ||
+        die "cannot apply $f to $db"
+done
 if [ -n "${PGLEASE_ISOLATION_EXTRA_SQL:-}" ]; then
     echo "test-isolation: applying $PGLEASE_ISOLATION_EXTRA_SQL after the migration" >&2
     psql -X -q -v ON_ERROR_STOP=1 -h "$host" -p "$port" -U "$user" -d "$db" \

@@ -186,11 +186,11 @@ func TestMigrationsBesideAppHistory(t *testing.T) {
 	if got := appSnapshot(t, pool); got != app {
 		t.Fatalf("application tables after up:\ngot  %s\nwant %s", got, app)
 	}
-	if got, want := pgleaseHistory(t, pool), []migrationRow{{1, false}}; !slices.Equal(got, want) {
+	if got, want := pgleaseHistory(t, pool), []migrationRow{{int64(schema.Latest()), false}}; !slices.Equal(got, want) {
 		t.Fatalf("%s after up: got %v, want %v", schema.TableName, got, want)
 	}
-	if v, dirty, err := schema.Version(ctx, url); err != nil || v != 1 || dirty {
-		t.Fatalf("schema.Version after up: got %d, %v, %v, want 1, false, nil", v, dirty, err)
+	if v, dirty, err := schema.Version(ctx, url); err != nil || v != schema.Latest() || dirty {
+		t.Fatalf("schema.Version after up: got %d, %v, %v, want %d, false, nil", v, dirty, err, schema.Latest())
 	}
 	requireMigrationsTableOnly(t, "up, outside schema pglease", withoutPglease(fresh), withoutPglease(catalogSnapshot(t, pool)))
 	mustAcquire(t, pool, "after-up", "h", time.Minute, 1)
@@ -306,17 +306,17 @@ func TestMigrateCLI(t *testing.T) {
 	}
 
 	migrate("up")
-	if got, want := pgleaseHistory(t, pool), []migrationRow{{1, false}}; !slices.Equal(got, want) {
+	if got, want := pgleaseHistory(t, pool), []migrationRow{{int64(schema.Latest()), false}}; !slices.Equal(got, want) {
 		t.Fatalf("%s after migrate up: got %v, want %v", schema.TableName, got, want)
 	}
 	if got := appSnapshot(t, pool); got != app {
 		t.Fatalf("application tables after migrate up:\ngot  %s\nwant %s", got, app)
 	}
-	if out := migrate("version"); strings.TrimSpace(out) != "1" {
-		t.Fatalf("migrate version: got %q, want 1", out)
+	if out, want := migrate("version"), strconv.Itoa(int(schema.Latest())); strings.TrimSpace(out) != want {
+		t.Fatalf("migrate version: got %q, want %s", out, want)
 	}
-	if v, dirty, err := schema.Version(ctx, url); err != nil || v != 1 || dirty {
-		t.Fatalf("schema.Version after migrate up: got %d, %v, %v, want 1, false, nil", v, dirty, err)
+	if v, dirty, err := schema.Version(ctx, url); err != nil || v != schema.Latest() || dirty {
+		t.Fatalf("schema.Version after migrate up: got %d, %v, %v, want %d, false, nil", v, dirty, err, schema.Latest())
 	}
 	mustAcquire(t, pool, "cli", "h", time.Minute, 1)
 	if r := renew(t, pool, "cli", "h", 1, time.Minute); !r.Renewed {

@@ -10,6 +10,15 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// pglease: fences of purged rows never come back; change only through the pglease functions
+type PgleaseFenceFloor struct {
+	ID         bool
+	LeaseFence int64
+	SlotFence  int64
+	Purged     int64
+	LastPurge  *time.Time
+}
+
 // pglease leases; change only through the pglease functions
 type PgleaseLease struct {
 	Name       string

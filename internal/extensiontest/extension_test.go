@@ -25,8 +25,12 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// version is the extension version scripts/gen-extension.sh writes.
-const version = "0.1.0"
+// version is the head extension version (sql/versions), and released the
+// one before it.
+const (
+	version  = "0.2.0"
+	released = "0.1.0"
+)
 
 // callTimeout bounds each database call.
 const callTimeout = 30 * time.Second
@@ -70,16 +74,14 @@ func connect(t *testing.T, url string) *pgx.Conn {
 	return conn
 }
 
-// install generates the extension and installs it into the test server's
-// extension directory, then checks that the server sees it.
+// install copies the extension's files (extension/ in the repository) into
+// the test server's extension directory, then checks that the server sees
+// them.
 func install(t *testing.T) {
 	t.Helper()
-	root := repoRoot(t)
-	out := t.TempDir()
-	gen := exec.CommandContext(t.Context(), "sh", filepath.Join(root, "scripts", "gen-extension.sh"), out)
-	gen.Dir = root
-	if b, err := gen.CombinedOutput(); err != nil {
-		t.Fatalf("scripts/gen-extension.sh: %v\n%s", err, b)
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "extension", "pglease*"))
+	if err != nil || len(files) < 3 {
+		t.Fatalf("extension/ holds %q (%v), want pglease.control and its scripts", files, err)
 	}
 
 	admin := connect(t, pgtest.AdminURL(t))
@@ -88,11 +90,12 @@ func install(t *testing.T) {
 		t.Fatalf("the extension directory %s of %s is not on this machine (%v): "+
 			"the extension test needs a server installed here (not a container or a remote server)", dir, pgtest.Source(t), err)
 	}
-	for _, name := range []string{"pglease.control", "pglease--" + version + ".sql"} {
-		b, err := os.ReadFile(filepath.Join(out, name))
+	for _, file := range files {
+		b, err := os.ReadFile(file)
 		if err != nil {
-			t.Fatalf("generated %s: %v", name, err)
+			t.Fatal(err)
 		}
+		name := filepath.Base(file)
 		// Write beside the target and rename: a CREATE EXTENSION running
 		// elsewhere never reads half a file.
 		tmp, err := os.CreateTemp(dir, ".pglease-install-*")
@@ -111,7 +114,7 @@ func install(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	var got string
-	err := admin.QueryRow(ctx, `SELECT default_version FROM pg_catalog.pg_available_extensions WHERE name = 'pglease'`).Scan(&got)
+	err = admin.QueryRow(ctx, `SELECT default_version FROM pg_catalog.pg_available_extensions WHERE name = 'pglease'`).Scan(&got)
 	if err != nil || got != version {
 		t.Fatalf("after installing into %s, %s offers extension pglease version %q (%v), want %q: does the server read another SHAREDIR?",
 			dir, pgtest.Source(t), got, err, version)
@@ -181,7 +184,7 @@ func TestExtension(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"pglease.leases", "pglease.slot_scopes", "pglease.slots"}
+		want := []string{"pglease.fence_floor", "pglease.leases", "pglease.slot_scopes", "pglease.slots"}
 		if ver != version || schema != "pglease" || !slices.Equal(config, want) {
 			t.Fatalf("pg_extension: got version %q, schema %q, dumped tables %q; want %q, pglease, %q", ver, schema, config, version, want)
 		}
@@ -217,23 +220,26 @@ func TestExtension(t *testing.T) {
 		}
 		migrated := connect(t, murl)
 		ext, mig := catalog(t, conn), catalog(t, migrated)
-		if !slices.Equal(ext, mig) {
-			var b strings.Builder
-			for _, l := range ext {
-				if !slices.Contains(mig, l) {
-					fmt.Fprintf(&b, "\n  only in the extension: %s", l)
-				}
-			}
-			for _, l := range mig {
-				if !slices.Contains(ext, l) {
-					fmt.Fprintf(&b, "\n  only in the migrations: %s", l)
-				}
-			}
-			t.Fatalf("schema pglease differs between CREATE EXTENSION and the migrations:%s", b.String())
-		}
+		requireSameCatalog(t, "CREATE EXTENSION pglease", ext, "the migrations", mig)
 		if len(ext) < 20 {
 			t.Fatalf("schema pglease lists %d objects, want the whole schema:\n%s", len(ext), strings.Join(ext, "\n"))
 		}
+	})
+
+	t.Run("updated from the release equals a fresh install", func(t *testing.T) {
+		fresh := catalog(t, conn)
+		uurl := pgtest.NewDatabase(t)
+		up := connect(t, uurl)
+		mustExec(ctx, t, up, "CREATE EXTENSION pglease VERSION '"+released+"'")
+		old := catalog(t, up)
+		mustExec(ctx, t, up, "ALTER EXTENSION pglease UPDATE")
+		requireSameCatalog(t, "CREATE EXTENSION pglease", fresh, "ALTER EXTENSION pglease UPDATE from "+released, catalog(t, up))
+
+		// Down to the release and up again.
+		mustExec(ctx, t, up, "ALTER EXTENSION pglease UPDATE TO '"+released+"'")
+		requireSameCatalog(t, "CREATE EXTENSION pglease VERSION '"+released+"'", old, "ALTER EXTENSION pglease UPDATE TO '"+released+"'", catalog(t, up))
+		mustExec(ctx, t, up, "ALTER EXTENSION pglease UPDATE")
+		requireSameCatalog(t, "CREATE EXTENSION pglease", fresh, "ALTER EXTENSION pglease UPDATE again", catalog(t, up))
 	})
 
 	t.Run("leases and slots work", func(t *testing.T) {
@@ -334,6 +340,34 @@ func TestExtension(t *testing.T) {
 			t.Fatalf("DROP SCHEMA pglease after DROP EXTENSION: %v", err)
 		}
 	})
+}
+
+func mustExec(ctx context.Context, t *testing.T, conn *pgx.Conn, sql string) {
+	t.Helper()
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// requireSameCatalog fails the test, listing the differences, unless the
+// catalogs a and b (described by aName and bName) are equal.
+func requireSameCatalog(t *testing.T, aName string, a []string, bName string, b []string) {
+	t.Helper()
+	if slices.Equal(a, b) {
+		return
+	}
+	var msg strings.Builder
+	for _, l := range a {
+		if !slices.Contains(b, l) {
+			fmt.Fprintf(&msg, "\n  only after %s: %s", aName, l)
+		}
+	}
+	for _, l := range b {
+		if !slices.Contains(a, l) {
+			fmt.Fprintf(&msg, "\n  only after %s: %s", bName, l)
+		}
+	}
+	t.Fatalf("schema pglease differs:%s", msg.String())
 }
 
 func fenceOf(l *pglease.Lease) int64 {

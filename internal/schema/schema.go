@@ -8,6 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
@@ -28,6 +31,31 @@ const TableName = "pglease_schema_migrations"
 // no-op.
 func Up(ctx context.Context, connString string) error {
 	return run(ctx, connString, func(m *migrate.Migrate) error { return m.Up() })
+}
+
+// Goto migrates up or down to version, one migration at a time, each in its
+// own transaction. Version 0 removes the pglease schema.
+func Goto(ctx context.Context, connString string, version uint) error {
+	if version > Latest() {
+		return fmt.Errorf("pglease: no migration %d: the newest this build knows is %d", version, Latest())
+	}
+	if version == 0 {
+		return Down(ctx, connString)
+	}
+	return run(ctx, connString, func(m *migrate.Migrate) error { return m.Migrate(version) })
+}
+
+// Latest returns the newest migration version this build embeds.
+func Latest() uint {
+	var latest uint
+	names, _ := fs.Glob(migrations.FS, "*.up.sql") // the pattern is valid
+	for _, name := range names {
+		num, _, _ := strings.Cut(name, "_")
+		if v, err := strconv.ParseUint(num, 10, 32); err == nil {
+			latest = max(latest, uint(v))
+		}
+	}
+	return latest
 }
 
 // Down reverts every applied migration, removing the pglease schema.

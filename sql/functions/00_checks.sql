@@ -7,7 +7,7 @@
 --   SQLSTATE 22023 (invalid_parameter_value) for a value out of range.
 
 -- _check_text: p_value must be 1 to 256 bytes long.
-CREATE FUNCTION pglease._check_text(p_func text, p_arg text, p_value text)
+CREATE OR REPLACE FUNCTION pglease._check_text(p_func text, p_arg text, p_value text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -30,7 +30,7 @@ $$;
 -- _check_ttl: p_ttl must be more than zero and at most 24 hours. Returns it
 -- as a plain number of seconds, so that adding it to a timestamp never
 -- depends on calendar days or months (DST-safe).
-CREATE FUNCTION pglease._check_ttl(p_func text, p_ttl interval)
+CREATE OR REPLACE FUNCTION pglease._check_ttl(p_func text, p_ttl interval)
 RETURNS interval
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -55,7 +55,7 @@ END
 $$;
 
 -- _check_fence: p_fence must be zero or more (fences start at 1).
-CREATE FUNCTION pglease._check_fence(p_func text, p_fence bigint)
+CREATE OR REPLACE FUNCTION pglease._check_fence(p_func text, p_fence bigint)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -75,7 +75,7 @@ END
 $$;
 
 -- _check_int: p_value must be between p_min and p_max (slot numbers, capacities).
-CREATE FUNCTION pglease._check_int(p_func text, p_arg text, p_value integer,
+CREATE OR REPLACE FUNCTION pglease._check_int(p_func text, p_arg text, p_value integer,
                                    p_min integer, p_max integer)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -108,7 +108,7 @@ $$;
 
 -- _wait_lock(p_kind, p_name): takes the shared advisory lock of a lease or
 -- scope until the caller's transaction ends.
-CREATE FUNCTION pglease._wait_lock(p_kind text, p_name text)
+CREATE OR REPLACE FUNCTION pglease._wait_lock(p_kind text, p_name text)
 RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -120,7 +120,7 @@ $$;
 -- _wait_register(p_kind, p_name, p_until): records a waiter for a release
 -- of p_name until p_until. Writes only when no registration lasts that
 -- long yet, so waiters of a busy lease rarely contend.
-CREATE FUNCTION pglease._wait_register(p_kind text, p_name text, p_until timestamptz)
+CREATE OR REPLACE FUNCTION pglease._wait_register(p_kind text, p_name text, p_until timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -142,7 +142,7 @@ $$;
 -- "released", "name": <lease name or slot scope>, "slot": <slot or null>,
 -- "fence": <the ended tenure's fence>, "holder": <its holder>}. Delivered
 -- when the caller's transaction commits.
-CREATE FUNCTION pglease._wake(p_kind text, p_name text, p_slot integer,
+CREATE OR REPLACE FUNCTION pglease._wake(p_kind text, p_name text, p_slot integer,
                               p_fence bigint, p_holder text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE

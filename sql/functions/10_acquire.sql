@@ -4,7 +4,8 @@
 -- not the caller's transaction start).
 -- Returns one row:
 --   * lease free, released or expired: acquired = true, a new tenure with
---     fence = previous fence + 1 (1 for a new name), expires_at = now + p_ttl.
+--     fence = previous fence + 1 (for a new or purged name: one more than
+--     the fence floor, see pglease.purge), expires_at = now + p_ttl.
 --   * lease live and held by p_holder: acquired = true, same fence (a retry
 --     after a lost reply is the same tenure), expires_at re-pinned to now + p_ttl.
 --   * lease live and held by another holder: acquired = false, and holder,
@@ -18,7 +19,7 @@
 -- It takes the lease's advisory wait lock shared (waiting for a release in
 -- flight to commit), so its registration and a release cannot miss each
 -- other.
-CREATE FUNCTION pglease.acquire(
+CREATE OR REPLACE FUNCTION pglease.acquire(
     p_name text, p_holder text, p_ttl interval,
     OUT acquired boolean, OUT fence bigint, OUT holder text,
     OUT expires_at timestamptz, OUT expires_in interval)
@@ -28,6 +29,7 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_ttl interval;
+    v_floor bigint;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -69,12 +71,23 @@ BEGIN
         FROM pglease.leases AS l
         WHERE l.name = p_name;
         IF NOT FOUND THEN
+            -- A new row starts above the fence floor (see pglease.purge).
             INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at)
-            VALUES (p_name, p_holder, 1, v_now, v_now + v_ttl)
-            ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING;
+            VALUES (p_name, p_holder,
+                    coalesce((SELECT f.lease_fence FROM pglease.fence_floor AS f), 0) + 1,
+                    v_now, v_now + v_ttl)
+            ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
+            RETURNING l.fence INTO fence;
             IF FOUND THEN
+                -- The insert may have waited for a purge of this very name
+                -- to commit, after it read the floor: read it again, now
+                -- that the purge is visible, and stay above it.
+                SELECT f.lease_fence INTO v_floor FROM pglease.fence_floor AS f;
+                IF v_floor >= fence THEN
+                    fence := v_floor + 1;
+                    UPDATE pglease.leases AS l SET fence = v_floor + 1 WHERE l.name = p_name;
+                END IF;
                 acquired := true;
-                fence := 1;
                 holder := p_holder;
                 expires_at := v_now + v_ttl;
                 expires_in := v_ttl;

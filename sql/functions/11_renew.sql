@@ -9,7 +9,7 @@
 -- Time is the server clock read once when the call starts.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder, TTL or a
 -- negative fence; nothing is changed then.
-CREATE FUNCTION pglease.renew(
+CREATE OR REPLACE FUNCTION pglease.renew(
     p_name text, p_holder text, p_fence bigint, p_ttl interval,
     OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER

@@ -9,7 +9,7 @@
 -- go backwards, also across release.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder or a negative
 -- fence; nothing is changed then.
-CREATE FUNCTION pglease.release(
+CREATE OR REPLACE FUNCTION pglease.release(
     p_name text, p_holder text, p_fence bigint,
     OUT released boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER

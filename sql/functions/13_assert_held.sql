@@ -14,7 +14,7 @@
 -- another fence (the message says which); 22004 for NULL arguments, 22023
 -- for a bad name or a negative fence. Outside a transaction block the lock is
 -- released at once, which makes the check useless: always wrap it.
-CREATE FUNCTION pglease.assert_held(p_name text, p_fence bigint)
+CREATE OR REPLACE FUNCTION pglease.assert_held(p_name text, p_fence bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp

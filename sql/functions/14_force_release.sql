@@ -7,7 +7,7 @@
 -- holder gets fence + 1 and the old holder's fenced writes are refused.
 -- Wakes waiters like pglease.release. Not granted to pglease_client: run it
 -- as the schema owner or grant it to an operators' role.
-CREATE FUNCTION pglease.force_release(
+CREATE OR REPLACE FUNCTION pglease.force_release(
     p_name text,
     OUT released boolean, OUT holder text, OUT fence bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER

@@ -3,7 +3,7 @@
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
 -- lock, so counting live holders and taking a slot cannot interleave.
-CREATE FUNCTION pglease._scope_lock(p_scope text)
+CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -25,9 +25,9 @@ $$;
 -- already has a live slot gets it back, re-pinned to p_now + p_ttl (same
 -- fence). Otherwise a claim succeeds only while fewer than
 -- p_capacity holders are live; it reuses the longest-free slot numbered up to
--- p_capacity (fence + 1), else creates the next slot number (fence 1).
+-- p_capacity (fence + 1), else creates the next slot number (fence floor + 1, see pglease.purge).
 -- Cost grows with the number of live holders, never with p_capacity.
-CREATE FUNCTION pglease._slot_claim_locked(
+CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer,
     p_now timestamptz, p_ttl interval,
     OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
@@ -80,8 +80,13 @@ BEGIN
             SELECT coalesce(max(s.slot), 0) + 1 INTO slot
             FROM pglease.slots AS s WHERE s.scope = p_scope;
             IF slot <= p_capacity THEN
+                -- A new slot starts above the fence floor (see
+                -- pglease.purge, which takes the scope lock we hold, so
+                -- this statement sees the floor of any purge of the scope).
                 INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at)
-                VALUES (p_scope, slot, p_holder, 1, p_now, p_now + p_ttl)
+                VALUES (p_scope, slot, p_holder,
+                        coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
+                        p_now, p_now + p_ttl)
                 ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
                 RETURNING s.fence INTO fence;
             END IF;

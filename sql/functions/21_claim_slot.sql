@@ -19,7 +19,7 @@
 -- trip; its cost grows with live holders, not with p_capacity.
 -- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
 -- capacity not in 1..1000000, a TTL not in (0, 24 hours]; nothing changes then.
-CREATE FUNCTION pglease.claim_slot(
+CREATE OR REPLACE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval,
     OUT claimed boolean, OUT slot integer, OUT fence bigint,
     OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,

@@ -18,7 +18,7 @@
 -- Raises 22004 for NULL arrays, elements or arguments; 22023 for arrays of
 -- different lengths, empty or longer than 64, duplicate scopes, or an element
 -- out of claim_slot's ranges; nothing changes then.
-CREATE FUNCTION pglease.claim_slots(
+CREATE OR REPLACE FUNCTION pglease.claim_slots(
     p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval,
     OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
     OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,

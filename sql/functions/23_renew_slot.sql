@@ -7,7 +7,7 @@
 -- under (p_holder, p_fence).
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot (1..1000000),
 -- negative fence or TTL; nothing changes then.
-CREATE FUNCTION pglease.renew_slot(
+CREATE OR REPLACE FUNCTION pglease.renew_slot(
     p_scope text, p_slot integer, p_holder text, p_fence bigint, p_ttl interval,
     OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER

@@ -7,7 +7,7 @@
 -- changes. The slot row keeps its fence.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
 -- fence; nothing changes then.
-CREATE FUNCTION pglease.release_slot(
+CREATE OR REPLACE FUNCTION pglease.release_slot(
     p_scope text, p_slot integer, p_holder text, p_fence bigint,
     OUT released boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER

@@ -11,7 +11,7 @@
 -- A lease or slot the caller believes it holds but that appears nowhere was
 -- released or taken over by another holder: it is lost too.
 -- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
-CREATE FUNCTION pglease.renew_holder(
+CREATE OR REPLACE FUNCTION pglease.renew_holder(
     p_holder text, p_ttl interval,
     OUT leases text[], OUT lease_fences bigint[],
     OUT slot_scopes text[], OUT slots integer[], OUT slot_fences bigint[],

@@ -2,8 +2,11 @@
 --
 -- Every table is an ordinary logged table: an UNLOGGED table is truncated on
 -- crash and is not replicated, which would restart fences and break fencing.
--- Rows are never deleted by pglease: a lease row keeps its fence forever so the
--- next tenure always gets a larger one, also after release and expiry.
+-- A lease row keeps its fence across release and expiry, so the next tenure
+-- always gets a larger one. pglease.purge deletes rows that have been free
+-- for a while; it first raises pglease.fence_floor above their fences, and
+-- a row created later starts above the floor, so fences never go backwards
+-- across purge either.
 
 CREATE SCHEMA pglease;
 COMMENT ON SCHEMA pglease IS
@@ -67,46 +70,19 @@ CREATE UNLOGGED TABLE pglease.waiters (
 COMMENT ON TABLE pglease.waiters IS
     'pglease: refused acquires and claims waiting for a release notification';
 
--- Status views. Times are computed from the server clock when the view is
--- read. expires_at is when the tenure ends or ended (for a free row: when it
--- was released); expires_in is the time left, zero once expired or free.
-CREATE VIEW pglease.lease_status AS
-SELECT l.name,
-       l.holder,
-       l.fence,
-       CASE WHEN l.holder IS NULL THEN 'free'
-            WHEN l.expires_at > c.now THEN 'held'
-            ELSE 'expired' END AS state,
-       l.expires_at,
-       CASE WHEN l.holder IS NULL THEN interval '0'
-            ELSE greatest(l.expires_at - c.now, interval '0') END AS expires_in
-FROM pglease.leases AS l
-CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
-COMMENT ON VIEW pglease.lease_status IS
-    'pglease leases as seen now: state is held, expired or free';
-
-CREATE VIEW pglease.slot_status AS
-SELECT s.scope,
-       s.slot,
-       s.holder,
-       s.fence,
-       CASE WHEN s.holder IS NULL THEN 'free'
-            WHEN s.expires_at > c.now THEN 'held'
-            ELSE 'expired' END AS state,
-       s.expires_at,
-       CASE WHEN s.holder IS NULL THEN interval '0'
-            ELSE greatest(s.expires_at - c.now, interval '0') END AS expires_in
-FROM pglease.slots AS s
-CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
-COMMENT ON VIEW pglease.slot_status IS
-    'pglease slots as seen now: state is held, expired or free';
-
-CREATE VIEW pglease.slot_scope_status AS
-SELECT s.scope,
-       count(*) FILTER (WHERE s.holder IS NOT NULL AND s.expires_at > c.now)::integer AS in_use,
-       count(*)::integer AS slots
-FROM pglease.slots AS s
-CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
-GROUP BY s.scope;
-COMMENT ON VIEW pglease.slot_scope_status IS
-    'pglease slot scopes: live holders (in_use) and slot rows ever created (slots)';
+-- The fence floor: one row. pglease.purge raises lease_fence (slot_fence) to
+-- the largest fence of the lease (slot) rows it deletes, in the same
+-- transaction; a lease name or slot created afterwards starts at floor + 1,
+-- so a purged name never sees a fence again that it had before. last_purge
+-- lets pglease.purge_due run one purge per interval across a fleet. The
+-- row is made by the first purge (none: every floor is 0), so that a
+-- restored dump of an extension install brings it back once.
+CREATE TABLE pglease.fence_floor (
+    id          boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    lease_fence bigint      NOT NULL DEFAULT 0 CHECK (lease_fence >= 0),
+    slot_fence  bigint      NOT NULL DEFAULT 0 CHECK (slot_fence >= 0),
+    purged      bigint      NOT NULL DEFAULT 0 CHECK (purged >= 0),
+    last_purge  timestamptz
+);
+COMMENT ON TABLE pglease.fence_floor IS
+    'pglease: fences of purged rows never come back; change only through the pglease functions';

@@ -38,7 +38,10 @@ BEGIN
             pglease.claim_slots(text, text[], integer[], interval),
             pglease.renew_slot(text, integer, text, bigint, interval),
             pglease.release_slot(text, integer, text, bigint),
-            pglease.renew_holder(text, interval)
+            pglease.renew_holder(text, interval),
+            pglease.purge(interval),
+            pglease.purge_due(interval, interval),
+            pglease.version()
             TO pglease_client;
     END IF;
 END

@@ -1,0 +1,9 @@
+-- name: Purge :one
+SELECT pglease.purge(@free_for)::bigint AS removed;
+
+-- name: PurgeDue :one
+-- removed is -1 when no purge was due.
+SELECT coalesce(pglease.purge_due(@every, @free_for), -1)::bigint AS removed;
+
+-- name: SchemaVersion :one
+SELECT pglease.version()::text AS version;

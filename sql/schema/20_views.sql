@@ -1,0 +1,47 @@
+-- pglease: status views. CREATE OR REPLACE, so that an upgrade can apply
+-- this file as it stands (a view may gain columns at the end, never lose or
+-- change one: drop it in the upgrade delta first).
+
+-- Status views. Times are computed from the server clock when the view is
+-- read. expires_at is when the tenure ends or ended (for a free row: when it
+-- was released); expires_in is the time left, zero once expired or free.
+CREATE OR REPLACE VIEW pglease.lease_status AS
+SELECT l.name,
+       l.holder,
+       l.fence,
+       CASE WHEN l.holder IS NULL THEN 'free'
+            WHEN l.expires_at > c.now THEN 'held'
+            ELSE 'expired' END AS state,
+       l.expires_at,
+       CASE WHEN l.holder IS NULL THEN interval '0'
+            ELSE greatest(l.expires_at - c.now, interval '0') END AS expires_in
+FROM pglease.leases AS l
+CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
+COMMENT ON VIEW pglease.lease_status IS
+    'pglease leases as seen now: state is held, expired or free';
+
+CREATE OR REPLACE VIEW pglease.slot_status AS
+SELECT s.scope,
+       s.slot,
+       s.holder,
+       s.fence,
+       CASE WHEN s.holder IS NULL THEN 'free'
+            WHEN s.expires_at > c.now THEN 'held'
+            ELSE 'expired' END AS state,
+       s.expires_at,
+       CASE WHEN s.holder IS NULL THEN interval '0'
+            ELSE greatest(s.expires_at - c.now, interval '0') END AS expires_in
+FROM pglease.slots AS s
+CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
+COMMENT ON VIEW pglease.slot_status IS
+    'pglease slots as seen now: state is held, expired or free';
+
+CREATE OR REPLACE VIEW pglease.slot_scope_status AS
+SELECT s.scope,
+       count(*) FILTER (WHERE s.holder IS NOT NULL AND s.expires_at > c.now)::integer AS in_use,
+       count(*)::integer AS slots
+FROM pglease.slots AS s
+CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
+GROUP BY s.scope;
+COMMENT ON VIEW pglease.slot_scope_status IS
+    'pglease slot scopes: live holders (in_use) and slot rows ever created (slots)';
