@@ -18,6 +18,7 @@ import (
 	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/schema"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/runslots"
 )
@@ -93,21 +94,31 @@ func testMigrate(t *testing.T, c cli) {
 	if r := env.mustRun(0, "migrate", "version"); r.stdout != "0\n" {
 		t.Fatalf("version of a fresh database: got %q, want 0", r.stdout)
 	}
+	latest := strconv.Itoa(int(schema.Latest()))
 	r := env.mustRun(0, "migrate", "up")
-	requireContains(t, "migrate up", r.stdout, "from version 0 to 1")
+	requireContains(t, "migrate up", r.stdout, "from version 0 to "+latest)
 	r = env.mustRun(0, "migrate", "up")
-	requireContains(t, "migrate up again", r.stdout, "up to date at version 1")
+	requireContains(t, "migrate up again", r.stdout, "up to date at version "+latest)
 	// The --database flag and DATABASE_URL name the database too.
-	if r := c.mustRun(0, "migrate", "version", "--database", url); r.stdout != "1\n" {
-		t.Fatalf("version after up: got %q, want 1", r.stdout)
+	if r := c.mustRun(0, "migrate", "version", "--database", url); r.stdout != latest+"\n" {
+		t.Fatalf("version after up: got %q, want %s", r.stdout, latest)
 	}
-	if r := c.with("DATABASE_URL="+url).mustRun(0, "migrate", "version"); r.stdout != "1\n" {
-		t.Fatalf("version with DATABASE_URL: got %q, want 1", r.stdout)
+	if r := c.with("DATABASE_URL="+url).mustRun(0, "migrate", "version"); r.stdout != latest+"\n" {
+		t.Fatalf("version with DATABASE_URL: got %q, want %s", r.stdout, latest)
 	}
+	// Down to the release and up again, keeping leases.
+	r = env.mustRun(0, "migrate", "goto", "1")
+	requireContains(t, "migrate goto 1", r.stdout, "from version "+latest+" to 1")
+	env.mustRun(2, "migrate", "goto", "99")
+	r = env.mustRun(0, "migrate", "up")
+	requireContains(t, "migrate up from 1", r.stdout, "from version 1 to "+latest)
+	r = env.mustRun(0, "purge", "--free-for", "0s")
+	requireContains(t, "purge", r.stdout, "purged 0 rows free for at least 0s")
+	env.mustRun(2, "purge", "--free-for", "-1s")
 	env.mustRun(0, "status")
 	env.mustRun(2, "migrate", "down")
 	r = env.mustRun(0, "migrate", "down", "--yes")
-	requireContains(t, "migrate down --yes", r.stdout, "from version 1 to 0")
+	requireContains(t, "migrate down --yes", r.stdout, "from version "+latest+" to 0")
 	if r := env.mustRun(0, "migrate", "version"); r.stdout != "0\n" {
 		t.Fatalf("version after down: got %q, want 0", r.stdout)
 	}

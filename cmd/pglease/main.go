@@ -31,6 +31,7 @@ var commands = []*command{
 	statusCommand,
 	runCommand,
 	releaseCommand,
+	purgeCommand,
 	demoCommand,
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,15 +18,21 @@ var migrateCommand = &command{
 	name:    "migrate",
 	summary: "Apply (up), revert (down) or show (version) the pglease schema",
 	usage: `
-Usage: pglease migrate up|down|version [--database URL] [--yes]
+Usage: pglease migrate up|down|version|goto N [--database URL] [--yes]
 
-  up       applies the pending migrations: schema pglease, its functions and
-           views, and role pglease_client when missing and allowed. Applying
-           an up-to-date database does nothing.
-  down     reverts them: drops schema pglease with every lease, slot and
+  up       applies the pending migrations, each in its own transaction:
+           schema pglease, its functions and views, and role pglease_client
+           when missing and allowed; on a database at an older version, the
+           upgrades to this build's version. Leases renew through an
+           upgrade, and keep their fences. An upgrade refuses a schema
+           changed by hand, naming what differs, and changes nothing.
+           Applying an up-to-date database does nothing.
+  down     reverts them all: drops schema pglease with every lease, slot and
            fence. Refused without --yes.
   version  prints the applied migration version (0: none), followed by
            " (dirty)" when a migration failed half-way.
+  goto N   migrates up or down to version N (1 is pglease 0.1.0, 2 is
+           0.2.0), keeping leases and fences; N = 0 is down (needs --yes).
 
 The history is kept in table pglease_schema_migrations, apart from an
 application's own schema_migrations (the same table as pglease.Migrate).
@@ -40,8 +47,18 @@ migrations: up does nothing, down is refused (use DROP EXTENSION).`,
 		db.register(fs)
 		fs.BoolVar(&yes, "yes", false, "confirm down: delete every lease, slot and fence")
 		return func(ctx context.Context, args []string) error {
-			if len(args) != 1 {
-				return usagef("migrate", "want one of up, down or version")
+			switch {
+			case len(args) == 2 && args[0] == "goto":
+				n, err := strconv.ParseUint(args[1], 10, 32)
+				if err != nil || uint(n) > schema.Latest() {
+					return usagef("migrate", "goto takes a version from 0 to %d, got %q", schema.Latest(), args[1])
+				}
+				if n == 0 {
+					return a.migrate(ctx, &db, "down", yes)
+				}
+				return a.migrateTo(ctx, &db, uint(n))
+			case len(args) != 1:
+				return usagef("migrate", "want one of up, down, version or goto N")
 			}
 			return a.migrate(ctx, &db, args[0], yes)
 		}
@@ -128,6 +145,41 @@ func (a *app) migrate(ctx context.Context, db *dbFlag, action string, yes bool) 
 	}
 }
 
+// migrateTo migrates the database up or down to version.
+func (a *app) migrateTo(ctx context.Context, db *dbFlag, version uint) error {
+	t, err := a.parseTarget(db, "migrate")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+	defer cancel()
+	pool, err := a.connect(ctx, t)
+	if err != nil {
+		return err
+	}
+	st, err := inspectSchema(ctx, pool)
+	pool.Close()
+	if err != nil {
+		return a.queryError(ctx, "inspect schema pglease", err)
+	}
+	if st.extension != "" {
+		return failf("pglease is installed as extension pglease %s in %s: change its version with ALTER EXTENSION pglease UPDATE TO 'VERSION'", st.extension, t)
+	}
+	before, _, err := schema.Version(ctx, t.connString)
+	if err != nil {
+		return a.migrateError(ctx, "read the migration version", err)
+	}
+	if err := schema.Goto(ctx, t.connString, version); err != nil {
+		return a.migrateError(ctx, fmt.Sprintf("migrate to version %d", version), err)
+	}
+	if before == version {
+		fmt.Fprintf(a.stdout, "pglease schema is at version %d in %s already\n", version, t)
+	} else {
+		fmt.Fprintf(a.stdout, "migrated pglease schema from version %d to %d in %s\n", before, version, t)
+	}
+	return nil
+}
+
 // migrateError explains a failed migration step in one line: golang-migrate
 // errors may quote the whole migration.
 func (a *app) migrateError(ctx context.Context, what string, err error) error {
@@ -135,7 +187,7 @@ func (a *app) migrateError(ctx context.Context, what string, err error) error {
 		return ctx.Err()
 	}
 	msg, _, _ := strings.Cut(err.Error(), "\n")
-	const maxLen = 400
+	const maxLen = 1500
 	if len(msg) > maxLen {
 		msg = msg[:maxLen] + "..."
 	}

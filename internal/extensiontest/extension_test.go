@@ -74,53 +74,6 @@ func connect(t *testing.T, url string) *pgx.Conn {
 	return conn
 }
 
-// install copies the extension's files (extension/ in the repository) into
-// the test server's extension directory, then checks that the server sees
-// them.
-func install(t *testing.T) {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(repoRoot(t), "extension", "pglease*"))
-	if err != nil || len(files) < 3 {
-		t.Fatalf("extension/ holds %q (%v), want pglease.control and its scripts", files, err)
-	}
-
-	admin := connect(t, pgtest.AdminURL(t))
-	dir := filepath.Join(serverConfig(t, admin, "SHAREDIR"), "extension")
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		t.Fatalf("the extension directory %s of %s is not on this machine (%v): "+
-			"the extension test needs a server installed here (not a container or a remote server)", dir, pgtest.Source(t), err)
-	}
-	for _, file := range files {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		name := filepath.Base(file)
-		// Write beside the target and rename: a CREATE EXTENSION running
-		// elsewhere never reads half a file.
-		tmp, err := os.CreateTemp(dir, ".pglease-install-*")
-		if err != nil {
-			t.Fatalf("cannot install the extension into %s: %v; run the tests as a user who can write there "+
-				"(root, or the owner of the PostgreSQL installation), as `make install-extension` must be", dir, err)
-		}
-		_, werr := tmp.Write(b)
-		cerr := tmp.Close()
-		if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o644), os.Rename(tmp.Name(), filepath.Join(dir, name))); err != nil {
-			_ = os.Remove(tmp.Name())
-			t.Fatalf("install %s into %s: %v", name, dir, err)
-		}
-	}
-
-	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
-	defer cancel()
-	var got string
-	err = admin.QueryRow(ctx, `SELECT default_version FROM pg_catalog.pg_available_extensions WHERE name = 'pglease'`).Scan(&got)
-	if err != nil || got != version {
-		t.Fatalf("after installing into %s, %s offers extension pglease version %q (%v), want %q: does the server read another SHAREDIR?",
-			dir, pgtest.Source(t), got, err, version)
-	}
-}
-
 // catalog lists what schema pglease holds, one line per object with what
 // matters for its behaviour and safety (arguments, SECURITY DEFINER, its
 // settings, privileges).
@@ -165,7 +118,7 @@ func catalog(t *testing.T, q *pgx.Conn) []string {
 }
 
 func TestExtension(t *testing.T) {
-	install(t)
+	pgtest.InstallExtension(t, version)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 

@@ -6,6 +6,7 @@ package schema
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,6 +17,7 @@ import (
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/pglease/pglease/migrations"
@@ -27,10 +29,58 @@ import (
 const TableName = "pglease_schema_migrations"
 
 // Up applies every pending migration to the database at connString (a
-// postgres:// URL or a key=value DSN). Applying an up-to-date database is a
-// no-op.
+// postgres:// URL or a key=value DSN), each in its own transaction.
+// Applying an up-to-date database is a no-op. Before the first pending
+// migration it runs that migration's catalog check alone and rolls it back:
+// a schema changed by hand is refused with an error naming what differs,
+// and the history is left as it was (not dirty).
 func Up(ctx context.Context, connString string) error {
-	return run(ctx, connString, func(m *migrate.Migrate) error { return m.Up() })
+	return run(ctx, connString, func(m *migrate.Migrate, db *sql.DB) error {
+		v, dirty, err := m.Version()
+		if err == nil && !dirty && v < Latest() {
+			if err := preflight(ctx, db, v+1); err != nil {
+				return err
+			}
+		}
+		return m.Up()
+	})
+}
+
+// Guard markers: the part of a generated upgrade that checks the schema it
+// upgrades (scripts/gen-schema.sh).
+const (
+	guardBegin = "-- pglease:guard-begin\n"
+	guardEnd   = "-- pglease:guard-end\n"
+)
+
+// preflight runs the catalog check of migration version, if it has one, in
+// a transaction it rolls back.
+func preflight(ctx context.Context, db *sql.DB, version uint) error {
+	names, _ := fs.Glob(migrations.FS, fmt.Sprintf("%06d_*.up.sql", version)) // the pattern is valid
+	if len(names) != 1 {
+		return nil
+	}
+	b, err := fs.ReadFile(migrations.FS, names[0])
+	if err != nil {
+		return fmt.Errorf("pglease: read embedded migration %s: %w", names[0], err)
+	}
+	_, rest, ok := strings.Cut(string(b), guardBegin)
+	guard, _, ok2 := strings.Cut(rest, guardEnd)
+	if !ok || !ok2 {
+		return nil
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("pglease: check the schema before migration %d: %w", version, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, guard); err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Hint != "" {
+			return fmt.Errorf("migration %d not applied (nothing changed): %w; hint: %s", version, err, pgErr.Hint)
+		}
+		return fmt.Errorf("migration %d not applied (nothing changed): %w", version, err)
+	}
+	return nil
 }
 
 // Goto migrates up or down to version, one migration at a time, each in its
@@ -42,7 +92,7 @@ func Goto(ctx context.Context, connString string, version uint) error {
 	if version == 0 {
 		return Down(ctx, connString)
 	}
-	return run(ctx, connString, func(m *migrate.Migrate) error { return m.Migrate(version) })
+	return run(ctx, connString, func(m *migrate.Migrate, _ *sql.DB) error { return m.Migrate(version) })
 }
 
 // Latest returns the newest migration version this build embeds.
@@ -60,13 +110,13 @@ func Latest() uint {
 
 // Down reverts every applied migration, removing the pglease schema.
 func Down(ctx context.Context, connString string) error {
-	return run(ctx, connString, func(m *migrate.Migrate) error { return m.Down() })
+	return run(ctx, connString, func(m *migrate.Migrate, _ *sql.DB) error { return m.Down() })
 }
 
 // Version reports the applied migration version; version 0 and dirty false
 // mean none is applied.
 func Version(ctx context.Context, connString string) (version uint, dirty bool, err error) {
-	err = run(ctx, connString, func(m *migrate.Migrate) error {
+	err = run(ctx, connString, func(m *migrate.Migrate, _ *sql.DB) error {
 		var verr error
 		version, dirty, verr = m.Version()
 		if errors.Is(verr, migrate.ErrNilVersion) {
@@ -77,7 +127,7 @@ func Version(ctx context.Context, connString string) (version uint, dirty bool, 
 	return version, dirty, err
 }
 
-func run(ctx context.Context, connString string, step func(*migrate.Migrate) error) error {
+func run(ctx context.Context, connString string, step func(*migrate.Migrate, *sql.DB) error) error {
 	cfg, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return fmt.Errorf("pglease: parse connection string: %w", err)
@@ -109,7 +159,7 @@ func run(ctx context.Context, connString string, step func(*migrate.Migrate) err
 		}
 	})
 	defer stop()
-	if err := step(m); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+	if err := step(m, db); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 		return fmt.Errorf("pglease: migrate: %w", err)
 	}
 	return ctx.Err()
