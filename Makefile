@@ -10,7 +10,7 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 
 .DEFAULT_GOAL := help
 .PHONY: help demo generate verify lint lint-go lint-sql test test-race test-isolation deps \
-	install-extension test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover
+	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -54,6 +54,9 @@ install-extension: ## Install the extension (extension/) into $(pg_config --shar
 	@dir="$$($(PG_CONFIG) --sharedir)/extension"; \
 	if [ ! -w "$$dir" ]; then echo "install-extension: cannot write $$dir: run as a user who can (sudo make install-extension), or set PG_CONFIG" >&2; exit 1; fi; \
 	install -m 0644 extension/pglease.control extension/pglease--*.sql "$$dir/" && echo "installed pglease into $$dir"
+
+test-compat: ## The last release's client and SQL contract suites against the head schema (old clients keep working)
+	./scripts/test-compat.sh
 
 test-extension: install-extension ## Run the SQL contract tests against CREATE EXTENSION pglease instead of the migrations
 	PGLEASE_TEST_SCHEMA=extension $(GO) test -race -count=1 ./internal/contract/

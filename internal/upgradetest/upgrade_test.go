@@ -643,3 +643,46 @@ func TestUpgradeRefusesHandChangedSchema(t *testing.T) {
 	}
 	requireSame(t, "the changed schema", before, "after the refused upgrade script", catalog(ctx, t, conn, true))
 }
+
+// TestClientOnReleasedSchema runs this build's clients against the released
+// schema, as during a rollout that upgrades the clients first: what the
+// release had works, what it lacks fails with an error that says to migrate.
+func TestClientOnReleasedSchema(t *testing.T) {
+	ctx := testContext(t)
+	url := pgtest.NewDatabase(t)
+	if err := schema.Goto(ctx, url, releasedMigration); err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.Pool(t, url)
+	lc, err := pglease.New(pool, pglease.Config{Holder: "new-client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lc.TryAcquire(ctx, "rollout", time.Minute)
+	if err != nil {
+		t.Fatalf("acquire on schema %s: %v", released, err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatalf("renew on schema %s: %v", released, err)
+	}
+	if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatalf("fenced write on schema %s: %v", released, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release on schema %s: %v", released, err)
+	}
+	sc, err := runslots.New(pool, runslots.Config{Holder: "new-client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sc.TryClaim(ctx, "rollout", 2, time.Minute)
+	if err != nil {
+		t.Fatalf("claim on schema %s: %v", released, err)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pglease.Purge(ctx, pool, time.Hour); err == nil || !strings.Contains(err.Error(), "apply the migrations") {
+		t.Fatalf("purge on schema %s (which has none): got %v, want an error saying to apply the migrations", released, err)
+	}
+}

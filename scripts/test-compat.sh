@@ -1,0 +1,25 @@
+#!/bin/sh
+# Old clients against the new schema: runs the SQL contract suite and the Go
+# client suites of the last release (git tag vPREV, the version before head
+# in sql/versions) against head, installed as the extension (so that the
+# old tests, which install with CREATE EXTENSION pglease, get head's
+# schema). Clients of version N keep working against schema N+1.
+# Needs what `make test-extension` needs: write access to the server's
+# extension directory.
+set -eu
+cd "$(dirname "$0")/.."
+
+prev=$(grep -v '^#' sql/versions | awk 'NF' | tail -2 | head -1 | cut -d' ' -f1)
+tag="v$prev"
+if ! git rev-parse -q --verify "refs/tags/$tag" >/dev/null; then
+    echo "test-compat: git tag $tag (the release $prev) is missing in this clone: fetch it (git fetch --tags)" >&2
+    exit 1
+fi
+make -s install-extension >/dev/null
+
+dir=$(mktemp -d)
+trap 'git worktree remove --force "$dir" >/dev/null 2>&1 || rm -rf "$dir"' EXIT
+git worktree add -q --detach "$dir" "$tag"
+echo "test-compat: the $tag clients and SQL contract against the head schema (CREATE EXTENSION pglease, $(sed -n "s/^default_version = '\(.*\)'/\1/p" extension/pglease.control))" >&2
+cd "$dir"
+PGLEASE_TEST_SCHEMA=extension go test -race -count=1 ./internal/contract/ ./pglease/ ./runslots/ ./supervisor/
