@@ -10,6 +10,7 @@ import (
 
 	"github.com/pglease/pglease/internal/check"
 	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/purge"
 	"github.com/pglease/pglease/pglease"
 )
 
@@ -43,6 +44,13 @@ type Config struct {
 	// Logger receives Run's renewal failures, stuck workloads and failed
 	// releases. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// PurgeEvery is how often Run, while fn runs, calls pglease.purge_due
+	// to delete what has been free for a day (see pglease.Purge); the
+	// server lets one call per interval through across every caller of the
+	// database. Defaults to an hour; negative disables it. It runs only
+	// when the database is a *pgxpool.Pool.
+	PurgeEvery time.Duration
 }
 
 // Client claims slots in the pglease schema of one database as one holder.
@@ -62,6 +70,7 @@ type Client struct {
 	margin time.Duration
 	logger *slog.Logger
 	turns  turns
+	purge  time.Duration // PurgeEvery, with its default
 
 	// waiting, when set by a test, is called each time a blocking claim
 	// has been refused and is about to wait.
@@ -91,6 +100,7 @@ func New(database pglease.DB, cfg Config) (*Client, error) {
 		holder: holder,
 		margin: cfg.SafetyMargin,
 		logger: cmp.Or(cfg.Logger, slog.Default()),
+		purge:  cmp.Or(cfg.PurgeEvery, purge.DefaultEvery),
 	}
 	if pool, ok := database.(*pgxpool.Pool); ok {
 		c.pool = pool

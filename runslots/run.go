@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/keep"
+	"github.com/pglease/pglease/internal/purge"
 	"github.com/pglease/pglease/pglease"
 )
 
@@ -67,6 +68,13 @@ func (c *Client) Run(ctx context.Context, scope string, capacity int, ttl time.D
 		return err
 	}
 	logger := c.logger.With("scope", scope, "slot", s.number, "fence", s.fence, "holder", c.holder)
+	if c.pool != nil && c.purge > 0 {
+		pctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { purge.Loop(pctx, c.pool, c.purge, purge.DefaultFreeFor, logger) })
+		defer wg.Wait()
+		defer stop()
+	}
 	res := keep.Hold(ctx, s, keep.Config{
 		RenewInterval: ttl / 3,
 		RetryDelay:    max(ttl/20, minRetryDelay),

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pglease/pglease/internal/purge"
 	"github.com/pglease/pglease/pglease"
 )
 
@@ -92,6 +93,13 @@ type Config struct {
 	// pglease.NewHolderID(); must be unique per supervisor.
 	Holder string
 
+	// PurgeEvery is how often Run calls pglease.purge_due to delete what
+	// has been free for a day (see pglease.Purge); the server lets one call
+	// per interval through across every caller of the database, so a fleet
+	// purges once per interval. Defaults to an hour; negative disables it.
+	// It runs only when the database is a *pgxpool.Pool.
+	PurgeEvery time.Duration
+
 	// Logger receives structured logs (acquired, renewed, lost, standby),
 	// with the lease name, holder and fence. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -143,6 +151,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, cfg.RenewInterval/5)
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, cfg.TTL)
 	cfg.RestartDelay = cmp.Or(cfg.RestartDelay, DefaultRestartDelay)
+	cfg.PurgeEvery = cmp.Or(cfg.PurgeEvery, purge.DefaultEvery)
 	if cfg.OnExit < Handover || cfg.OnExit > Return {
 		return cfg, invalidf("OnExit must be Handover, Restart or Return, got %s", cfg.OnExit)
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/keep"
+	"github.com/pglease/pglease/internal/purge"
 	"github.com/pglease/pglease/pglease"
 )
 
@@ -24,6 +26,7 @@ type Supervisor struct {
 	log    *slog.Logger
 	leader atomic.Bool
 	fence  atomic.Int64
+	pool   *pgxpool.Pool // non-nil when the database is a pool: purges run on it
 }
 
 // New returns a Supervisor that keeps its lease (or slot) in the pglease
@@ -36,7 +39,7 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 		return nil, err
 	}
 	pool, _ := database.(*pgxpool.Pool)
-	s := &Supervisor{cfg: cfg}
+	s := &Supervisor{cfg: cfg, pool: pool}
 	if cfg.Scope != "" {
 		s.name = cfg.Scope
 		s.guard, err = newSlotGuard(database, pool, cfg)
@@ -86,6 +89,13 @@ func (s *Supervisor) Holder() string { return s.cfg.Holder }
 // logged and retried with capped backoff. No goroutine started by Run
 // outlives it.
 func (s *Supervisor) Run(ctx context.Context, workload func(ctx context.Context) error) error {
+	if s.pool != nil && s.cfg.PurgeEvery > 0 {
+		pctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { purge.Loop(pctx, s.pool, s.cfg.PurgeEvery, purge.DefaultFreeFor, s.log) })
+		defer wg.Wait()
+		defer stop()
+	}
 	for {
 		t, err := s.standby(ctx)
 		if err != nil {

@@ -28,11 +28,11 @@ func TestLoopPurges(t *testing.T) {
 		t.Fatal(err)
 	}
 	loopCtx, stop := context.WithCancel(ctx)
-	purged := make(chan int64, 1)
+	logger, purged := pgtest.LogSignal("removed")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Loop(loopCtx, pool, time.Hour, 0, slog.New(&signalHandler{purged: purged}))
+		Loop(loopCtx, pool, time.Hour, 0, logger)
 	}()
 	select {
 	case n := <-purged:
@@ -49,25 +49,6 @@ func TestLoopPurges(t *testing.T) {
 	stop()
 	<-done
 }
-
-// signalHandler sends the count of each purge the loop logs.
-type signalHandler struct{ purged chan int64 }
-
-func (h *signalHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *signalHandler) Handle(_ context.Context, r slog.Record) error {
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "removed" {
-			select {
-			case h.purged <- a.Value.Int64():
-			default:
-			}
-		}
-		return true
-	})
-	return nil
-}
-func (h *signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *signalHandler) WithGroup(string) slog.Handler      { return h }
 
 // fakeDB answers purge_due calls, recording when each came, or fails them.
 type fakeDB struct {
