@@ -33,9 +33,12 @@ type ServerEvent struct {
 	Row  Row
 	Name string // lease name or slot scope
 	Slot int    // slot number; 0 for leases and writes
-	// Inserted is true for a row's first version; the Old fields are then
-	// zero.
+	// Inserted is true for a row's first version (or its first after a
+	// purge deleted it); the Old fields are then zero.
 	Inserted bool
+	// Deleted is true when pglease.purge deleted the row; the Old fields
+	// describe the version deleted, Fence is its fence.
+	Deleted bool
 	// OldHolder ("" when NULL), OldFence and OldExpiresAt describe the
 	// version replaced.
 	OldHolder    string
@@ -54,7 +57,7 @@ type ServerEvent struct {
 
 // ServerReport is what CheckServer found.
 type ServerReport struct {
-	Events, Grants, Extends, Releases, Writes int
+	Events, Grants, Extends, Releases, Writes, Purged int
 	Counts                                    map[string]int
 	Violations                                []Violation
 }
@@ -68,8 +71,8 @@ func (r *ServerReport) Summary() string {
 	for _, c := range r.Counts {
 		n += c
 	}
-	return fmt.Sprintf("%d server events (%d grants, %d renewals, %d releases, %d fenced writes), %d violations",
-		r.Events, r.Grants, r.Extends, r.Releases, r.Writes, n)
+	return fmt.Sprintf("%d server events (%d grants, %d renewals, %d releases, %d fenced writes, %d rows purged), %d violations",
+		r.Events, r.Grants, r.Extends, r.Releases, r.Writes, r.Purged, n)
 }
 
 func (r *ServerReport) add(rule, detail string) {
@@ -84,9 +87,14 @@ func (r *ServerReport) add(rule, detail string) {
 
 // Server rules.
 const (
-	// RuleServerFence: a new tenure's fence is not the previous fence + 1,
-	// or a row's first fence is not 1.
+	// RuleServerFence: a new tenure's fence is not the previous fence + 1;
+	// a row's first fence is not 1 while nothing of its table was purged;
+	// a row purged and created again does not start above every fence it
+	// had.
 	RuleServerFence = "server-fence"
+	// RuleServerPurge: a purge deleted a row whose tenure was live by the
+	// purge's clock, or a row the replay does not have.
+	RuleServerPurge = "server-purge"
 	// RuleServerTakeover: a new tenure replaced one that was neither
 	// released nor expired by the taker's clock.
 	RuleServerTakeover = "server-takeover"
@@ -116,9 +124,25 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 	slices.SortFunc(evs, func(a, b ServerEvent) int { return cmp.Compare(a.Seq, b.Seq) })
 	rep := ServerReport{Events: len(evs)}
 	rows := map[key]*state{}
+	purgedFence := map[key]int64{} // the fence a purged row had
+	purgedAny := map[bool]bool{}   // a row of the table (slot or not) was purged
 	for _, e := range evs {
 		k := key{e.Row == SlotRow, e.Name, e.Slot}
 		st := rows[k]
+		if e.Deleted {
+			rep.Purged++
+			switch {
+			case st == nil:
+				rep.add(RuleServerPurge, fmt.Sprintf("%s: #%d deleted a row the replay does not have", k, e.Seq))
+			case st.holder != "" && st.expires.After(e.Clock):
+				rep.add(RuleServerPurge, fmt.Sprintf("%s: #%d deleted fence %d of %s, live until %s, at %s",
+					k, e.Seq, st.fence, st.holder, st.expires.Format(time.StampMicro), e.Clock.Format(time.StampMicro)))
+			}
+			purgedFence[k] = max(purgedFence[k], e.Fence)
+			purgedAny[k.slot] = true
+			delete(rows, k)
+			continue
+		}
 		if e.Row == WriteRow {
 			rep.Writes++
 			switch {
@@ -142,8 +166,13 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 			if st != nil {
 				rep.add(RuleServerFence, fmt.Sprintf("%s: row inserted twice (#%d)", k, e.Seq))
 			}
-			if e.Fence != 1 {
+			switch prev, purged := purgedFence[k]; {
+			case purged && e.Fence <= prev:
+				rep.add(RuleServerFence, fmt.Sprintf("%s: created again after its purge with fence %d, not above its purged fence %d (#%d)", k, e.Fence, prev, e.Seq))
+			case !purgedAny[k.slot] && e.Fence != 1:
 				rep.add(RuleServerFence, fmt.Sprintf("%s: first fence %d, want 1 (#%d)", k, e.Fence, e.Seq))
+			case e.Fence < 1:
+				rep.add(RuleServerFence, fmt.Sprintf("%s: first fence %d, want 1 or more (#%d)", k, e.Fence, e.Seq))
 			}
 			rep.Grants++
 			rows[k] = &state{fence: e.Fence, holder: e.Holder, expires: e.ExpiresAt}

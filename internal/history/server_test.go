@@ -31,6 +31,19 @@ func release(seq int64, holder string, fence int64, acquired, prevExpires, now f
 	return e
 }
 
+// purged is pglease.purge deleting lease L's row (fence, holder, expiry).
+func purged(seq int64, holder string, fence int64, expires, now float64) ServerEvent {
+	return ServerEvent{Seq: seq, Row: LeaseRow, Name: "L", Deleted: true, OldHolder: holder, OldFence: fence,
+		OldExpiresAt: at(expires), Fence: fence, ExpiresAt: at(expires), Clock: at(now)}
+}
+
+// recreated is lease L's row created again after a purge, with fence.
+func recreated(seq int64, holder string, fence int64, acquired float64) ServerEvent {
+	e := grant(seq, holder, 1, acquired, "", 0)
+	e.Fence = fence
+	return e
+}
+
 func write(seq int64, holder string, fence int64, began float64) ServerEvent {
 	return ServerEvent{Seq: seq, Row: WriteRow, Name: "L", Holder: holder, Fence: fence, Clock: at(began)}
 }
@@ -50,6 +63,19 @@ func TestCheckServer(t *testing.T) {
 		t.Fatalf("good history rejected: %v", rep.Violations)
 	} else if rep.Grants != 3 || rep.Writes != 3 || rep.Releases != 1 || rep.Extends != 1 {
 		t.Fatalf("counts: %s", rep.Summary())
+	}
+
+	// Purged and created again above its old fence; other rows may start
+	// above 1 once anything was purged.
+	purgeGood := []ServerEvent{
+		grant(1, "a", 1, 0, "", 0), release(2, "a", 1, 0, 100, 50),
+		purged(3, "", 1, 50, 400), recreated(4, "b", 2, 410), grant(5, "c", 3, 600, "b", 510),
+		{Seq: 6, Row: LeaseRow, Name: "M", Inserted: true, Holder: "d", Fence: 2, AcquiredAt: at(700), ExpiresAt: at(800), Clock: at(700)},
+	}
+	if rep := CheckServer(purgeGood, nil); !rep.OK() {
+		t.Fatalf("good history with a purge rejected: %v", rep.Violations)
+	} else if rep.Purged != 1 || rep.Grants != 4 {
+		t.Fatalf("counts with a purge: %s", rep.Summary())
 	}
 
 	tests := []struct {
@@ -72,6 +98,15 @@ func TestCheckServer(t *testing.T) {
 		{"released tenure revived", RuleServerRevival, []ServerEvent{
 			grant(1, "a", 1, 0, "", 0), release(2, "a", 1, 0, 100, 50),
 			{Seq: 3, Row: LeaseRow, Name: "L", Holder: "a", Fence: 1, OldFence: 1, OldExpiresAt: at(50), ExpiresAt: at(160), Clock: at(60)}}},
+		{"fence back after purge", RuleServerFence, []ServerEvent{
+			grant(1, "a", 1, 0, "", 0), grant(2, "b", 2, 120, "a", 100), release(3, "b", 2, 120, 220, 130),
+			purged(4, "", 2, 130, 500), recreated(5, "c", 2, 510)}},
+		{"first fence not 1 without purges", RuleServerFence, []ServerEvent{
+			recreated(1, "a", 5, 0)}},
+		{"purge of a live tenure", RuleServerPurge, []ServerEvent{
+			grant(1, "a", 1, 0, "", 0), purged(2, "a", 1, 100, 50)}},
+		{"purge of an unknown row", RuleServerPurge, []ServerEvent{
+			purged(1, "", 3, 0, 50)}},
 		{"slot above capacity", RuleServerSlot, []ServerEvent{
 			{Seq: 1, Row: SlotRow, Name: "S", Slot: 3, Inserted: true, Holder: "a", Fence: 1, AcquiredAt: at(0), ExpiresAt: at(100), Clock: at(0)}}},
 	}

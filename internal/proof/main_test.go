@@ -78,6 +78,7 @@ CREATE TABLE proof.events (
     name           text        NOT NULL,
     slot           integer     NOT NULL,
     inserted       boolean     NOT NULL,
+    deleted        boolean     NOT NULL DEFAULT false,
     old_holder     text,
     old_fence      bigint,
     old_expires_at timestamptz,
@@ -96,6 +97,13 @@ CREATE TABLE proof.writes (
 CREATE FUNCTION proof.audit_lease() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO proof.events (tbl, name, slot, inserted, deleted, old_holder, old_fence, old_expires_at,
+                                  holder, fence, acquired_at, expires_at)
+        VALUES ('lease', OLD.name, 0, false, true, OLD.holder, OLD.fence, OLD.expires_at,
+                NULL, OLD.fence, OLD.acquired_at, OLD.expires_at);
+        RETURN NULL;
+    END IF;
     INSERT INTO proof.events (tbl, name, slot, inserted, old_holder, old_fence, old_expires_at,
                               holder, fence, acquired_at, expires_at)
     VALUES ('lease', NEW.name, 0, TG_OP = 'INSERT',
@@ -108,6 +116,13 @@ END $$;
 CREATE FUNCTION proof.audit_slot() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO proof.events (tbl, name, slot, inserted, deleted, old_holder, old_fence, old_expires_at,
+                                  holder, fence, acquired_at, expires_at)
+        VALUES ('slot', OLD.scope, OLD.slot, false, true, OLD.holder, OLD.fence, OLD.expires_at,
+                NULL, OLD.fence, OLD.acquired_at, OLD.expires_at);
+        RETURN NULL;
+    END IF;
     INSERT INTO proof.events (tbl, name, slot, inserted, old_holder, old_fence, old_expires_at,
                               holder, fence, acquired_at, expires_at)
     VALUES ('slot', NEW.scope, NEW.slot, TG_OP = 'INSERT',
@@ -117,9 +132,9 @@ BEGIN
             NEW.holder, NEW.fence, NEW.acquired_at, NEW.expires_at);
     RETURN NULL;
 END $$;
-CREATE TRIGGER proof_audit AFTER INSERT OR UPDATE ON pglease.leases
+CREATE TRIGGER proof_audit AFTER INSERT OR UPDATE OR DELETE ON pglease.leases
     FOR EACH ROW EXECUTE FUNCTION proof.audit_lease();
-CREATE TRIGGER proof_audit AFTER INSERT OR UPDATE ON pglease.slots
+CREATE TRIGGER proof_audit AFTER INSERT OR UPDATE OR DELETE ON pglease.slots
     FOR EACH ROW EXECUTE FUNCTION proof.audit_slot();
 `
 
@@ -147,7 +162,7 @@ func readAudit(t testing.TB, pool *pgxpool.Pool) []history.ServerEvent {
 	defer cancel()
 	var evs []history.ServerEvent
 	rows, err := pool.Query(ctx, `
-		SELECT seq, tbl, name, slot, inserted, coalesce(old_holder, ''), coalesce(old_fence, 0),
+		SELECT seq, tbl, name, slot, inserted, deleted, coalesce(old_holder, ''), coalesce(old_fence, 0),
 		       coalesce(old_expires_at, 'epoch'), coalesce(holder, ''), fence, acquired_at, expires_at, clock
 		FROM proof.events`)
 	if err != nil {
@@ -158,7 +173,7 @@ func readAudit(t testing.TB, pool *pgxpool.Pool) []history.ServerEvent {
 			e   history.ServerEvent
 			tbl string
 		)
-		if err := rows.Scan(&e.Seq, &tbl, &e.Name, &e.Slot, &e.Inserted, &e.OldHolder, &e.OldFence,
+		if err := rows.Scan(&e.Seq, &tbl, &e.Name, &e.Slot, &e.Inserted, &e.Deleted, &e.OldHolder, &e.OldFence,
 			&e.OldExpiresAt, &e.Holder, &e.Fence, &e.AcquiredAt, &e.ExpiresAt, &e.Clock); err != nil {
 			t.Fatalf("read audit: %v", err)
 		}

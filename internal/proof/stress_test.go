@@ -71,6 +71,21 @@ func TestStress(t *testing.T) {
 		c := newStressClient(t, pool, rec, i)
 		wg.Go(func() { c.run(ctx, &stats[i]) })
 	}
+	// A purger deletes every free lease and scope as fast as it can, so
+	// that names are purged and used again throughout: their fences must
+	// still never go backwards nor repeat.
+	var purged, purges int64
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			n, err := pglease.Purge(ctx, pool, 0)
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("purge: %v", err)
+				return
+			}
+			purged += n
+			purges++
+		}
+	})
 	wg.Wait()
 	elapsed := dur
 
@@ -89,6 +104,7 @@ func TestStress(t *testing.T) {
 	t.Logf("stress: %d clients, %s, %d ops (%.0f/s), checked in %s", stressClients, elapsed, len(ops),
 		float64(len(ops))/elapsed.Seconds(), checkTime.Round(time.Millisecond))
 	t.Logf("stress: %s", total)
+	t.Logf("purge: %d purges deleted %d rows while the clients ran", purges, purged)
 	t.Logf("latency: %s", latencies(ops))
 	t.Logf("history: %s", rep.Summary())
 	t.Logf("server: %s", srep.Summary())
@@ -97,8 +113,8 @@ func TestStress(t *testing.T) {
 	failViolations(t, "server history", srep.Violations)
 	failViolations(t, "client/server agreement", agree.Violations)
 	// Liveness, generously: the run did something of everything.
-	if total.grants < 20 || total.writesOK < 10 || total.claims < 20 || total.takeovers < 5 {
-		t.Errorf("too little happened to prove much: %s", total)
+	if total.grants < 20 || total.writesOK < 10 || total.claims < 20 || total.takeovers < 5 || purged < 10 {
+		t.Errorf("too little happened to prove much: %s; %d rows purged", total, purged)
 	}
 	if len(ops) < 100_000 {
 		t.Logf("note: %d ops, below the 100,000 aimed at; run longer with %s=2m", len(ops), EnvStressDuration)
