@@ -58,8 +58,8 @@ type ServerEvent struct {
 // ServerReport is what CheckServer found.
 type ServerReport struct {
 	Events, Grants, Extends, Releases, Writes, Purged int
-	Counts                                    map[string]int
-	Violations                                []Violation
+	Counts                                            map[string]int
+	Violations                                        []Violation
 }
 
 // OK reports whether no rule was broken.
