@@ -1,6 +1,6 @@
 module github.com/pglease/pglease/bench
 
-go 1.26.8
+go 1.26.0
 
 require (
 	cirello.io/pglock v1.16.1
