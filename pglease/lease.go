@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/internal/db"
 )
 
@@ -104,10 +105,26 @@ func (l *Lease) Renew(ctx context.Context) error {
 // (waiters are notified). The lease keeps its fence: the next tenure gets a
 // larger one. Release returns ErrLeaseLost when the tenure had already ended
 // (expired or taken over): anything done after Deadline was unprotected.
+//
+// On a pool, or a connection outside a transaction block, the release
+// commits without waiting for its WAL flush (one flush per tenure instead
+// of two): a release lost in a crash leaves the lease held until its
+// expiry, and every later grant's durable commit carries the release with
+// it. Inside a pgx.Tx it commits with the transaction, as durable as it is.
 func (l *Lease) Release(ctx context.Context) error {
-	released, err := l.c.q.LeaseRelease(ctx, db.LeaseReleaseParams{
-		Name: l.name, Holder: l.c.holder, Fence: l.fence,
-	})
+	var (
+		released bool
+		err      error
+	)
+	if asyncrelease.OK(l.c.db) {
+		released, err = l.c.q.LeaseReleaseAsync(ctx, db.LeaseReleaseAsyncParams{
+			Name: l.name, Holder: l.c.holder, Fence: l.fence,
+		})
+	} else {
+		released, err = l.c.q.LeaseRelease(ctx, db.LeaseReleaseParams{
+			Name: l.name, Holder: l.c.holder, Fence: l.fence,
+		})
+	}
 	if err != nil {
 		return interpretError(ctx, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/internal/keep"
 )
@@ -93,10 +94,23 @@ func (s *Slot) Renew(ctx context.Context) error {
 // tenure gets a larger one. Release returns ErrSlotLost when the tenure had
 // already ended (expired or taken over): anything done after Deadline was
 // not admitted by the slot.
+//
+// Like pglease.Lease.Release, on a pool or a connection outside a
+// transaction block the release commits without waiting for its WAL flush.
 func (s *Slot) Release(ctx context.Context) error {
-	released, err := s.c.q.SlotRelease(ctx, db.SlotReleaseParams{
-		Scope: s.scope, Slot: int32(s.number), Holder: s.c.holder, Fence: s.fence,
-	})
+	var (
+		released bool
+		err      error
+	)
+	if asyncrelease.OK(s.c.db) {
+		released, err = s.c.q.SlotReleaseAsync(ctx, db.SlotReleaseAsyncParams{
+			Scope: s.scope, Slot: int32(s.number), Holder: s.c.holder, Fence: s.fence,
+		})
+	} else {
+		released, err = s.c.q.SlotRelease(ctx, db.SlotReleaseParams{
+			Scope: s.scope, Slot: int32(s.number), Holder: s.c.holder, Fence: s.fence,
+		})
+	}
 	if err != nil {
 		return interpretError(ctx, err)
 	}

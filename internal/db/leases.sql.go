@@ -157,6 +157,29 @@ func (q *Queries) LeaseRelease(ctx context.Context, arg LeaseReleaseParams) (boo
 	return released, err
 }
 
+const leaseReleaseAsync = `-- name: LeaseReleaseAsync :one
+SELECT r.released::boolean AS released
+FROM pglease.release($1, $2, $3) AS r
+CROSS JOIN LATERAL pg_catalog.set_config('synchronous_commit', 'off', true) AS s
+`
+
+type LeaseReleaseAsyncParams struct {
+	Name   string
+	Holder string
+	Fence  int64
+}
+
+// The release in a transaction of its own whose commit does not wait for
+// its WAL flush (set_config is_local: this statement's transaction only).
+// Only outside a transaction block: it would make the block's commit
+// asynchronous too. Safe for a release: see docs/reliability.md.
+func (q *Queries) LeaseReleaseAsync(ctx context.Context, arg LeaseReleaseAsyncParams) (bool, error) {
+	row := q.db.QueryRow(ctx, leaseReleaseAsync, arg.Name, arg.Holder, arg.Fence)
+	var released bool
+	err := row.Scan(&released)
+	return released, err
+}
+
 const leaseRenew = `-- name: LeaseRenew :one
 SELECT r.renewed::boolean AS renewed, r.expires_in
 FROM pglease.renew($1, $2, $3, $4) AS r

@@ -123,6 +123,32 @@ func (q *Queries) SlotRelease(ctx context.Context, arg SlotReleaseParams) (bool,
 	return released, err
 }
 
+const slotReleaseAsync = `-- name: SlotReleaseAsync :one
+SELECT r.released::boolean AS released
+FROM pglease.release_slot($1, $2, $3, $4) AS r
+CROSS JOIN LATERAL pg_catalog.set_config('synchronous_commit', 'off', true) AS s
+`
+
+type SlotReleaseAsyncParams struct {
+	Scope  string
+	Slot   int32
+	Holder string
+	Fence  int64
+}
+
+// As LeaseReleaseAsync: a commit that does not wait for its WAL flush.
+func (q *Queries) SlotReleaseAsync(ctx context.Context, arg SlotReleaseAsyncParams) (bool, error) {
+	row := q.db.QueryRow(ctx, slotReleaseAsync,
+		arg.Scope,
+		arg.Slot,
+		arg.Holder,
+		arg.Fence,
+	)
+	var released bool
+	err := row.Scan(&released)
+	return released, err
+}
+
 const slotRenew = `-- name: SlotRenew :one
 SELECT r.renewed::boolean AS renewed, r.expires_in
 FROM pglease.renew_slot($1, $2, $3, $4, $5) AS r

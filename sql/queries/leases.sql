@@ -12,6 +12,15 @@ FROM pglease.renew(@name, @holder, @fence, @ttl) AS r;
 SELECT r.released::boolean AS released
 FROM pglease.release(@name, @holder, @fence) AS r;
 
+-- name: LeaseReleaseAsync :one
+-- The release in a transaction of its own whose commit does not wait for
+-- its WAL flush (set_config is_local: this statement's transaction only).
+-- Only outside a transaction block: it would make the block's commit
+-- asynchronous too. Safe for a release: see docs/reliability.md.
+SELECT r.released::boolean AS released
+FROM pglease.release(@name, @holder, @fence) AS r
+CROSS JOIN LATERAL pg_catalog.set_config('synchronous_commit', 'off', true) AS s;
+
 -- name: LeaseAssertHeld :exec
 SELECT pglease.assert_held(@name, @fence);
 

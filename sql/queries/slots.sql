@@ -17,6 +17,12 @@ FROM pglease.renew_slot(@scope, @slot, @holder, @fence, @ttl) AS r;
 SELECT r.released::boolean AS released
 FROM pglease.release_slot(@scope, @slot, @holder, @fence) AS r;
 
+-- name: SlotReleaseAsync :one
+-- As LeaseReleaseAsync: a commit that does not wait for its WAL flush.
+SELECT r.released::boolean AS released
+FROM pglease.release_slot(@scope, @slot, @holder, @fence) AS r
+CROSS JOIN LATERAL pg_catalog.set_config('synchronous_commit', 'off', true) AS s;
+
 -- name: SlotStatusList :many
 SELECT scope, slot, holder, fence, state, expires_at, expires_in::interval AS expires_in
 FROM pglease.slot_status
