@@ -31,8 +31,8 @@ DECLARE
     v_cutoff     timestamptz;
     v_leases     bigint;
     v_lease_max  bigint;
-    v_slots      bigint := 0;
-    v_slot_max   bigint := 0;
+    v_slots      bigint := 0::bigint;
+    v_slot_max   bigint := 0::bigint;
     v_n          bigint;
     v_max        bigint;
     v_waiters    bigint;
