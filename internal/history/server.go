@@ -114,7 +114,7 @@ const (
 type state struct {
 	fence   int64
 	holder  string
-	expires time.Time // latest expiry of this tenure
+	current time.Time // the row's expiry now (a re-pin may shorten it)
 }
 
 // CheckServer replays the server's history in Seq order and checks it.
@@ -134,9 +134,13 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 			switch {
 			case st == nil:
 				rep.add(RuleServerPurge, fmt.Sprintf("%s: #%d deleted a row the replay does not have", k, e.Seq))
-			case st.holder != "" && st.expires.After(e.Clock):
+			case st.fence != e.OldFence || st.holder != e.OldHolder || !st.current.Equal(e.OldExpiresAt):
+				rep.add(RuleServerPurge, fmt.Sprintf("%s: #%d deleted a version (fence %d, holder %q, expiry %s) that is not the row's (fence %d, holder %q, expiry %s)",
+					k, e.Seq, e.OldFence, e.OldHolder, e.OldExpiresAt.Format(time.StampMicro),
+					st.fence, st.holder, st.current.Format(time.StampMicro)))
+			case st.holder != "" && st.current.After(e.Clock):
 				rep.add(RuleServerPurge, fmt.Sprintf("%s: #%d deleted fence %d of %s, live until %s, at %s",
-					k, e.Seq, st.fence, st.holder, st.expires.Format(time.StampMicro), e.Clock.Format(time.StampMicro)))
+					k, e.Seq, st.fence, st.holder, st.current.Format(time.StampMicro), e.Clock.Format(time.StampMicro)))
 			}
 			purgedFence[k] = max(purgedFence[k], e.Fence)
 			purgedAny[k.slot] = true
@@ -154,8 +158,8 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 				rep.add(RuleServerWrite, fmt.Sprintf("%s: write #%d by %s under fence %d committed while the fence was %d", k, e.Seq, e.Holder, e.Fence, cur))
 			case st.holder == "":
 				rep.add(RuleServerWrite, fmt.Sprintf("%s: write #%d by %s under fence %d committed after the tenure was released", k, e.Seq, e.Holder, e.Fence))
-			case !e.Clock.Before(st.expires):
-				rep.add(RuleServerWrite, fmt.Sprintf("%s: write #%d under fence %d began %s after the tenure's last expiry", k, e.Seq, e.Fence, e.Clock.Sub(st.expires)))
+			case !e.Clock.Before(st.current):
+				rep.add(RuleServerWrite, fmt.Sprintf("%s: write #%d under fence %d began %s after the tenure's expiry", k, e.Seq, e.Fence, e.Clock.Sub(st.current)))
 			}
 			continue
 		}
@@ -175,14 +179,15 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 				rep.add(RuleServerFence, fmt.Sprintf("%s: first fence %d, want 1 or more (#%d)", k, e.Fence, e.Seq))
 			}
 			rep.Grants++
-			rows[k] = &state{fence: e.Fence, holder: e.Holder, expires: e.ExpiresAt}
+			rows[k] = &state{fence: e.Fence, holder: e.Holder, current: e.ExpiresAt}
 			continue
 		}
 		if st == nil || st.fence != e.OldFence || st.holder != e.OldHolder {
 			rep.add(RuleServerFence, fmt.Sprintf("%s: #%d replaced a version (fence %d, holder %q) the replay does not have", k, e.Seq, e.OldFence, e.OldHolder))
-			st = &state{fence: e.OldFence, holder: e.OldHolder, expires: e.OldExpiresAt}
+			st = &state{fence: e.OldFence, holder: e.OldHolder}
 			rows[k] = st
 		}
+		st.current = e.ExpiresAt
 		switch {
 		case e.Fence != e.OldFence: // a new tenure
 			rep.Grants++
@@ -199,7 +204,7 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 			if e.AcquiredAt.After(e.Clock) {
 				rep.add(RuleServerTakeover, fmt.Sprintf("%s: fence %d acquired at %s, after the commit-time clock %s (#%d)", k, e.Fence, e.AcquiredAt, e.Clock, e.Seq))
 			}
-			*st = state{fence: e.Fence, holder: e.Holder, expires: e.ExpiresAt}
+			*st = state{fence: e.Fence, holder: e.Holder, current: e.ExpiresAt}
 		case e.Holder == "" && e.OldHolder != "": // released
 			rep.Releases++
 			st.holder = ""
@@ -208,9 +213,6 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 			st.holder = e.Holder
 		default: // renewed or re-pinned
 			rep.Extends++
-			if e.ExpiresAt.After(st.expires) {
-				st.expires = e.ExpiresAt
-			}
 		}
 	}
 	return rep

@@ -78,6 +78,18 @@ func TestCheckServer(t *testing.T) {
 		t.Fatalf("counts with a purge: %s", rep.Summary())
 	}
 
+	// A re-entrant acquire with a shorter TTL moves the expiry earlier: a
+	// purge after the new expiry deletes no live tenure.
+	shortened := []ServerEvent{
+		grant(1, "a", 1, 0, "", 0),
+		{Seq: 2, Row: LeaseRow, Name: "L", Holder: "a", Fence: 1, OldHolder: "a", OldFence: 1,
+			AcquiredAt: at(0), OldExpiresAt: at(100), ExpiresAt: at(40), Clock: at(10)},
+		purged(3, "a", 1, 40, 60),
+	}
+	if rep := CheckServer(shortened, nil); !rep.OK() {
+		t.Fatalf("purge after a shortening re-pin rejected: %v", rep.Violations)
+	}
+
 	tests := []struct {
 		name string
 		rule string
@@ -105,6 +117,8 @@ func TestCheckServer(t *testing.T) {
 			recreated(1, "a", 5, 0)}},
 		{"purge of a live tenure", RuleServerPurge, []ServerEvent{
 			grant(1, "a", 1, 0, "", 0), purged(2, "a", 1, 100, 50)}},
+		{"purge of a stale version", RuleServerPurge, []ServerEvent{
+			grant(1, "a", 1, 0, "", 0), renewal(2, "a", 1, 0, 100, 50), purged(3, "a", 1, 100, 120)}},
 		{"purge of an unknown row", RuleServerPurge, []ServerEvent{
 			purged(1, "", 3, 0, 50)}},
 		{"slot above capacity", RuleServerSlot, []ServerEvent{
