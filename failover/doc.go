@@ -25,7 +25,13 @@
 // switchover (pg_autoctl perform failover), a SIGKILL of its postmaster,
 // and a SIGKILL of the whole node, the last one after stopping the WAL
 // sender and making the leader hand over, so that a new tenure is granted
-// while the standby receives nothing. TestSynchronousStandby does this with
+// while the standby receives nothing. Before each fault the test waits,
+// for at most 150 s, until the formation is ready for it (env.sh
+// wait-ready: both nodes healthy and in their goal state, and the primary's
+// pg_stat_replication showing the standby streaming). Just before each
+// postmaster or node kill
+// it makes the leader's workload return, so that the kill races the next
+// grant right after a release. TestSynchronousStandby does this with
 // pg_auto_failover's synchronous standby, TestAsynchronousStandby with the
 // standby made asynchronous (replication-quorum false).
 //
@@ -39,7 +45,10 @@
 //
 // What is checked, over every grant, workload run and acknowledged write
 // recorded on this process's monotonic clock: fences only grow across
-// grants, also across failovers, and no fence goes to two holders; no two
+// grants, also across failovers, and no fence goes to two holders, although
+// every release is asynchronous (the supervisors release through their
+// pools, so with synchronous_commit off: a release may be lost with the
+// primary; the report counts the releases); no two
 // workloads run at once; every acknowledged fenced write is in the log
 // table of the final primary, as written; and, with a synchronous standby,
 // fenced writes resume within TTL + the engine's failover time (from the

@@ -10,7 +10,13 @@
 #                                 pglease_failover, which up does not create)
 #   failover/env.sh state         pg_autoctl show state
 #   failover/env.sh wait-ready [S]  wait (S seconds, default 120) until the
-#                                 monitor sees one primary and one secondary
+#                                 formation is ready for a fault: the monitor
+#                                 sees one primary and one secondary, both
+#                                 healthy and in their goal state, and the
+#                                 primary's pg_stat_replication shows the
+#                                 secondary streaming (in the quorum when
+#                                 synchronous_standby_names is set); on
+#                                 timeout it says what was not ready
 #   failover/env.sh primary       the node number (1 or 2) of the primary
 #   failover/env.sh switchover    pg_autoctl perform failover (planned)
 #   failover/env.sh kill-postmaster  SIGKILL the primary's postmaster; its
@@ -26,11 +32,16 @@
 #   failover/env.sh save-logs D   copy pg_autoctl's and Postgres' logs to D
 #   failover/env.sh sync|async    make the standby synchronous (the default)
 #                                 or asynchronous (replication-quorum false)
-#   failover/env.sh stop-sender|cont-sender
-#                                 SIGSTOP/SIGCONT the primary's WAL sender:
-#                                 the standby receives nothing more (a
-#                                 stopped receiver would not do: the WAL
-#                                 already sent waits in its socket buffer)
+#   failover/env.sh stop-sender   SIGSTOP the primary's WAL sender that
+#                                 streams to the secondary: the standby
+#                                 receives nothing more (a stopped receiver
+#                                 would not do: the WAL already sent waits in
+#                                 its socket buffer)
+#   failover/env.sh cont-sender   SIGCONT the WAL sender stop-sender stopped
+#
+# The fault commands (switchover, kill-postmaster, kill-node, stop-sender)
+# do not wait: run wait-ready first. Each one fails, signalling nothing,
+# when it cannot find the process it should signal.
 #
 # Runs as root: installs postgresql-<major>-auto-failover when pg_autoctl is
 # missing, and runs pg_autoctl and Postgres as user postgres with the
@@ -134,7 +145,55 @@ counts() { # "primaries secondaries" as the monitor sees them, settled
 	               FROM pgautofailover.node"
 }
 
-ready() { [ "$(counts 2>/dev/null)" = "1 1" ]; }
+# unready prints what keeps the formation from being ready for a fault, or
+# nothing when it is ready: the monitor sees two nodes, one primary and one
+# secondary, each healthy, running and in its goal state; and the primary's
+# pg_stat_replication shows a WAL sender streaming to that secondary, in
+# the quorum when synchronous_standby_names is set.
+unready() {
+	m=$(monitor_sql "SELECT coalesce(string_agg(format('%s %s/%s health %s', nodename, reportedstate, goalstate, health), ', '
+	                                            ORDER BY nodeid), 'no nodes')
+	                 || '|' || (count(*) = 2
+	                      AND count(*) FILTER (WHERE reportedstate = 'primary' AND goalstate = 'primary'
+	                                             AND health = 1 AND reportedpgisrunning) = 1
+	                      AND count(*) FILTER (WHERE reportedstate = 'secondary' AND goalstate = 'secondary'
+	                                             AND health = 1 AND reportedpgisrunning) = 1)
+	                 || '|' || coalesce(min(nodeport) FILTER (WHERE reportedstate = 'primary' AND goalstate = 'primary'), 0)
+	                 || '|' || coalesce(min(nodeid) FILTER (WHERE reportedstate = 'secondary' AND goalstate = 'secondary'), 0)
+	               FROM pgautofailover.node" 2>&1) || {
+		echo "the monitor (port $MON_PORT) does not answer: $m"
+		return 0
+	}
+	nodes=${m%%|*}
+	m=${m#*|}
+	settled=${m%%|*}
+	m=${m#*|}
+	pport=${m%%|*}
+	sid=${m#*|}
+	if [ "$settled" != true ]; then
+		echo "the monitor does not see one primary and one secondary, healthy and in their goal state (reported/goal): $nodes"
+		return 0
+	fi
+	standby="pgautofailover_standby_$sid"
+	r=$(psql_at "$pport" postgres postgres "SELECT CASE
+	        WHEN pg_is_in_recovery() THEN 'is in recovery'
+	        WHEN r.state IS NULL THEN 'has no WAL sender to $standby in pg_stat_replication'
+	        WHEN r.state <> 'streaming' THEN 'has its WAL sender to $standby ' || r.state || ', not streaming'
+	        WHEN current_setting('synchronous_standby_names') <> '' AND r.sync_state NOT IN ('sync', 'quorum')
+	          THEN 'sees $standby ' || r.sync_state || ', not in the quorum of '
+	               || current_setting('synchronous_standby_names')
+	        ELSE '' END
+	      FROM (SELECT) AS one
+	      LEFT JOIN LATERAL (SELECT state, sync_state FROM pg_stat_replication
+	                          WHERE application_name = '$standby'
+	                          ORDER BY state = 'streaming' DESC LIMIT 1) AS r ON true" 2>&1) || {
+		echo "the primary (port $pport) does not answer: $r"
+		return 0
+	}
+	[ -z "$r" ] || echo "the primary (port $pport) $r"
+}
+
+ready() { [ -z "$(unready)" ]; }
 
 primary_node() {
 	p=$(monitor_sql "SELECT nodeport FROM pgautofailover.node
@@ -218,8 +277,14 @@ up() {
 	url
 }
 
-wait_ready() {
-	wait_for "${1:-120}" "one primary and one secondary" ready
+wait_ready() { # seconds
+	secs=${1:-120}
+	end=$(($(date +%s) + secs))
+	while why=$(unready) && [ -n "$why" ]; do
+		[ "$(date +%s)" -lt "$end" ] ||
+			die "the formation is not ready for a fault after ${secs}s: $why (logs in $DIR/*.log)"
+		sleep 0.5
+	done
 }
 
 down() {
@@ -248,9 +313,15 @@ down() {
 }
 
 set_mode() { # true (sync) | false (async)
-	# pg_autoctl 2.0 prints spurious "invalid byte sequence" errors from its
-	# get_nodes() call here; the setting is applied all the same (checked
-	# below), so its output goes to the log.
+	# pg_autoctl 2.0's set node (and get formation settings) logs "Monitor
+	# ERROR: invalid byte sequence for encoding UTF8" for its get_nodes($1,
+	# $2) call: monitor_get_nodes() passes the group id (0 here, from the
+	# node's configuration; we pass nothing but --pgdata) as a pointer into
+	# a stack buffer that is out of scope by the time the query is sent, so
+	# the monitor receives garbage bytes. That call only lists the nodes'
+	# settings for display; the setting itself is applied by its own call
+	# (checked below through synchronous_standby_names), and the keepers
+	# never make it. So its output goes to $DIR/env.log.
 	for n in 1 2; do
 		autoctl set node replication-quorum "$1" --pgdata "$(pgdata_of "node$n")" >>"$DIR/env.log" 2>&1 ||
 			die "pg_autoctl set node replication-quorum $1 failed on node $n (see $DIR/env.log)"
@@ -271,12 +342,26 @@ set_mode() { # true (sync) | false (async)
 	echo "synchronous_standby_names = '$ssn'"
 }
 
-sender_pid() { # the primary's WAL sender to the secondary
+sender_pid() { # the primary's WAL sender streaming to the secondary
 	n=$(primary_node)
-	pid=$(ps -o pid=,args= --ppid "$(postmaster "node$n")" |
-		awk '/walsender/ {print $1}')
-	[ -n "$pid" ] || die "node $n has no WAL sender"
+	pm=$(postmaster "node$n")
+	[ -n "$pm" ] || die "node $n, the primary, has no running postmaster; run wait-ready first"
+	pid=$(psql_at "$(port_of "$n")" postgres postgres "SELECT pid FROM pg_stat_replication
+	        WHERE state = 'streaming' AND application_name LIKE 'pgautofailover\_standby\_%'
+	        ORDER BY backend_start DESC LIMIT 1") ||
+		die "cannot read pg_stat_replication on node $n, the primary"
+	[ -n "$pid" ] || die "node $n, the primary, has no WAL sender streaming to the standby; run wait-ready first"
+	[ "$(ps -o ppid= -p "$pid" | tr -d ' ')" = "$pm" ] ||
+		die "WAL sender $pid is not a child of node $n's postmaster $pm"
 	echo "$pid"
+}
+
+# keeper prints the pid of node n's pg_autoctl, or fails saying why.
+keeper() {
+	[ -s "$DIR/node$1.pid" ] || die "node $1 has no pg_autoctl pid file ($DIR/node$1.pid)"
+	k=$(cat "$DIR/node$1.pid")
+	kill -0 "$k" 2>/dev/null || die "node $1's pg_autoctl (pid $k) is not running"
+	echo "$k"
 }
 
 cmd=${1:-}
@@ -301,12 +386,15 @@ kill-node)
 	n=$(primary_node)
 	pm=$(postmaster "node$n")
 	[ -n "$pm" ] || die "node $n has no postmaster"
+	k=$(keeper "$n")
 	# Postgres' children run in sessions of their own: kill them by pid
 	# (a stopped WAL sender would otherwise hold the shared memory and keep
 	# the node from ever starting again).
 	kids=$(ps -o pid= --ppid "$pm" || true)
-	/bin/kill -s KILL -- "-$(cat "$DIR/node$n.pid")" 2>/dev/null || true
+	/bin/kill -s KILL -- "-$k" ||
+		die "cannot kill node $n's pg_autoctl process group $k"
 	kill -KILL "$pm" $kids 2>/dev/null || true
+	rm -f "$DIR/stopped-sender.pid"
 	echo "$n"
 	;;
 start-node) start_node "${1:?node number}" ;;
@@ -321,8 +409,17 @@ save-logs)
 	;;
 sync) set_mode true ;;
 async) set_mode false ;;
-stop-sender) kill -STOP "$(sender_pid)" ;;
-cont-sender) kill -CONT "$(sender_pid)" ;;
+stop-sender)
+	pid=$(sender_pid)
+	kill -STOP "$pid"
+	echo "$pid" >"$DIR/stopped-sender.pid"
+	;;
+cont-sender)
+	[ -s "$DIR/stopped-sender.pid" ] || die "no WAL sender is stopped ($DIR/stopped-sender.pid is missing)"
+	pid=$(cat "$DIR/stopped-sender.pid")
+	kill -CONT "$pid" || die "the stopped WAL sender $pid is gone"
+	rm -f "$DIR/stopped-sender.pid"
+	;;
 *)
 	sed -n '2,/^# Runs as root/p' "$0" | sed '$d' >&2
 	exit 2

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/supervisor"
 )
@@ -135,6 +136,27 @@ type outcome struct {
 	// lagged (lagThenKill): whether a new tenure was granted and wrote
 	// while the standby received nothing.
 	lagged string
+	// released (killPostmaster, killNode): the release made just before
+	// the fault, if the leader's supervisor made one.
+	released    release
+	hasReleased bool
+	// exposed: the next grant came after the fault, so that the release
+	// (asynchronous) could be lost with the primary.
+	exposed bool
+}
+
+// releaseNote says, for the log, how the release just before the fault
+// went.
+func (o outcome) releaseNote(t0 time.Time) string {
+	if !o.hasReleased {
+		return ""
+	}
+	next := "before the fault"
+	if o.exposed {
+		next = "after the fault"
+	}
+	return fmt.Sprintf("; fence %d released by %s %s before the fault, next grant %s",
+		o.released.fence, o.released.holder, t0.Sub(o.released.at).Round(time.Millisecond), next)
 }
 
 // path says where the primary went.
@@ -402,6 +424,9 @@ func (s *scenario) startProbe(ctx context.Context, wg *sync.WaitGroup) {
 // writes to the fenced log in a loop.
 func (s *scenario) startSupervisor(ctx context.Context, wg *sync.WaitGroup, i int) {
 	pool := s.newPool(ctx, 4)
+	if !asyncrelease.OK(pool) {
+		s.t.Fatal("a supervisor on a pool would release synchronously: the releases under test are the asynchronous ones")
+	}
 	holder := fmt.Sprintf("sup-%d", i)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
 		With("mode", s.mode)
@@ -414,6 +439,8 @@ func (s *scenario) startSupervisor(ctx context.Context, wg *sync.WaitGroup, i in
 			switch e.Kind {
 			case supervisor.EventAcquired:
 				s.h.grant(e.Holder, e.Fence)
+			case supervisor.EventReleased:
+				s.h.release(e.Holder, e.Fence)
 			case supervisor.EventLost:
 				s.h.lose(lostCause(e.Err))
 			}
@@ -492,6 +519,12 @@ func (s *scenario) inject(ctx context.Context, kind faultKind) outcome {
 		t.Fatalf("%s: no fenced writes on the primary (port %d) before the fault: %v\n%s", kind, o.old.port, err, s.f.state(ctx))
 	}
 
+	// Ready for the fault: both nodes in their goal state and the standby
+	// streaming (a primary restarted in place by the previous fault may
+	// not have its standby back yet).
+	if _, err := s.f.run(ctx, "wait-ready", "150"); err != nil {
+		t.Fatalf("%s: %v", kind, err)
+	}
 	var t0 time.Time
 	restart := 0
 	switch kind {
@@ -501,11 +534,13 @@ func (s *scenario) inject(ctx context.Context, kind faultKind) outcome {
 			t.Fatal(err)
 		}
 	case killPostmaster:
+		o.released, o.hasReleased = s.releaseNow(ctx)
 		t0 = time.Now()
 		if _, err := s.f.run(ctx, "kill-postmaster"); err != nil {
 			t.Fatal(err)
 		}
 	case killNode:
+		o.released, o.hasReleased = s.releaseNow(ctx)
 		t0 = time.Now()
 		n, err := s.f.node(ctx, "kill-node")
 		if err != nil {
@@ -539,7 +574,12 @@ func (s *scenario) inject(ctx context.Context, kind faultKind) outcome {
 	}
 	s.h.mu.Lock()
 	o.before, _ = s.h.lastAckBefore(first.at)
+	if o.hasReleased {
+		next, ok := s.h.firstGrantAfter(o.released.at)
+		o.exposed = !ok || next.at.After(t0)
+	}
 	s.h.mu.Unlock()
+	o.lagged += o.releaseNote(t0)
 	o.after, o.new = first, first.srv
 	o.engine = probe.at.Sub(t0)
 	o.recovery = first.at.Sub(t0)
@@ -592,6 +632,35 @@ func (s *scenario) handover(ctx context.Context, when string) {
 	s.handovers = append(s.handovers, fmt.Sprintf("handover %s: fence %d (%s) -> %d (%s) granted %s after the leader was asked to return; %d LISTEN connections on the primary",
 		when, before.fence, before.holder, g.fence, g.holder, g.at.Sub(asked).Round(time.Millisecond), listening))
 	s.t.Log(s.handovers[len(s.handovers)-1])
+}
+
+// releaseNow makes the leader's workload return and waits until its
+// supervisor has released the lease, so that the fault that follows races
+// the next grant: the release commits on the pool without waiting for its
+// WAL flush or the standby, and may be lost with the primary. It returns
+// false when the tenure ended otherwise (the lease was lost, and a new
+// grant came without a release).
+func (s *scenario) releaseNow(ctx context.Context) (release, bool) {
+	s.h.mu.Lock()
+	n := len(s.h.releases)
+	before, _ := s.h.lastGrant()
+	s.h.mu.Unlock()
+	s.h.handover.Add(1)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := s.h.wait(wctx, func() bool {
+		g, _ := s.h.lastGrant()
+		return len(s.h.releases) > n || g.fence > before.fence
+	})
+	if err != nil {
+		s.t.Fatalf("no release nor new grant within a minute of asking the leader (fence %d) to return: %v", before.fence, err)
+	}
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	if len(s.h.releases) > n {
+		return s.h.releases[n], true
+	}
+	return release{}, false
 }
 
 // lag stops the primary's WAL sender, so that the standby receives
@@ -705,14 +774,22 @@ func (s *scenario) readLog(ctx context.Context) map[int64]loggedRow {
 func (s *scenario) report(outcomes []outcome, v verdict) {
 	s.h.mu.Lock()
 	refused, failed, lost := s.h.refused, s.h.failed, maps.Clone(s.h.lost)
+	releases := len(s.h.releases)
 	s.h.mu.Unlock()
 	var engine, recovery, gap []time.Duration
 	counts := map[faultKind]int{}
+	var releasedBefore, exposed int
 	for _, o := range outcomes {
 		engine = append(engine, o.engine)
 		recovery = append(recovery, o.recovery)
 		gap = append(gap, o.gap)
 		counts[o.kind]++
+		if o.hasReleased {
+			releasedBefore++
+		}
+		if o.exposed {
+			exposed++
+		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "### %s standby, TTL %s\n\n", s.mode, s.ttl)
@@ -725,6 +802,10 @@ func (s *scenario) report(outcomes []outcome, v verdict) {
 	fmt.Fprintf(&b, "\nfailovers survived: %d (%v); grants checked: %d (%d of them the previous fence again, to the same holder); tenures: %d; "+
 		"acknowledged fenced writes checked: %d (refused %d, unknown outcome %d); leases lost by supervisors: %v\n",
 		len(outcomes), counts, v.grants, v.resumed, v.tenures, v.acked, refused, failed, lost)
+	fmt.Fprintf(&b, "releases performed: %d, all asynchronous (each supervisor releases through its pool, so the release commits "+
+		"with synchronous_commit off: no wait for its WAL flush nor for the standby); %d of them just before a kill, "+
+		"%d of those with the next grant after the kill (the release exposed to the crash)\n",
+		releases, releasedBefore, exposed)
 	fmt.Fprintf(&b, "violations: %d (fence granted twice %d, fence backwards %d, overlapping tenures %d, "+
 		"acknowledged writes lost %d, writes under another's fence %d)\n",
 		len(v.violations), v.doubleGrants, v.backwards, v.overlaps, v.lostWrites, v.foreignWrites)

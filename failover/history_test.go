@@ -23,6 +23,16 @@ type grant struct {
 	fence  int64
 }
 
+// release is one EventReleased: a supervisor gave the lease back after its
+// workload returned. The supervisors run on pools, so every release
+// commits without waiting for its WAL flush or the standby (see
+// internal/asyncrelease).
+type release struct {
+	at     time.Time
+	holder string
+	fence  int64
+}
+
 // tenure is one run of a supervisor's workload: from when the workload
 // started to when it returned.
 type tenure struct {
@@ -65,15 +75,16 @@ type history struct {
 	seq      atomic.Int64 // last sequence number handed to a write
 	handover atomic.Int64 // generation; a workload started earlier returns
 
-	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every record
-	grants  []grant
-	tenures []*tenure
-	acked   []write
-	probes  []probeWrite
-	lost    map[string]int // EventLost causes
-	refused int            // fenced writes refused (ErrLeaseLost)
-	failed  int            // fenced writes with an unknown outcome
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every record
+	grants   []grant
+	releases []release
+	tenures  []*tenure
+	acked    []write
+	probes   []probeWrite
+	lost     map[string]int // EventLost causes
+	refused  int            // fenced writes refused (ErrLeaseLost)
+	failed   int            // fenced writes with an unknown outcome
 }
 
 func newHistory() *history {
@@ -90,6 +101,13 @@ func (h *history) grant(holder string, fence int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.grants = append(h.grants, grant{at: time.Now(), holder: holder, fence: fence})
+	h.bump()
+}
+
+func (h *history) release(holder string, fence int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.releases = append(h.releases, release{at: time.Now(), holder: holder, fence: fence})
 	h.bump()
 }
 
@@ -200,6 +218,16 @@ func (h *history) firstProbeOn(t time.Time, old server) (probeWrite, bool) {
 		}
 	}
 	return probeWrite{}, false
+}
+
+// firstGrantAfter returns the first grant after t; h.mu must be held.
+func (h *history) firstGrantAfter(t time.Time) (grant, bool) {
+	for _, g := range h.grants {
+		if g.at.After(t) {
+			return g, true
+		}
+	}
+	return grant{}, false
 }
 
 // lastGrant returns the latest grant; h.mu must be held.
