@@ -9,7 +9,7 @@ FUZZTIME  ?= 30s
 FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 
 .DEFAULT_GOAL := help
-.PHONY: help demo generate verify lint lint-go lint-sql test test-race test-isolation deps \
+.PHONY: help demo generate verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
 	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover
 
 help: ## List the targets
@@ -46,6 +46,21 @@ test: ## Run the test suite (race detector on) against a real Postgres
 	$(GO) test -race -count=1 $(PKGS)
 
 test-race: test ## Same as test: the suite always runs with -race
+
+N ?= 30
+test-repeat: ## Run the suite N times (N=30) beside two CPU-bound processes; prints passes/N, keeps failing logs
+	@logs=$$(mktemp -d); pass=0; \
+	sh -c 'while :; do :; done' & b1=$$!; sh -c 'while :; do :; done' & b2=$$!; \
+	trap 'kill $$b1 $$b2 2>/dev/null' EXIT INT TERM; \
+	for i in $$(seq 1 $(N)); do \
+		if $(GO) test -race -count=1 $(PKGS) >$$logs/run-$$i.log 2>&1; then \
+			pass=$$((pass + 1)); rm $$logs/run-$$i.log; echo "test-repeat: run $$i passed"; \
+		else \
+			echo "test-repeat: run $$i FAILED (log: $$logs/run-$$i.log)"; \
+			grep -E '^(--- FAIL|FAIL|panic:)' $$logs/run-$$i.log | head -20; \
+		fi; \
+	done; \
+	echo "test-repeat: $$pass/$(N) passed"; [ $$pass -eq $(N) ]
 
 test-isolation: ## Interleaving specs of the SQL functions (Postgres' isolation tester)
 	./scripts/test-isolation.sh

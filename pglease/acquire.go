@@ -44,6 +44,9 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 		if !ok {
 			return l, err
 		}
+		if c.waiting != nil {
+			c.waiting(name)
+		}
 		if err := w.Wait(ctx, held.ExpiresIn); err != nil {
 			return nil, err
 		}

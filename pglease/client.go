@@ -60,6 +60,10 @@ type Client struct {
 	pool   *pgxpool.Pool // non-nil when db is a pool: used to LISTEN
 	holder string
 	margin time.Duration
+
+	// waiting, when set by a test, is called each time a blocking acquire
+	// has been refused and is about to wait.
+	waiting func(name string)
 }
 
 // New returns a Client that runs its queries on database. It does not take

@@ -170,6 +170,7 @@ func TestAcquireWokenByRelease(t *testing.T) {
 	pool := pgtest.NewDirectPool(t)
 	owner := newClient(t, pool, "owner")
 	waiter := newClient(t, pool, "waiter")
+	waiting := waitingHook(waiter)
 	l := mustAcquire(t, owner, "jobs", 30*time.Second)
 
 	type result struct {
@@ -182,7 +183,7 @@ func TestAcquireWokenByRelease(t *testing.T) {
 		wl, err := waiter.Acquire(ctx, "jobs", 30*time.Second)
 		done <- result{wl, err, time.Now()}
 	}()
-	waitListening(t, pool)
+	awaitWaiting(t, waiting, "the blocked Acquire to listen")
 	released := time.Now()
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -205,24 +206,29 @@ func TestAcquireWokenByRelease(t *testing.T) {
 	}
 }
 
-// waitListening waits until some session of the database LISTENs, so that a
-// release is not sent before the waiter subscribed.
-func waitListening(t *testing.T, pool *pgxpool.Pool) {
+// waitingHook returns a channel that receives the lease name each time one
+// of c's blocking acquires has been refused and is about to wait: by then
+// it listens, so a release is not sent before the waiter subscribed.
+func waitingHook(c *pglease.Client) <-chan string {
+	ch := make(chan string, 64)
+	pglease.SetWaitingHook(c, func(name string) {
+		select {
+		case ch <- name:
+		default: // nobody is reading: the test has what it needs
+		}
+	})
+	return ch
+}
+
+// awaitWaiting waits for the next signal of a waitingHook channel, failing
+// the test after a generous liveness bound.
+func awaitWaiting(t *testing.T, waiting <-chan string, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		err := pool.QueryRow(context.Background(),
-			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%LISTEN pglease%' AND query NOT LIKE '%UNLISTEN%'`).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-waiting:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
 	}
-	t.Fatal("no session started listening")
 }
 
 // TestAcquireWaitsForExpiry: without a release, a blocked Acquire gets the
@@ -447,17 +453,37 @@ func TestExecModes(t *testing.T) {
 }
 
 // TestRace: many clients race for one lease with a short TTL; every grant
-// has a fresh fence, and at any time only the newest grant's fenced write
-// commits.
+// has a fresh fence, a grant's fenced write commits only while no newer
+// grant exists (none of the committed writes sees a larger fence already
+// written), and a released tenure's fenced write is refused.
 func TestRace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE public.race_writes (fence bigint NOT NULL, holder text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
 	var (
-		mu     sync.Mutex
-		grants = map[int64]string{}
-		wg     sync.WaitGroup
+		mu      sync.Mutex
+		grants  = map[int64]string{}
+		refused int // fenced writes refused because the tenure had expired
+		wg      sync.WaitGroup
 	)
+	// write makes the fenced write of fence as holder. It fails when a
+	// larger fence's write has already committed.
+	write := func(name string, fence int64, holder string) error {
+		return pglease.WithFence(ctx, pool, name, fence, func(tx pgx.Tx) error {
+			var newest int64
+			if err := tx.QueryRow(ctx, `SELECT coalesce(max(fence), 0) FROM public.race_writes`).Scan(&newest); err != nil {
+				return err
+			}
+			if newest > fence {
+				return fmt.Errorf("fenced write of fence %d committing after fence %d's: an older grant wrote after a newer one", fence, newest)
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO public.race_writes VALUES ($1, $2)`, fence, holder)
+			return err
+		})
+	}
 	stop := time.Now().Add(1500 * time.Millisecond)
 	for i := range 12 {
 		c := newClient(t, pool, fmt.Sprintf("worker-%d", i))
@@ -474,11 +500,23 @@ func TestRace(t *testing.T) {
 				}
 				grants[l.Fence()] = c.Holder()
 				mu.Unlock()
+				switch err := write(l.Name(), l.Fence(), c.Holder()); {
+				case errors.Is(err, pglease.ErrLeaseLost): // expired under load before the write
+					mu.Lock()
+					refused++
+					mu.Unlock()
+				case err != nil:
+					t.Errorf("fenced write of fence %d: %v", l.Fence(), err)
+				}
 				if l.Fence()%3 == 0 {
 					continue // let it expire
 				}
-				if err := l.Release(ctx); err != nil && !errors.Is(err, pglease.ErrLeaseLost) {
+				err = l.Release(ctx)
+				if err != nil && !errors.Is(err, pglease.ErrLeaseLost) {
 					t.Errorf("Release: %v", err)
+				}
+				if err := write(l.Name(), l.Fence(), c.Holder()); !errors.Is(err, pglease.ErrLeaseLost) {
+					t.Errorf("fenced write of released fence %d = %v, want ErrLeaseLost", l.Fence(), err)
 				}
 			}
 		})
@@ -489,7 +527,15 @@ func TestRace(t *testing.T) {
 			t.Fatalf("fence %d never granted among %d grants: fences are not consecutive", f, len(grants))
 		}
 	}
-	t.Logf("%d tenures granted to 12 racing clients", len(grants))
+	var written int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM public.race_writes`).Scan(&written); err != nil {
+		t.Fatal(err)
+	}
+	if written == 0 {
+		t.Fatal("no fenced write committed")
+	}
+	t.Logf("%d tenures granted to 12 racing clients; %d fenced writes committed in fence order, %d refused after expiry",
+		len(grants), written, refused)
 }
 
 // TestWithFenceStalledTransaction: a holder that stalls inside its fenced
@@ -540,6 +586,7 @@ func TestAcquireListensAgain(t *testing.T) {
 	pool := pgtest.NewDirectPool(t)
 	owner := newClient(t, pool, "owner")
 	waiter := newClient(t, pool, "waiter")
+	waiting := waitingHook(waiter)
 	l := mustAcquire(t, owner, "jobs", 30*time.Second)
 
 	done := make(chan error, 1)
@@ -547,28 +594,17 @@ func TestAcquireListensAgain(t *testing.T) {
 		_, err := waiter.Acquire(ctx, "jobs", 30*time.Second)
 		done <- err
 	}()
-	waitListening(t, pool)
+	awaitWaiting(t, waiting, "the blocked Acquire to listen")
 	var killed bool
 	if err := pool.QueryRow(ctx, `SELECT bool_or(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE datname = current_database() AND query LIKE '%LISTEN pglease%' AND query NOT LIKE '%UNLISTEN%'`).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate the listening backend: %v, %v", killed, err)
 	}
-	// A new listening session appears, then the release is heard.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND query LIKE '%LISTEN pglease%' AND query NOT LIKE '%UNLISTEN%' AND state = 'idle'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the waiter did not listen again within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// The broken connection wakes the waiter, which tries again and waits
+	// (listening again inside that wait); the wait after that is on the
+	// new connection, so a release is heard from then on.
+	awaitWaiting(t, waiting, "the waiter to wake at the broken connection")
+	awaitWaiting(t, waiting, "the waiter to listen again")
 	released := time.Now()
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -101,36 +101,55 @@ func mustRelease(t testing.TB, s *runslots.Slot) {
 // inUse returns the number of live holders of scope the server reports.
 func inUse(t testing.TB, c *runslots.Client, scope string) int {
 	t.Helper()
+	n, err := scopeInUse(c, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// scopeInUse is inUse for goroutines that must not call t.Fatal (a Run's
+// fn): it returns the failure.
+func scopeInUse(c *runslots.Client, scope string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	scopes, err := c.Scopes(ctx)
 	if err != nil {
-		t.Fatalf("Scopes: %v", err)
+		return 0, fmt.Errorf("Scopes: %w", err)
 	}
 	for _, s := range scopes {
 		if s.Scope == scope {
-			return s.InUse
+			return s.InUse, nil
 		}
 	}
-	return 0
+	return 0, nil
 }
 
 // slotStatus returns the server's view of slot number of scope.
 func slotStatus(t testing.TB, c *runslots.Client, scope string, number int) runslots.SlotStatus {
 	t.Helper()
+	st, err := findSlot(c, scope, number)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// findSlot is slotStatus for goroutines that must not call t.Fatal (a
+// Run's fn): it returns the failure.
+func findSlot(c *runslots.Client, scope string, number int) (runslots.SlotStatus, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	all, err := c.Slots(ctx)
 	if err != nil {
-		t.Fatalf("Slots: %v", err)
+		return runslots.SlotStatus{}, fmt.Errorf("Slots: %w", err)
 	}
 	for _, s := range all {
 		if s.Scope == scope && s.Slot == number {
-			return s
+			return s, nil
 		}
 	}
-	t.Fatalf("Slots: no slot %d of scope %q in %+v", number, scope, all)
-	return runslots.SlotStatus{}
+	return runslots.SlotStatus{}, fmt.Errorf("Slots: no slot %d of scope %q in %+v", number, scope, all)
 }
 
 // bumpFence moves the fence of slot number of scope on, as a takeover

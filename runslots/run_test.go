@@ -3,6 +3,7 @@ package runslots_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,8 +36,8 @@ func TestRunReleases(t *testing.T) {
 				return errors.New("SlotFromContext: nil in fn's context")
 			}
 			number, fence = s.Number(), s.Fence()
-			if n := inUse(t, c, "jobs"); n != 1 {
-				t.Errorf("in use while fn runs = %d, want 1", n)
+			if n, err := scopeInUse(c, "jobs"); err != nil || n != 1 {
+				t.Errorf("in use while fn runs = %d (%v), want 1", n, err)
 			}
 			return want
 		})
@@ -78,8 +79,12 @@ func TestRunRenews(t *testing.T) {
 			case <-tick.C:
 			}
 		}
-		if st := slotStatus(t, c, "long", s.Number()); st.State != runslots.StateHeld || st.Fence != s.Fence() {
-			return errors.New("slot not held with its fence after several TTLs")
+		st, err := findSlot(c, "long", s.Number())
+		if err != nil {
+			return err
+		}
+		if st.State != runslots.StateHeld || st.Fence != s.Fence() {
+			return fmt.Errorf("slot after several TTLs = %+v, want held with fence %d", st, s.Fence())
 		}
 		return nil
 	})
@@ -142,15 +147,22 @@ func TestRunLost(t *testing.T) {
 	}
 }
 
-// TestRunDeadline: when renewals hang (the slot row is locked), fn's context
-// is cancelled at the local deadline, before the server's expiry, with a
-// cause matching ErrSlotLost.
+// TestRunDeadline: when renewals hang (the slot row stays locked, so no
+// renewal can complete and none can be refused), fn's context is cancelled
+// by the local deadline alone, with a cause matching ErrSlotLost: not
+// before the deadline less one retry delay (the no-time-to-retry rule), and
+// within a generous liveness bound after it. The exact timing is pinned by
+// internal/keep's tests on a fake clock.
 func TestRunDeadline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	c := newClient(t, pool, "")
-	const ttl = 600 * time.Millisecond
+	const (
+		ttl        = 600 * time.Millisecond
+		retryDelay = ttl / 20 // Run's retry delay for this TTL
+		liveness   = 10 * time.Second
+	)
 	started := make(chan *runslots.Slot, 1)
 	var cause error
 	var cancelledAt time.Time
@@ -169,11 +181,12 @@ func TestRunDeadline(t *testing.T) {
 		deadline = s.Deadline()
 		tx, err := pool.Begin(ctx)
 		if err != nil {
-			t.Fatal(err)
+			t.Errorf("begin the locking transaction: %v", err)
+			return
 		}
 		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 		if _, err := tx.Exec(ctx, `SELECT 1 FROM pglease.slots WHERE scope = 'hang' FOR UPDATE`); err != nil {
-			t.Fatal(err)
+			t.Errorf("lock the slot row: %v", err)
 		}
 	})
 	if !errors.Is(cause, runslots.ErrSlotLost) {
@@ -182,8 +195,14 @@ func TestRunDeadline(t *testing.T) {
 	if !errors.Is(err, runslots.ErrSlotLost) {
 		t.Fatalf("Run = %v, want ErrSlotLost", err)
 	}
-	// Measured for the log only: the cancellation may come a retry delay
-	// before the deadline (no time to retry), or a timer's lateness after.
+	// The deadline only moves forward, so the one read before the lock is
+	// a lower bound for the one the cancellation met.
+	if early := deadline.Sub(cancelledAt); early > retryDelay {
+		t.Fatalf("fn cancelled %s before the local deadline, want at most one retry delay (%s)", early, retryDelay)
+	}
+	if late := cancelledAt.Sub(deadline); late > liveness {
+		t.Fatalf("fn cancelled %s after the local deadline, want within %s", late, liveness)
+	}
 	t.Logf("cancelled %s after the local deadline; Run returned: %v", cancelledAt.Sub(deadline), err)
 }
 
@@ -208,8 +227,8 @@ func TestRunParentCancel(t *testing.T) {
 			case <-time.After(fnTimeout):
 				return errors.New("fn's context was not cancelled")
 			}
-			if st := slotStatus(t, c, "stop", 1); st.State != runslots.StateHeld {
-				t.Errorf("slot while fn winds down = %+v, want held", st)
+			if st, err := findSlot(c, "stop", 1); err != nil || st.State != runslots.StateHeld {
+				t.Errorf("slot while fn winds down = %+v (%v), want held", st, err)
 			}
 			return fctx.Err()
 		})

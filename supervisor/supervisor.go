@@ -27,6 +27,10 @@ type Supervisor struct {
 	leader atomic.Bool
 	fence  atomic.Int64
 	pool   *pgxpool.Pool // non-nil when the database is a pool: purges run on it
+
+	// waiting, when set by a test, is called each time a standby has been
+	// refused and is about to wait (listening for releases).
+	waiting func()
 }
 
 // New returns a Supervisor that keeps its lease (or slot) in the pglease
@@ -201,6 +205,9 @@ func (s *Supervisor) standby(ctx context.Context) (tenure, error) {
 				s.observe(Event{Kind: EventLeaderSeen, Name: s.name, Holder: ref.holder, Fence: ref.fence})
 			}
 			wait = ref.wait
+			if s.waiting != nil {
+				s.waiting()
+			}
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case errors.Is(err, pglease.ErrInvalidArgument):

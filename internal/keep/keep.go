@@ -178,6 +178,12 @@ func (h *holder) renewed(err error) {
 		h.stop(fmt.Errorf("%w: %w", ErrRefused, err), true)
 	default:
 		left := time.Until(h.t.Deadline())
+		if left <= 0 {
+			// A renewal that hung until the deadline ends the same instant
+			// the deadline timer fires: the deadline is the cause either way.
+			h.stop(fmt.Errorf("%w: %w", ErrDeadline, err), true)
+			return
+		}
 		h.cfg.Logger.Warn("renewal failed, outcome unknown; retrying", "err", err, "deadline_in", left)
 		if left <= h.cfg.RetryDelay {
 			h.stop(fmt.Errorf("%w: %w", ErrNoTime, err), true)

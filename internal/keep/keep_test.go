@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -15,6 +16,10 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The tests run in synctest bubbles: time is fake and advances only when
+// every goroutine of the bubble is blocked, so timer outcomes are exact and
+// independent of the machine's load.
 
 var errLost = errors.New("lost")
 
@@ -54,10 +59,21 @@ func (t *tenure) Deadline() time.Time {
 	return t.deadline
 }
 
+func (t *tenure) renewals() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n
+}
+
+const (
+	renewInterval = 30 * time.Millisecond
+	retryDelay    = 10 * time.Millisecond
+)
+
 func config() keep.Config {
 	return keep.Config{
-		RenewInterval: 30 * time.Millisecond,
-		RetryDelay:    10 * time.Millisecond,
+		RenewInterval: renewInterval,
+		RetryDelay:    retryDelay,
 		StopTimeout:   time.Second,
 		IsLost:        func(err error) bool { return errors.Is(err, errLost) },
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -73,127 +89,173 @@ func untilCancelled(at chan<- time.Time) func(context.Context) error {
 	}
 }
 
+// TestRenewsWhileWorking: a workload three TTLs long keeps its tenure, with
+// a renewal every RenewInterval.
 func TestRenewsWhileWorking(t *testing.T) {
-	tn := newTenure(100*time.Millisecond, func(context.Context, int) error { return nil })
-	res := keep.Hold(context.Background(), tn, config(), func(ctx context.Context) error {
-		time.Sleep(300 * time.Millisecond) // three TTLs: only renewals keep it
-		return ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		tn := newTenure(100*time.Millisecond, func(context.Context, int) error { return nil })
+		res := keep.Hold(context.Background(), tn, config(), func(ctx context.Context) error {
+			time.Sleep(295 * time.Millisecond) // the workload's duration, on the bubble's clock
+			return ctx.Err()
+		})
+		if res.Lost || res.Cause != nil || res.WorkErr != nil {
+			t.Fatalf("Hold = %+v, want a clean return", res)
+		}
+		if got, want := tn.renewals(), 9; got != want { // at 30, 60, ... 270 ms
+			t.Fatalf("%d renewals in 295ms at a 30ms interval, want %d", got, want)
+		}
 	})
-	if res.Lost || res.Cause != nil || res.WorkErr != nil {
-		t.Fatalf("Hold = %+v, want a clean return", res)
-	}
-	if tn.n < 5 {
-		t.Fatalf("%d renewals in 300ms at a 30ms interval, want many", tn.n)
-	}
 }
 
+// TestRefusedCancels: a refused renewal cancels the workload at once and
+// ends the renewals.
 func TestRefusedCancels(t *testing.T) {
-	at := make(chan time.Time, 1)
-	tn := newTenure(time.Second, func(_ context.Context, n int) error {
-		if n == 2 {
-			return errLost
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		at := make(chan time.Time, 1)
+		tn := newTenure(time.Second, func(_ context.Context, n int) error {
+			if n == 2 {
+				return errLost
+			}
+			return nil
+		})
+		res := keep.Hold(context.Background(), tn, config(), untilCancelled(at))
+		if !res.Lost || !errors.Is(res.Cause, keep.ErrRefused) || !errors.Is(res.Cause, errLost) {
+			t.Fatalf("Hold = %+v, want lost with ErrRefused wrapping the refusal", res)
 		}
-		return nil
+		if !errors.Is(res.WorkErr, keep.ErrRefused) {
+			t.Fatalf("workload's context cause = %v, want ErrRefused", res.WorkErr)
+		}
+		if got, want := (<-at).Sub(start), 2*renewInterval; got != want {
+			t.Fatalf("workload cancelled %s after the start, want %s (at the refused renewal)", got, want)
+		}
+		if n := tn.renewals(); n != 2 {
+			t.Fatalf("%d renewals, want none after the refusal", n)
+		}
 	})
-	res := keep.Hold(context.Background(), tn, config(), untilCancelled(at))
-	if !res.Lost || !errors.Is(res.Cause, keep.ErrRefused) || !errors.Is(res.Cause, errLost) {
-		t.Fatalf("Hold = %+v, want lost with ErrRefused wrapping the refusal", res)
-	}
-	if !errors.Is(res.WorkErr, keep.ErrRefused) {
-		t.Fatalf("workload's context cause = %v, want ErrRefused", res.WorkErr)
-	}
-	if tn.n != 2 {
-		t.Fatalf("%d renewals, want none after the refusal", tn.n)
-	}
 }
 
 // TestHangingRenewalDeadline: a renewal that hangs (a blackholed
-// connection) cannot keep the workload running past the deadline.
+// connection) cannot keep the workload running past the deadline: the
+// workload is cancelled exactly at it, with ErrDeadline.
 func TestHangingRenewalDeadline(t *testing.T) {
-	at := make(chan time.Time, 1)
-	tn := newTenure(200*time.Millisecond, func(ctx context.Context, n int) error {
-		if n >= 2 {
-			<-ctx.Done() // hangs until its own deadline
-			return ctx.Err()
+	synctest.Test(t, func(t *testing.T) {
+		at := make(chan time.Time, 1)
+		tn := newTenure(200*time.Millisecond, func(ctx context.Context, n int) error {
+			if n >= 2 {
+				<-ctx.Done() // hangs until its own deadline
+				return ctx.Err()
+			}
+			return nil
+		})
+		res := keep.Hold(context.Background(), tn, config(), untilCancelled(at))
+		cancelled := <-at
+		if !res.Lost || !errors.Is(res.Cause, keep.ErrDeadline) || errors.Is(res.Cause, keep.ErrNoTime) {
+			t.Fatalf("Hold = %+v, want lost with ErrDeadline", res)
 		}
-		return nil
+		if !cancelled.Equal(tn.Deadline()) {
+			t.Fatalf("workload cancelled %s after the deadline, want at it", cancelled.Sub(tn.Deadline()))
+		}
+		if n := tn.renewals(); n != 2 {
+			t.Fatalf("%d renewals, want 2: no new renewal while one hangs", n)
+		}
 	})
-	res := keep.Hold(context.Background(), tn, config(), untilCancelled(at))
-	cancelled := <-at
-	if !res.Lost || !errors.Is(res.Cause, keep.ErrDeadline) {
-		t.Fatalf("Hold = %+v, want lost with ErrDeadline", res)
-	}
-	if late := cancelled.Sub(tn.Deadline()); late > 50*time.Millisecond {
-		t.Fatalf("workload cancelled %s after the deadline, want at it", late)
-	}
 }
 
-// TestUnknownOutcomeRetried: failures that are not refusals are retried,
-// and a success keeps the workload running.
+// TestUnknownOutcomeRetried: failures that are not refusals are retried
+// after RetryDelay, and a success keeps the workload running.
 func TestUnknownOutcomeRetried(t *testing.T) {
-	errNet := errors.New("connection reset")
-	tn := newTenure(300*time.Millisecond, func(_ context.Context, n int) error {
-		if n == 2 || n == 3 {
-			return errNet
+	synctest.Test(t, func(t *testing.T) {
+		errNet := errors.New("connection reset")
+		var mu sync.Mutex
+		var attempts []time.Duration
+		start := time.Now()
+		tn := newTenure(300*time.Millisecond, func(_ context.Context, n int) error {
+			mu.Lock()
+			attempts = append(attempts, time.Since(start))
+			mu.Unlock()
+			if n == 2 || n == 3 {
+				return errNet
+			}
+			return nil
+		})
+		res := keep.Hold(context.Background(), tn, config(), func(context.Context) error {
+			time.Sleep(115 * time.Millisecond)
+			return nil
+		})
+		if res.Lost || res.Cause != nil {
+			t.Fatalf("Hold = %+v, want the workload to survive two unknown outcomes", res)
 		}
-		return nil
+		// 30 ok, 60 fails, 70 fails (retry), 80 ok (retry), 110 ok.
+		want := []time.Duration{30, 60, 70, 80, 110}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(attempts) != len(want) {
+			t.Fatalf("renewals at %v, want at %v ms", attempts, want)
+		}
+		for i := range want {
+			if attempts[i] != want[i]*time.Millisecond {
+				t.Fatalf("renewals at %v, want at %v ms", attempts, want)
+			}
+		}
 	})
-	res := keep.Hold(context.Background(), tn, config(), func(context.Context) error {
-		time.Sleep(400 * time.Millisecond)
-		return nil
-	})
-	if res.Lost || res.Cause != nil {
-		t.Fatalf("Hold = %+v, want the workload to survive two unknown outcomes", res)
-	}
 }
 
 // TestNoTimeLeft: when renewals keep failing and the next retry could not
-// start before the deadline, the workload is cancelled at once, before the
-// deadline.
+// start before the deadline, the workload is cancelled at once with
+// ErrNoTime, a retry delay before the deadline.
 func TestNoTimeLeft(t *testing.T) {
-	at := make(chan time.Time, 1)
-	tn := newTenure(150*time.Millisecond, func(_ context.Context, n int) error {
-		if n >= 2 {
-			return errors.New("connection refused")
+	synctest.Test(t, func(t *testing.T) {
+		at := make(chan time.Time, 1)
+		tn := newTenure(150*time.Millisecond, func(_ context.Context, n int) error {
+			if n >= 2 {
+				return errors.New("connection refused")
+			}
+			return nil
+		})
+		cfg := config()
+		cfg.RetryDelay = 40 * time.Millisecond
+		res := keep.Hold(context.Background(), tn, cfg, untilCancelled(at))
+		cancelled := <-at
+		if !res.Lost || !errors.Is(res.Cause, keep.ErrNoTime) || errors.Is(res.Cause, keep.ErrDeadline) {
+			t.Fatalf("Hold = %+v, want lost with ErrNoTime", res)
 		}
-		return nil
+		// Renewed at 30 (deadline 180); failures at 60, 100, 140: at 140
+		// only 40ms, one retry delay, is left.
+		if early := tn.Deadline().Sub(cancelled); early != cfg.RetryDelay {
+			t.Fatalf("cancelled %s before the deadline, want %s", early, cfg.RetryDelay)
+		}
 	})
-	cfg := config()
-	cfg.RetryDelay = 40 * time.Millisecond
-	res := keep.Hold(context.Background(), tn, cfg, untilCancelled(at))
-	cancelled := <-at
-	if !res.Lost || !(errors.Is(res.Cause, keep.ErrNoTime) || errors.Is(res.Cause, keep.ErrDeadline)) {
-		t.Fatalf("Hold = %+v, want lost with ErrNoTime", res)
-	}
-	if cancelled.After(tn.Deadline()) {
-		t.Fatalf("cancelled %s after the deadline", cancelled.Sub(tn.Deadline()))
-	}
 }
 
 // TestParentCancelKeepsRenewing: after the parent ends, the tenure is still
-// renewed until the workload returns, and the stuck report fires.
+// renewed until the workload returns, and the stuck report fires once, at
+// StopTimeout.
 func TestParentCancelKeepsRenewing(t *testing.T) {
-	tn := newTenure(100*time.Millisecond, func(context.Context, int) error { return nil })
-	cfg := config()
-	cfg.StopTimeout = 50 * time.Millisecond
-	stuck := make(chan error, 1)
-	cfg.OnStuck = func(cause error) { stuck <- cause }
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	release := make(chan struct{})
-	go func() {
-		<-stuck
-		time.Sleep(250 * time.Millisecond) // past two TTLs
-		close(release)
-	}()
-	res := keep.Hold(ctx, tn, cfg, func(context.Context) error {
-		<-release // ignores its context
-		return nil
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		tn := newTenure(100*time.Millisecond, func(context.Context, int) error { return nil })
+		cfg := config()
+		cfg.StopTimeout = 50 * time.Millisecond
+		stuck := make(chan time.Time, 2)
+		cfg.OnStuck = func(error) { stuck <- time.Now() }
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		res := keep.Hold(ctx, tn, cfg, func(context.Context) error {
+			time.Sleep(295 * time.Millisecond) // ignores its context, past two TTLs
+			return nil
+		})
+		if res.Lost || !errors.Is(res.Cause, context.Canceled) {
+			t.Fatalf("Hold = %+v, want the parent's cancellation as cause, not lost", res)
+		}
+		if got, want := tn.renewals(), 9; got != want {
+			t.Fatalf("%d renewals while the stuck workload ran, want %d (they go on)", got, want)
+		}
+		if len(stuck) != 1 {
+			t.Fatalf("stuck reported %d times, want once", len(stuck))
+		}
+		if got := (<-stuck).Sub(start); got != cfg.StopTimeout {
+			t.Fatalf("stuck reported %s after the cancellation, want %s", got, cfg.StopTimeout)
+		}
 	})
-	if res.Lost || !errors.Is(res.Cause, context.Canceled) {
-		t.Fatalf("Hold = %+v, want the parent's cancellation as cause, not lost", res)
-	}
-	if tn.n < 3 {
-		t.Fatalf("%d renewals while the stuck workload ran, want them to go on", tn.n)
-	}
 }

@@ -1,0 +1,6 @@
+package supervisor
+
+// SetWaitingHook makes s call f each time it has been refused while
+// standing by and is about to wait, listening for releases. Set it before
+// Run.
+func SetWaitingHook(s *Supervisor, f func()) { s.waiting = f }
