@@ -163,7 +163,8 @@ def hold(conninfo, name, holder, ttl):
         finally:
             stop.set()
             thread.join()
-        if not lease.live() or not release(conn, lease):
+            released = lease.live() and release(conn, lease)
+        if not released:
             raise Lost(f"{name}: the tenure of fence {lease.fence} ended while the body ran")
 
 

@@ -133,6 +133,18 @@ class HoldTest(PgleaseTest):
                 self.assertTrue(lease.ended.wait(30), "no renewal gets through: the deadline passes")
                 self.assertEqual(self.fence_row("job")[:2], ("a", 1), "the server was never told")
 
+    def test_hold_ends_when_the_tenure_ended_unnoticed(self):
+        with self.assertRaises(pglease.Lost):
+            with pglease.hold(self.url, "job", "a", 30) as lease:
+                self.conn.execute("SELECT pglease.force_release('job')")
+                self.assertTrue(lease.live(), "nothing told the holder yet")
+
+    def test_hold_releases_when_the_body_fails(self):
+        with self.assertRaises(ZeroDivisionError):
+            with pglease.hold(self.url, "job", "a", 30):
+                1 / 0
+        self.assertEqual(self.fence_row("job"), (None, 1, "free"))
+
     def test_hold_refused(self):
         pglease.try_acquire(self.conn, "job", "a", 60)
         with self.assertRaises(pglease.Held):
