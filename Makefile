@@ -28,6 +28,7 @@ generate: ## Regenerate the head upgrade (migrations/, extension/) from sql/, an
 
 verify: ## Fail when a released file changed or a generated one (migrations, extension, internal/db) is stale
 	./scripts/verify-schema.sh
+	./scripts/verify-proxy.sh
 	$(SQLC) diff || { echo "verify: internal/db is stale: run make generate" >&2; exit 1; }
 
 lint: lint-go lint-sql ## Run every linter

@@ -9,6 +9,7 @@ major=$(pg_config --version | sed -E 's/[^0-9]*([0-9]+).*/\1/')
 need=""
 dpkg -s "postgresql-$major-plpgsql-check" >/dev/null 2>&1 || need="$need postgresql-$major-plpgsql-check"
 dpkg -s pgbouncer >/dev/null 2>&1 || need="$need pgbouncer"
+dpkg -s "postgresql-$major-plproxy" >/dev/null 2>&1 || need="$need postgresql-$major-plproxy" # make test-sharded
 [ -z "$need" ] && exit 0
 
 sudo=""

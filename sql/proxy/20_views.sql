@@ -1,0 +1,49 @@
+-- Status views: the union of every partition's view (RUN ON ALL), read
+-- from all partitions at once. Reading one fails while any partition is
+-- unreachable.
+CREATE OR REPLACE FUNCTION pglease._all_lease_status(
+    OUT name text, OUT holder text, OUT fence bigint, OUT state text,
+    OUT expires_at timestamptz, OUT expires_in interval)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    SELECT name, holder, fence, state, expires_at, expires_in FROM pglease.lease_status;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease._all_slot_status(
+    OUT scope text, OUT slot integer, OUT holder text, OUT fence bigint, OUT state text,
+    OUT expires_at timestamptz, OUT expires_in interval)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    SELECT scope, slot, holder, fence, state, expires_at, expires_in FROM pglease.slot_status;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease._all_slot_scope_status(
+    OUT scope text, OUT in_use integer, OUT slots integer)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    SELECT scope, in_use, slots FROM pglease.slot_scope_status;
+$$;
+
+CREATE OR REPLACE VIEW pglease.lease_status AS
+SELECT * FROM pglease._all_lease_status();
+COMMENT ON VIEW pglease.lease_status IS
+    'pglease leases of every partition as seen now: state is held, expired or free';
+
+CREATE OR REPLACE VIEW pglease.slot_status AS
+SELECT * FROM pglease._all_slot_status();
+COMMENT ON VIEW pglease.slot_status IS
+    'pglease slots of every partition as seen now: state is held, expired or free';
+
+CREATE OR REPLACE VIEW pglease.slot_scope_status AS
+SELECT * FROM pglease._all_slot_scope_status();
+COMMENT ON VIEW pglease.slot_scope_status IS
+    'pglease slot scopes of every partition: live holders (in_use) and slot rows ever created (slots)';

@@ -1,0 +1,54 @@
+-- Privileges, as on a partition: PUBLIC gets nothing; clients get EXECUTE
+-- on the public functions (not force_release) and SELECT on the views
+-- through role pglease_client, and the routing helpers the functions call
+-- as the caller. The partition checks the same grants again for the role
+-- PL/Proxy connects as. USAGE on the foreign server pglease is granted by
+-- whoever creates it (docs/scaling.md).
+REVOKE ALL ON SCHEMA pglease FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA pglease FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pglease FROM PUBLIC;
+
+DO $pglease$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        BEGIN
+            CREATE ROLE pglease_client NOLOGIN;
+            COMMENT ON ROLE pglease_client IS 'pglease: created by the pglease migration';
+        EXCEPTION
+            WHEN insufficient_privilege THEN
+                RAISE NOTICE 'pglease: cannot create role pglease_client (%); ask a superuser to CREATE ROLE pglease_client NOLOGIN and re-apply the grants', SQLERRM;
+            WHEN duplicate_object OR unique_violation THEN
+                NULL; -- created concurrently by another migration: fine
+        END;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT USAGE ON SCHEMA pglease TO pglease_client;
+        GRANT SELECT ON pglease.lease_status, pglease.slot_status, pglease.slot_scope_status
+            TO pglease_client;
+        GRANT EXECUTE ON FUNCTION
+            pglease.acquire(text, text, interval),
+            pglease.renew(text, text, bigint, interval),
+            pglease.release(text, text, bigint),
+            pglease.assert_held(text, bigint),
+            pglease.claim_slot(text, text, integer, interval),
+            pglease.claim_slots(text, text[], integer[], interval),
+            pglease.renew_slot(text, integer, text, bigint, interval),
+            pglease.release_slot(text, integer, text, bigint),
+            pglease.renew_holder(text, interval),
+            pglease.purge(interval),
+            pglease.purge_due(interval, interval),
+            pglease.version(),
+            pglease.partition_of(text),
+            pglease._route_key(text),
+            pglease._route(text),
+            pglease._route_scopes(text[]),
+            pglease._all_renew_holder(text, interval),
+            pglease._all_purge(interval),
+            pglease._all_purge_due(interval, interval),
+            pglease._all_lease_status(),
+            pglease._all_slot_status(),
+            pglease._all_slot_scope_status()
+            TO pglease_client;
+    END IF;
+END
+$pglease$;
