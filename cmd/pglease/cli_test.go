@@ -41,7 +41,7 @@ func TestCLI(t *testing.T) {
 		{"RunLeaseLostBlackhole", testRunLeaseLostBlackhole},
 		{"Release", testRelease},
 		{"Demo", testDemo},
-		{"DemoThrowaway", testDemoThrowaway},
+		{"DemoDiscovery", testDemoDiscovery},
 		{"Errors", testErrors},
 		{"NoPasswordInOutput", testNoPasswordInOutput},
 	} {
@@ -518,19 +518,52 @@ func testDemo(t *testing.T, c cli) {
 	if st := readStatus(t, c.with("PGLEASE_DATABASE_URL="+url)); len(st.Leases) != 0 {
 		t.Fatalf("leases after the demo: got %+v, want none", st.Leases)
 	}
+	first, _, _ := strings.Cut(r.stdout, "\n")
+	requireContains(t, "first line of the demo", first, "using postgres://", "(from --database)", "installing the pglease schema there if it is missing")
 	// A database without the schema gets it.
 	fresh := pgtest.NewDatabase(t)
 	r = c.with("DATABASE_URL="+fresh).mustRun(0, "demo")
-	requireContains(t, "demo on a fresh database", r.stdout, "applied the pglease migrations", "summary")
+	requireContains(t, "demo on a fresh database", r.stdout, "(from DATABASE_URL)", "applied the pglease migrations", "summary")
+	// So does the database the PG* variables name.
+	cfg, err := pgx.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = c.with("PGHOST="+cfg.Host, "PGPORT="+strconv.Itoa(int(cfg.Port)), "PGUSER="+cfg.User, "PGPASSWORD="+cfg.Password,
+		"PGDATABASE="+cfg.Database, "PGSSLMODE=disable").mustRun(0, "demo")
+	first, _, _ = strings.Cut(r.stdout, "\n")
+	requireContains(t, "first line of the demo with PG* variables", first, "dbname="+cfg.Database, "(from the PG* environment)")
+	requireContains(t, "demo with PG* variables", r.stdout, "applied the pglease migrations", "summary")
 }
 
-func testDemoThrowaway(t *testing.T, c cli) {
+func testDemoDiscovery(t *testing.T, c cli) {
 	r := c.run("demo")
-	t.Logf("demo with no database configured took %v:\n%s%s", r.elapsed, r.stdout, r.stderr)
+	t.Logf("demo with no database named took %v:\n%s%s", r.elapsed, r.stdout, r.stderr)
 	if r.code != 0 {
 		t.Fatalf("demo with no database: got exit %d, want 0\n%s", r.code, r)
 	}
-	requireContains(t, "demo with no database", r.stdout, "starting a throwaway PostgreSQL", "summary")
+	first, _, _ := strings.Cut(r.stdout, "\n")
+	requireContains(t, "first line of the demo with no database named", first,
+		"using ", "PostgreSQL", "installing the pglease schema", "creating database pglease_demo")
+	// The same server make test would find first, never a container.
+	want := "throwaway cluster "
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:5432", time.Second); err == nil {
+		_ = conn.Close()
+		want = "using local server 127.0.0.1:5432"
+	}
+	requireContains(t, "first line of the demo with no database named", first, want)
+	requireContains(t, "demo with no database named", r.stdout, "summary")
+	if strings.Contains(first, "local server") {
+		// Its database is dropped.
+		_, after, _ := strings.Cut(first, "creating database ")
+		name, _, _ := strings.Cut(after, " ")
+		var n int
+		err := pgtest.Pool(t, pgtest.AdminURL(t)).QueryRow(t.Context(),
+			`SELECT count(*) FROM pg_catalog.pg_database WHERE datname = $1`, name).Scan(&n)
+		if err != nil || n != 0 {
+			t.Fatalf("database %q left on the local server after the demo: %d (%v), want dropped", name, n, err)
+		}
+	}
 }
 
 // closedPort returns a TCP address of 127.0.0.1 on which nothing listens.

@@ -26,7 +26,8 @@ const (
 	demoTimeout = 2 * time.Minute
 	// demoStepTimeout bounds each step the demo waits for.
 	demoStepTimeout = 15 * time.Second
-	// demoDatabase is the database the demo creates on a throwaway server.
+	// demoDatabase is the database the demo creates on a server it found
+	// (with a random suffix) or started.
 	demoDatabase = "pglease_demo"
 )
 
@@ -47,11 +48,14 @@ connection pool of its own, and prints a timeline:
   3. the new leader shuts down gracefully: it releases the lease and the
      last standby takes over at once.
 
-Without a database named by --database, PGLEASE_DATABASE_URL or
-DATABASE_URL, it starts a throwaway PostgreSQL from the local binaries
-(initdb, pg_ctl; else a container, if Docker answers), and removes it after.
-With one, it applies the pglease migrations if the schema is missing and
-uses a lease named demo-<random>, deleted at the end when allowed.`,
+With a database named by --database, PGLEASE_DATABASE_URL, DATABASE_URL
+or the PG* variables, it applies the pglease migrations there if the schema
+is missing and uses a lease named demo-<random>, deleted at the end when
+allowed. Without one, it looks for a server as 'make test' does: a local
+server on 127.0.0.1:5432 or the Unix sockets (as user postgres), else a
+throwaway cluster from the local initdb and pg_ctl; never Docker. It
+creates a database of its own there and drops it (or removes the cluster)
+at the end. Its first line says which server it uses.`,
 	interspersed: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
@@ -75,20 +79,19 @@ uses a lease named demo-<random>, deleted at the end when allowed.`,
 func (a *app) demo(ctx context.Context, db *dbFlag, ttl time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, demoTimeout)
 	defer cancel()
-	connString, _ := a.connString(db)
+	connString, from := a.connString(db)
 	var (
 		lease   = "demo"
 		where   string
 		cleanup func(ctx context.Context, pool *pgxpool.Pool)
 	)
-	if connString == "" {
-		fmt.Fprintln(a.stdout, "pglease demo: no database configured (--database, "+envDatabaseURL+", "+envFallbackURL+"): starting a throwaway PostgreSQL...")
-		srv, err := pgserver.Find(ctx, pgserver.Options{ForceThrowaway: true})
+	if connString == "" && len(pgserver.LibpqEnv()) == 0 {
+		srv, err := pgserver.Find(ctx, pgserver.Options{})
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return failf("demo: cannot start a throwaway PostgreSQL: %v; hint: install the server binaries (initdb, pg_ctl) or pass --database URL", err)
+			return failf("demo: %v; or pass --database URL", err)
 		}
 		defer func() {
 			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -97,8 +100,24 @@ func (a *app) demo(ctx context.Context, db *dbFlag, ttl time.Duration) error {
 				fmt.Fprintf(a.stderr, "pglease: demo: stop %s: %v\n", srv.Source, err)
 			}
 		}()
-		if connString, err = pgserver.CreateDatabase(ctx, srv.URL, demoDatabase); err != nil {
+		name, removed := demoDatabase, "the cluster is removed at the end"
+		if !srv.Started() {
+			name, removed = demoDatabase+"_"+randomHex(), "dropped at the end"
+		}
+		fmt.Fprintf(a.stdout, "pglease demo: no database named (--database, %s, %s, PG*): using %s, PostgreSQL %s; "+
+			"creating database %s there and installing the pglease schema in it (%s)\n",
+			envDatabaseURL, envFallbackURL, srv.Source, srv.Version, name, removed)
+		if connString, err = pgserver.CreateDatabase(ctx, srv.URL, name); err != nil {
 			return failf("demo: %v", err)
+		}
+		if !srv.Started() {
+			defer func() {
+				dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				defer dcancel()
+				if err := pgserver.DropDatabase(dctx, srv.URL, name); err != nil {
+					fmt.Fprintf(a.stderr, "pglease: demo: %v\n", err)
+				}
+			}()
 		}
 		where = fmt.Sprintf("%s, PostgreSQL %s", srv.Source, srv.Version)
 		db = &dbFlag{value: connString}
@@ -118,6 +137,8 @@ func (a *app) demo(ctx context.Context, db *dbFlag, ttl time.Duration) error {
 	}
 	if where == "" {
 		where = t.String()
+		fmt.Fprintf(a.stdout, "pglease demo: using %s (from %s); installing the pglease schema there if it is missing "+
+			"(pglease migrate up), and using lease %q, deleted at the end\n", t, from, lease)
 	}
 	pool, err := a.connect(ctx, t)
 	if err != nil {

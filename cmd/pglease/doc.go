@@ -13,7 +13,7 @@
 //
 // The database is the one --database names, else PGLEASE_DATABASE_URL, else
 // DATABASE_URL, else libpq's environment defaults (PGHOST, PGPORT, PGUSER,
-// PGPASSWORD, PGDATABASE, ... as pgx reads them). A postgres:// URL and a
+// PGPASSWORD, PGDATABASE, ... as pgx reads them); only demo looks further. A postgres:// URL and a
 // key=value connection string are both accepted. Connection strings are
 // printed with any password masked, and the password is scrubbed from every
 // error message. Unless the connection string sets them, connect_timeout is
@@ -95,10 +95,13 @@
 //
 // # pglease demo
 //
-// Without a database named by --database, PGLEASE_DATABASE_URL or
-// DATABASE_URL (libpq's PG* variables are not consulted), demo starts a
-// throwaway PostgreSQL from the local server binaries (else a container),
-// and removes it at the end. With one, it applies the migrations when schema
-// pglease is missing and uses a lease named demo-<random>, deleted at the
-// end when the role may.
+// With a database named by --database, PGLEASE_DATABASE_URL, DATABASE_URL or
+// the PG* variables, demo applies the migrations there when schema pglease is
+// missing and uses a lease named demo-<random>, deleted at the end when the
+// role may. Without one it finds a server as the tests do, but never with
+// Docker: a server on 127.0.0.1:5432 or the local Unix socket as user
+// postgres, else a throwaway cluster from the local initdb and pg_ctl. It
+// creates a database of its own there and drops it (or removes the cluster)
+// at the end. Its first line says which server it uses and what it installs.
+// The rule is the one of `pglease help` and of the README's "Try it".
 package main

@@ -258,9 +258,16 @@ Commands:
 	}
 	fmt.Fprint(w, `  help      Show the usage of pglease or of a command
 
-The database is the one --database names, else PGLEASE_DATABASE_URL, else
-DATABASE_URL, else libpq's defaults (PGHOST, PGPORT, PGUSER, PGDATABASE, ...).
-It takes a postgres:// URL or a key=value connection string.
+Which database: the first that applies of
+  1. --database URL, else PGLEASE_DATABASE_URL, else DATABASE_URL
+     (a postgres:// URL or a key=value connection string);
+  2. libpq's PG* variables (PGHOST, PGPORT, PGUSER, PGDATABASE, PGSERVICE, ...);
+     with none set, every command but demo uses libpq's defaults;
+  3. demo only: a server on 127.0.0.1:5432 or the local Unix socket, as user
+     postgres, else a throwaway cluster from the local initdb and pg_ctl.
+A server named by 1 or 2 is used or the command fails. make test follows
+the same rule, steps 3 included, with PGLEASE_TEST_DATABASE_URL in 1 and a
+container last; the README's "Try it" has it whole.
 
 Exit codes: 0 success; 1 failure; 2 usage error (bad flags, or a connection
 string that does not parse). pglease run exits with the command's status, or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,22 +114,20 @@ func withMissingDatabase(t testing.TB, connString string) string {
 }
 
 func TestFindNoServer(t *testing.T) {
-	// Nothing is reachable: a closed port, no binaries, no Docker engine.
+	// Nothing is reachable: a closed port, no binaries.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	closed := l.Addr().String()
 	_ = l.Close()
-	savedLocal, savedGlobs, savedPath, savedStarter := localServers, binDirGlobs, searchPath, containerStarter
+	savedLocal, savedGlobs, savedPath := localServers, binDirGlobs, searchPath
 	t.Cleanup(func() {
-		localServers, binDirGlobs, searchPath, containerStarter = savedLocal, savedGlobs, savedPath, savedStarter
+		localServers, binDirGlobs, searchPath = savedLocal, savedGlobs, savedPath
 	})
 	localServers = []localServer{{"postgres://postgres@" + closed + "/postgres?sslmode=disable", "local server " + closed}}
 	binDirGlobs = []string{t.TempDir() + "/*/bin"}
 	searchPath = t.TempDir()
-	errNoDocker := errors.New("no docker here")
-	containerStarter = func(context.Context) (*Server, error) { return nil, errNoDocker }
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -145,19 +144,18 @@ func TestFindNoServer(t *testing.T) {
 	for _, a := range nse.Attempts {
 		sources = append(sources, a.Source)
 	}
-	want := []string{unsetVar, "local server " + closed, "throwaway cluster", "testcontainers (postgres:16-alpine)"}
+	want := []string{unsetVar, "local server " + closed, "throwaway cluster"}
 	if strings.Join(sources, "|") != strings.Join(want, "|") {
 		t.Errorf("attempts %q, want %q", sources, want)
 	}
-	if !errors.Is(err, errNoDocker) {
-		t.Errorf("error does not wrap the container failure")
-	}
+	nse.Hints = append(nse.Hints, "run something else")
 	msg := err.Error()
 	for _, advice := range []string{
 		"set " + unsetVar + "=postgres://user@host:port/db (a role that can CREATE DATABASE)",
+		"PGHOST",
 		"127.0.0.1:5432",
 		"apt-get install postgresql",
-		"Docker engine",
+		"  - run something else",
 	} {
 		if !strings.Contains(msg, advice) {
 			t.Errorf("error lacks %q:\n%s", advice, msg)
@@ -191,4 +189,42 @@ func checkServer(ctx context.Context, t testing.TB, url string) string {
 		t.Fatalf("SELECT version(): %v", err)
 	}
 	return version
+}
+
+func TestFindLibpqEnv(t *testing.T) {
+	cfg, err := pgx.ParseConfig(adminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range libpqServerVars {
+		t.Setenv(name, "")
+	}
+	t.Setenv("PGHOST", cfg.Host)
+	t.Setenv("PGPORT", strconv.Itoa(int(cfg.Port)))
+	t.Setenv("PGUSER", cfg.User)
+	t.Setenv("PGPASSWORD", cfg.Password)
+	if got, want := strings.Join(LibpqEnv(), ","), "PGHOST,PGPORT,PGUSER"; got != want {
+		t.Errorf("LibpqEnv() = %s, want %s", got, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Find(ctx, Options{EnvVar: unsetVar})
+	if err != nil {
+		t.Fatalf("Find: %v", err)
+	}
+	if want := "PG* environment (PGHOST, PGPORT, PGUSER)"; s.Source != want || s.Started() {
+		t.Errorf("Source = %q, started %v; want %q, not started", s.Source, s.Started(), want)
+	}
+	checkServer(ctx, t, s.URL)
+
+	// A PG* environment that names a dead server is final too.
+	t.Setenv("PGHOST", "127.0.0.1")
+	t.Setenv("PGPORT", "1")
+	s, err = Find(ctx, Options{EnvVar: unsetVar})
+	if err == nil {
+		t.Fatalf("Find succeeded with %s, want an error", s.Source)
+	}
+	if _, ok := errors.AsType[*NoServerError](err); ok || !strings.Contains(err.Error(), "PG* environment") {
+		t.Errorf("Find: %v, want a final error naming the PG* environment", err)
+	}
 }

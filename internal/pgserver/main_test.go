@@ -18,10 +18,6 @@ var testServer struct {
 	err  error
 }
 
-// containerUsed records that a test started a container, whose library may
-// leave goroutines behind.
-var containerUsed bool
-
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if s := testServer.s; s != nil {
@@ -33,15 +29,7 @@ func TestMain(m *testing.M) {
 		cancel()
 	}
 	if code == 0 {
-		var opts []goleak.Option
-		if containerUsed {
-			opts = append(opts,
-				goleak.IgnoreAnyFunction("github.com/testcontainers/testcontainers-go.(*Reaper).connect.func1"),
-				goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
-				goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
-			)
-		}
-		if err := goleak.Find(opts...); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}

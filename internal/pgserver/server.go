@@ -46,8 +46,8 @@ type Server struct {
 	URL string
 	// Source says in words where the server came from, for example
 	// "PGLEASE_TEST_DATABASE_URL", "local server 127.0.0.1:5432",
-	// "throwaway cluster /usr/lib/postgresql/15/bin (port 40123)" or
-	// "testcontainers (postgres:16-alpine)".
+	// "PG* environment (PGHOST, PGPORT)" or "throwaway cluster
+	// /usr/lib/postgresql/15/bin (port 40123)".
 	Source string
 	// Version is the server's version string (server_version).
 	Version string
@@ -57,15 +57,15 @@ type Server struct {
 	stopErr  error
 }
 
-// Started reports whether s was started by this package (a throwaway cluster
-// or a container) rather than found already running, that is, whether
+// Started reports whether s was started (a throwaway cluster, or what
+// [Check] was given a stop function for) rather than found already running, that is, whether
 // [Server.Stop] has anything to do.
 func (s *Server) Started() bool {
 	return s.stop != nil
 }
 
 // Stop stops and removes what was started for s: it stops a throwaway cluster
-// and deletes its directory, or terminates a container. It does nothing for
+// and deletes its directory, or calls the stop function given to [Check]. It does nothing for
 // a server that was merely found. Calls after the first return the first
 // call's result.
 func (s *Server) Stop(ctx context.Context) error {
@@ -77,8 +77,8 @@ func (s *Server) Stop(ctx context.Context) error {
 	return s.stopErr
 }
 
-// Options configures [Find]. The zero value tries the local servers, then a
-// throwaway cluster from binaries found on the machine, then a container.
+// Options configures [Find]. The zero value tries the PG* environment, the
+// local servers, then a throwaway cluster from binaries found on the machine.
 type Options struct {
 	// EnvVar names an environment variable that may hold the connection
 	// string of the server to use, for example
@@ -91,9 +91,8 @@ type Options struct {
 	// to searching PATH, pg_config --bindir and the usual install
 	// directories.
 	BinDir string
-	// ForceThrowaway skips EnvVar and the local servers: Find starts a
-	// throwaway cluster, or failing that (and only when BinDir is empty) a
-	// container.
+	// ForceThrowaway skips EnvVar, the PG* environment and the local
+	// servers: Find starts a throwaway cluster or fails.
 	ForceThrowaway bool
 }
 
@@ -111,6 +110,9 @@ type NoServerError struct {
 	Attempts []Attempt
 	// EnvVar is Options.EnvVar, named in the advice of the message.
 	EnvVar string
+	// Hints are more ways to provide a server, one line each, added by a
+	// caller that tries more than Find (a container, for the tests).
+	Hints []string
 }
 
 // Error lists the attempts and says how to provide a server.
@@ -124,9 +126,12 @@ func (e *NoServerError) Error() string {
 	if e.EnvVar != "" {
 		fmt.Fprintf(&b, "\n  - set %s=postgres://user@host:port/db (a role that can CREATE DATABASE)", e.EnvVar)
 	}
+	b.WriteString("\n  - set PGHOST, PGPORT, PGUSER (and PGPASSWORD) to a server where that role can CREATE DATABASE")
 	b.WriteString("\n  - start a local server on 127.0.0.1:5432 that user postgres can reach without a password (or set PGPASSWORD)")
 	b.WriteString("\n  - install the PostgreSQL server binaries, initdb and pg_ctl (Debian: apt-get install postgresql)")
-	b.WriteString("\n  - run a Docker engine, for testcontainers")
+	for _, h := range e.Hints {
+		b.WriteString("\n  - " + h)
+	}
 	return b.String()
 }
 
@@ -139,31 +144,42 @@ func (e *NoServerError) Unwrap() []error {
 	return errs
 }
 
-// containerStarter is step 4 of Find. Tests replace it.
-var containerStarter = startContainer
-
 // errNotSet records that Options.EnvVar was not set.
 var errNotSet = errors.New("not set")
 
+// libpqServerVars are the libpq environment variables that choose a server,
+// a role or a database. When any is set, Find uses libpq's defaults.
+var libpqServerVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGUSER", "PGDATABASE", "PGSERVICE"}
+
+// LibpqEnv returns the names of the libpq environment variables that are set
+// and choose a server, a role or a database (PGHOST, PGHOSTADDR, PGPORT,
+// PGUSER, PGDATABASE, PGSERVICE), in that order; none means libpq's
+// defaults were not asked for.
+func LibpqEnv() []string {
+	var set []string
+	for _, name := range libpqServerVars {
+		if os.Getenv(name) != "" {
+			set = append(set, name)
+		}
+	}
+	return set
+}
+
 // Find returns a PostgreSQL server, trying in turn the one named by
-// opts.EnvVar, one already running locally, a throwaway cluster and a
-// container (see the package documentation). The caller must call
-// [Server.Stop] when done. On cancellation Find returns ctx.Err().
+// opts.EnvVar, the one the PG* environment names, one already running
+// locally and a throwaway cluster (see the package documentation). The caller
+// must call [Server.Stop] when done. On cancellation Find returns ctx.Err().
 func Find(ctx context.Context, opts Options) (*Server, error) {
 	var attempts []Attempt
 	if !opts.ForceThrowaway {
 		if opts.EnvVar != "" {
 			if connString := os.Getenv(opts.EnvVar); connString != "" {
-				s, err := probe(ctx, connString, opts.EnvVar, checkTimeout)
-				if err != nil {
-					if ctxErr := ctx.Err(); ctxErr != nil {
-						return nil, ctxErr
-					}
-					return nil, fmt.Errorf("%s names a server that cannot be used (unset it to look for another): %s: %w", opts.EnvVar, MaskURL(connString), err)
-				}
-				return s, nil
+				return final(ctx, connString, opts.EnvVar, "unset it to look for another")
 			}
 			attempts = append(attempts, Attempt{Source: opts.EnvVar, Err: errNotSet})
+		}
+		if set := LibpqEnv(); len(set) > 0 {
+			return final(ctx, "", "PG* environment ("+strings.Join(set, ", ")+")", "unset them to look for another")
 		}
 		for _, l := range localServers {
 			s, err := probe(ctx, l.url, l.source, localTimeout)
@@ -188,16 +204,38 @@ func Find(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	attempts = append(attempts, Attempt{Source: "throwaway cluster", Err: err})
-
-	s, err = containerStarter(ctx)
-	if err == nil {
-		return s, nil
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return nil, ctxErr
-	}
-	attempts = append(attempts, Attempt{Source: "testcontainers (" + containerImage + ")", Err: err})
 	return nil, &NoServerError{Attempts: attempts, EnvVar: opts.EnvVar}
+}
+
+// final uses the server that the caller named (connString from source), or
+// fails without looking for another: the tests and the demo never silently
+// run somewhere other than where they were told.
+func final(ctx context.Context, connString, source, advice string) (*Server, error) {
+	s, err := probe(ctx, connString, source, checkTimeout)
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		where := MaskURL(connString)
+		if connString == "" {
+			where = "libpq's defaults"
+		}
+		return nil, fmt.Errorf("%s names a server that cannot be used (%s): %s: %w", source, advice, where, err)
+	}
+	return s, nil
+}
+
+// Check connects to connString within a few seconds and checks that its role
+// can create databases. It returns a Server described by source whose
+// [Server.Stop] calls stop (nil: nothing to stop). A starter of servers other
+// than Find's (a container, in the tests) builds its Server with it.
+func Check(ctx context.Context, connString, source string, stop func(context.Context) error) (*Server, error) {
+	s, err := probe(ctx, connString, source, checkTimeout)
+	if err != nil {
+		return nil, err
+	}
+	s.stop = stop
+	return s, nil
 }
 
 // probe connects to connString within timeout and checks that the role can

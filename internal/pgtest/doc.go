@@ -14,9 +14,11 @@
 //	}
 //
 // The server is found once per test binary with [pgserver.Find]: the one
-// named by PGLEASE_TEST_DATABASE_URL if that is set, else a server on
-// 127.0.0.1:5432 or the local Unix socket, else a throwaway cluster started
-// from the local PostgreSQL binaries, else a container. Setting
+// named by PGLEASE_TEST_DATABASE_URL if that is set, else the one the PG*
+// variables name if any is set, else a server on 127.0.0.1:5432 or the
+// local Unix socket, else a throwaway cluster started from the local
+// PostgreSQL binaries; after those, a container ([pgcontainer.Start]) if a
+// Docker engine answers. Setting
 // PGLEASE_TEST_PG_BINDIR to a directory holding initdb and pg_ctl forces a
 // throwaway cluster from that directory, which runs the tests against that
 // PostgreSQL version; it takes precedence over PGLEASE_TEST_DATABASE_URL.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/pglease/pglease/internal/pgcontainer"
 	"github.com/pglease/pglease/internal/pgserver"
 )
 
@@ -49,7 +50,7 @@ var (
 	// found is the server of this process. Tests replace it.
 	found = &discovery{}
 	// find finds the server. Tests replace it.
-	find = pgserver.Find
+	find = findOrStartContainer
 	// mainCalled records that Main runs the tests.
 	mainCalled atomic.Bool
 )
@@ -62,6 +63,26 @@ func options() pgserver.Options {
 		opts.BinDir = dir
 	}
 	return opts
+}
+
+// findOrStartContainer finds a server as pgserver.Find does, else starts a
+// container if a Docker engine answers.
+func findOrStartContainer(ctx context.Context, opts pgserver.Options) (*pgserver.Server, error) {
+	s, err := pgserver.Find(ctx, opts)
+	noServer, ok := errors.AsType[*pgserver.NoServerError](err)
+	if !ok {
+		return s, err
+	}
+	s, err = pgcontainer.Start(ctx)
+	if err == nil {
+		return s, nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return nil, ctxErr
+	}
+	noServer.Attempts = append(noServer.Attempts, pgserver.Attempt{Source: pgcontainer.Source, Err: err})
+	noServer.Hints = append(noServer.Hints, pgcontainer.Hint)
+	return nil, noServer
 }
 
 // server returns the server of this process, finding it on first use, or
@@ -199,7 +220,7 @@ func stopServer() error {
 // is a container, whose library may keep a connection to its reaper and to
 // the Docker engine for the life of the process.
 func leakOptions() []goleak.Option {
-	if s := found.server; s == nil || !strings.HasPrefix(s.Source, "testcontainers") {
+	if s := found.server; s == nil || s.Source != pgcontainer.Source {
 		return nil
 	}
 	return []goleak.Option{
