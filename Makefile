@@ -10,7 +10,8 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 
 .DEFAULT_GOAL := help
 .PHONY: help demo generate verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
-	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover
+	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover \
+	test-clients
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -19,7 +20,7 @@ help: ## List the targets
 demo: ## Run the demo: migrations, three supervised instances, a crash, a handover
 	$(GO) run ./cmd/pglease demo
 
-deps: ## Install the Debian packages the checks need (plpgsql_check, pgbouncer)
+deps: ## Install the Debian packages the checks need (the only target that installs; root or sudo)
 	./scripts/install-deps.sh
 
 generate: ## Regenerate the head upgrade (migrations/, extension/) from sql/, and internal/db/ from sql/queries/
@@ -40,11 +41,11 @@ lint-go: ## gofmt and go vet
 	$(GO) vet -tags failover ./failover/
 	cd bench && $(GO) vet ./...
 
-lint-sql: deps ## plpgsql_check over every PL/pgSQL function, all warnings on
+lint-sql: ## plpgsql_check over every PL/pgSQL function, all warnings on (needs make deps)
 	./scripts/lint-sql.sh
 
-test: ## Run the test suite (race detector on) against a real Postgres
-	$(GO) test -race -count=1 $(PKGS)
+test: ## Run the test suite (race detector on) against a real Postgres; names the server, ends with a count
+	$(GO) run ./scripts/gotest -race -count=1 $(PKGS)
 
 test-race: test ## Same as test: the suite always runs with -race
 
@@ -62,6 +63,9 @@ test-repeat: ## Run the suite N times (N=30) beside two CPU-bound processes; pri
 		fi; \
 	done; \
 	echo "test-repeat: $$pass/$(N) passed"; [ $$pass -eq $(N) ]
+
+test-clients: ## The README's psql block, the Python and Node examples (examples/) against a real Postgres
+	./scripts/test-clients.sh
 
 test-isolation: ## Interleaving specs of the SQL functions (Postgres' isolation tester)
 	./scripts/test-isolation.sh
@@ -83,7 +87,7 @@ bench: ## Benchmark pglease against one Postgres (PGLEASE_BENCH_DATABASE_URL); w
 test-matrix: ## SQL contract and client suites on PostgreSQL $(PG_MAJORS), one throwaway cluster each (server binaries via npm)
 	./scripts/test-matrix.sh $(PG_MAJORS)
 
-test-pgbouncer: deps ## Client and supervisor suites through PgBouncer in transaction pooling mode
+test-pgbouncer: ## Client and supervisor suites through PgBouncer in transaction pooling mode
 	./scripts/test-pgbouncer.sh
 
 proof: ## Reliability tests at CI size, with their figures: history checker, stress, faults, fuzz seeds, secrets

@@ -1,14 +1,20 @@
 #!/bin/sh
 # Installs the Debian packages the checks need, when missing: plpgsql_check
-# for the server's major version (make lint-sql), the isolation tester's
-# server package, and pgbouncer (PgBouncer tests). Idempotent; needs root
-# (or sudo) only when something is missing.
+# for the server's major version (make lint-sql), psql and the isolation
+# tester (postgresql-client-MAJOR), pgbouncer (PgBouncer tests), psycopg 3
+# for Debian's python3 and Node.js with npm (make test-clients). The only
+# target that installs packages (make deps; .ci/run calls it first): the
+# others check for what they need and name the package. Idempotent; needs
+# root (or sudo) only when something is missing.
 set -eu
 
 major=$(pg_config --version | sed -E 's/[^0-9]*([0-9]+).*/\1/')
 need=""
 dpkg -s "postgresql-$major-plpgsql-check" >/dev/null 2>&1 || need="$need postgresql-$major-plpgsql-check"
+dpkg -s "postgresql-client-$major" >/dev/null 2>&1 || need="$need postgresql-client-$major"
 dpkg -s pgbouncer >/dev/null 2>&1 || need="$need pgbouncer"
+dpkg -s python3-psycopg >/dev/null 2>&1 || need="$need python3-psycopg"
+command -v npm >/dev/null 2>&1 || need="$need nodejs npm"
 dpkg -s "postgresql-$major-plproxy" >/dev/null 2>&1 || need="$need postgresql-$major-plproxy" # make test-sharded
 [ -z "$need" ] && exit 0
 

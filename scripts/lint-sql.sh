@@ -3,10 +3,14 @@
 # error or warning (all_warnings, including performance hints). Applies the
 # migrations to a scratch database on the test server
 # (PGLEASE_TEST_DATABASE_URL, else the local server) and drops it afterwards.
+# Installs nothing: when plpgsql_check or psql is missing it names the
+# package (make deps installs it).
 set -eu
 cd "$(dirname "$0")/.."
 
 admin=${PGLEASE_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+command -v psql >/dev/null 2>&1 ||
+    { echo "lint-sql: psql is missing: make deps (as root or with sudo), or apt-get install postgresql-client" >&2; exit 1; }
 db="pglease_lint_$$"
 scratch=$(printf '%s' "$admin" | sed -E "s#(postgres(ql)?://[^/]*)/[^?]*#\1/$db#")
 
@@ -14,8 +18,9 @@ psql -X -q -v ON_ERROR_STOP=1 -d "$admin" -c "CREATE DATABASE $db" >/dev/null
 trap 'psql -X -q -d "$admin" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null' EXIT
 
 if ! psql -X -q -v ON_ERROR_STOP=1 -d "$scratch" -c 'CREATE EXTENSION plpgsql_check' >/dev/null 2>&1; then
-    echo "lint-sql: the plpgsql_check extension is not installed on the server." >&2
-    echo "  Debian: apt-get install postgresql-\$(pg_config --version | sed -E 's/[^0-9]*([0-9]+).*/\1/')-plpgsql-check (scripts/install-deps.sh does it)" >&2
+    major=$(($(psql -X -A -t -d "$admin" -c 'SHOW server_version_num') / 10000))
+    printf '%s\n' "lint-sql: the plpgsql_check extension is not installed on the PostgreSQL $major server." \
+        "  Install it with make deps (as root or with sudo), or: apt-get install postgresql-$major-plpgsql-check" >&2
     exit 1
 fi
 for f in migrations/*.up.sql; do psql -X -q -v ON_ERROR_STOP=1 -d "$scratch" -f "$f" >/dev/null; done

@@ -17,8 +17,7 @@
 #
 # Tester: PG_ISOLATION_REGRESS when set, else the one of the server's major
 # version at /usr/lib/postgresql/MAJOR/lib/pgxs/src/test/isolation/, which
-# Debian ships in postgresql-client-MAJOR (also psql); installed with apt-get
-# when missing (as root, or through sudo).
+# Debian ships in postgresql-client-MAJOR (also psql); make deps installs it.
 #
 # PGLEASE_ISOLATION_EXTRA_SQL=FILE: SQL applied after the migration, e.g. a
 # CREATE OR REPLACE of a deliberately broken function, to see that the specs
@@ -39,27 +38,11 @@ die() {
     exit 2
 }
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "test-isolation: need root or sudo to run: $*" >&2
-        return 1
-    fi
-}
-
-# apt_install PKG...: installs Debian packages; fails when apt-get cannot.
-apt_updated=""
+# apt_install PKG...: says which Debian packages to install and fails; this
+# script installs nothing (make deps does, as root or with sudo).
 apt_install() {
-    command -v apt-get >/dev/null 2>&1 || return 1
-    echo "test-isolation: installing $* (apt-get)" >&2
-    if [ -z "$apt_updated" ]; then
-        as_root apt-get update -qq >&2 || return 1
-        apt_updated=1
-    fi
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null || return 1
+    echo "test-isolation: missing: $*; install with make deps, or apt-get install $*" >&2
+    return 1
 }
 
 # --- psql --------------------------------------------------------------------
@@ -85,8 +68,7 @@ if [ ! -x "$tester" ] && [ -z "${PG_ISOLATION_REGRESS:-}" ]; then
     reinstall=""
     # Installed but the file is gone: only a reinstall brings it back.
     dpkg -s "postgresql-client-$major" >/dev/null 2>&1 && reinstall="--reinstall"
-    apt_install $reinstall "postgresql-client-$major" ||
-        echo "test-isolation: could not install postgresql-client-$major" >&2
+    apt_install $reinstall "postgresql-client-$major" || true
 fi
 [ -x "$tester" ] ||
     die "the isolation tester for PostgreSQL $major is missing: $tester (Debian ships it in postgresql-client-$major; or set PG_ISOLATION_REGRESS to a pg_isolation_regress of the server's major version)"
