@@ -2,7 +2,9 @@
 # Runs the README's psql block (the ```sql block after "From psql") as pasted,
 # with psql -v ON_ERROR_STOP=1, on a scratch database with migrations/*.up.sql
 # applied, then checks what it did: the report row written under fence 1,
-# the lease released. Runs it a second time to see it take fence 2.
+# the lease released. Runs it a second time to see it take fence 2, and once
+# while another holder has the lease. Then runs every ```sql block of
+# docs/sql-clients.md, each on a fresh copy of the migrated database.
 #
 # Server: PGLEASE_TEST_DATABASE_URL, else postgres://postgres@127.0.0.1:5432/postgres.
 # Exit status: 0 passed, 1 failed, 2 could not run.
@@ -48,3 +50,23 @@ $out" ;; esac
 done=$(psql -X -A -t -d "$scratch" -c "SELECT done FROM reports WHERE day = current_date")
 [ "$done" = f ] || fail "the block wrote without the lease"
 echo "test-readme-psql: the README's psql block ran as pasted (granted twice, refused once)"
+
+# The guide's blocks: the scratch database, back to a fresh schema, is the
+# template of one database per block.
+psql -X -q -v ON_ERROR_STOP=1 -d "$scratch" -c "DROP TABLE reports; TRUNCATE pglease.leases" >/dev/null
+guide=docs/sql-clients.md
+n=0
+while :; do
+    n=$((n + 1))
+    awk -v want="$n" '/^```sql$/ { i++; on = (i == want); next } /^```$/ { on = 0 } on' "$guide" >"$block"
+    [ -s "$block" ] || break
+    copy="${db}_$n"
+    psql -X -q -v ON_ERROR_STOP=1 -d "$admin" -c "CREATE DATABASE $copy TEMPLATE $db" >/dev/null
+    out=$(psql -X -v ON_ERROR_STOP=1 -d "$(printf '%s' "$scratch" | sed "s#/$db#/$copy#")" -f "$block" 2>&1) || st=$?
+    psql -X -q -d "$admin" -c "DROP DATABASE $copy WITH (FORCE)" >/dev/null
+    [ "${st:-0}" -eq 0 ] || fail "$guide: sql block $n failed:
+$(cat "$block")
+$out"
+done
+[ "$n" -gt 1 ] || fail "no \`\`\`sql block in $guide"
+echo "test-readme-psql: the $((n - 1)) sql blocks of $guide ran as pasted"
