@@ -22,7 +22,7 @@
 // supervisors (each on its own pool) whose leader writes (fence, holder,
 // seq) to a log table through pglease.WithFence every 10 ms, and a probe
 // that writes every 50 ms. Then it loses the primary in turn by a
-// switchover (pg_autoctl perform failover), a SIGKILL of its postmaster,
+// switchover (the monitor's perform_failover, env.sh switchover), a SIGKILL of its postmaster,
 // and a SIGKILL of the whole node, the last one after stopping the WAL
 // sender and making the leader hand over, so that a new tenure is granted
 // while the standby receives nothing. Before each fault the test waits,

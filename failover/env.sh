@@ -18,7 +18,10 @@
 #                                 synchronous_standby_names is set); on
 #                                 timeout it says what was not ready
 #   failover/env.sh primary       the node number (1 or 2) of the primary
-#   failover/env.sh switchover    pg_autoctl perform failover (planned)
+#   failover/env.sh switchover    a planned failover (the monitor's
+#                                 perform_failover), made so that pg_auto_failover
+#                                 2.0 cannot lose commits to a race (see
+#                                 switchover below)
 #   failover/env.sh kill-postmaster  SIGKILL the primary's postmaster; its
 #                                 keeper lives on and either restarts it in
 #                                 place or, when the monitor fails over
@@ -364,6 +367,57 @@ keeper() {
 	echo "$k"
 }
 
+# node_active_pid prints the pid of node n's "pg_autoctl: node active"
+# service, or fails saying why.
+node_active_pid() {
+	k=$(keeper "$1")
+	p=$(ps -o pid=,args= --ppid "$k" | awk '/node active/ {print $1}')
+	[ -n "$p" ] || die "node $1's pg_autoctl (pid $k) has no node-active service"
+	echo "$p"
+}
+
+# switchover is pg_autoctl perform failover, without its race. In
+# pg_auto_failover 2.0, when the primary's keeper reports "primary" to the
+# monitor after perform_failover() assigned it draining but before the
+# standby reported prepare_promotion, the monitor sees no healthy standby
+# in the quorum and reassigns the primary wait_primary: the keeper disables
+# synchronous replication, and later cannot reach demote_timeout from
+# wait_primary ("does not know how to reach state"), so the old primary
+# acknowledges writes that the promoted standby never receives until the
+# demote timeout, and pg_rewind drops them (upstream issues #774 and #1168,
+# fixed after 2.0). So the primary's node-active service is paused
+# (SIGSTOP) from before perform_failover() until the standby has reported
+# prepare_promotion: the primary keeper's next report then finds
+# demote_timeout, which it reaches from primary. Postgres itself keeps
+# running throughout, with synchronous replication on.
+switchover() {
+	n=$(primary_node)
+	s=$(secondary_node)
+	na=$(node_active_pid "$n")
+	kill -STOP "$na"
+	trap 'kill -CONT "$na" 2>/dev/null || true' EXIT
+	# A report already on its way must be over before the failover starts.
+	wait_for 60 "node $n's last report to the monitor to finish" no_report_running
+	psql_at "$MON_PORT" pg_auto_failover postgres "SELECT pgautofailover.perform_failover('default', 0)" >/dev/null
+	wait_for 120 "node $s to report prepare_promotion" left_secondary "$s"
+	kill -CONT "$na"
+	trap - EXIT
+	wait_for 240 "node $s to become the primary" is_primary "$s"
+}
+
+no_report_running() {
+	[ "$(psql_at "$MON_PORT" pg_auto_failover postgres "SELECT count(*) FROM pg_stat_activity
+	      WHERE state = 'active' AND query LIKE '%node_active(%' AND pid <> pg_backend_pid()")" = 0 ]
+}
+
+left_secondary() { # n
+	[ "$(monitor_sql "SELECT reportedstate <> 'secondary' FROM pgautofailover.node WHERE nodeport = $(port_of "$1")")" = t ]
+}
+
+is_primary() { # n
+	[ "$(primary_node 2>/dev/null)" = "$1" ]
+}
+
 cmd=${1:-}
 [ $# -eq 0 ] || shift
 case $cmd in
@@ -374,7 +428,7 @@ state) autoctl show state --pgdata "$(pgdata_of monitor)" ;;
 wait-ready) wait_ready "${1:-120}" ;;
 primary) primary_node ;;
 secondary) secondary_node ;;
-switchover) autoctl perform failover --pgdata "$(pgdata_of monitor)" ;;
+switchover) switchover ;;
 kill-postmaster)
 	n=$(primary_node)
 	pm=$(postmaster "node$n")
