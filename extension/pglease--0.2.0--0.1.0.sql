@@ -24,6 +24,10 @@ BEGIN
 END
 $pglease$;
 
+DROP FUNCTION pglease._wake(text, text, boolean);
+ALTER TABLE pglease.slots DROP COLUMN capacity;
+ALTER TABLE pglease.slots DROP COLUMN holder_role;
+ALTER TABLE pglease.leases DROP COLUMN holder_role;
 DROP FUNCTION pglease.purge_due(interval, interval);
 DROP FUNCTION pglease.purge(interval);
 DROP FUNCTION pglease.version();

@@ -164,6 +164,19 @@ CREATE TABLE pglease.fence_floor (
 COMMENT ON TABLE pglease.fence_floor IS
     'pglease: fences of purged rows never come back; change only through the pglease functions';
 
+-- Tenures bound to the role that took them, one capacity per scope (see
+-- sql/schema/10_schema.sql). Tenures granted by 0.1.0 keep NULL: the first
+-- renewal binds them to its role; a NULL capacity constrains no claim.
+ALTER TABLE pglease.leases ADD COLUMN holder_role text;
+ALTER TABLE pglease.slots ADD COLUMN holder_role text;
+ALTER TABLE pglease.slots ADD COLUMN capacity integer CHECK (capacity BETWEEN 1 AND 1000000);
+
+-- The advisory wait lock is gone (its keys were guessable, so any role
+-- could take it and stall pglease calls); registration and release now
+-- agree through row locks of pglease's own rows (see pglease._wake).
+DROP FUNCTION pglease._wait_lock(text, text);
+DROP FUNCTION pglease._wake(text, text, integer, bigint, text);
+
 -- Source: sql/schema/20_views.sql
 
 -- pglease: status views. CREATE OR REPLACE, so that an upgrade can apply
@@ -316,24 +329,21 @@ $$;
 
 -- Release notifications. A refused acquire or claim registers as a waiter;
 -- a release NOTIFYs on channel 'pglease' only when a waiter is registered.
--- Registration and release agree through an advisory lock on the lease or
--- scope: the refused caller holds it shared from before it reads the state
--- that refuses it until its commit (with the registration); a release tries
--- it exclusively after its update. So either the registration committed
--- before the release looks (and is seen), or the release committed before
--- the refused caller read (and it was not refused); when the release cannot
--- tell (the lock is taken), it notifies anyway. No wake-up is lost.
-
--- _wait_lock(p_kind, p_name): takes the shared advisory lock of a lease or
--- scope until the caller's transaction ends.
-CREATE OR REPLACE FUNCTION pglease._wait_lock(p_kind text, p_name text)
-RETURNS void
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT pg_catalog.pg_advisory_xact_lock_shared(
-        pg_catalog.hashtext('pglease'), pg_catalog.hashtext(p_kind || '/' || p_name));
-$$;
+-- Registration and release agree through row locks on pglease's own rows,
+-- which only the pglease functions take (no advisory lock: its keys would
+-- be guessable, and any role could take it and stall the calls):
+--   * a lease: the refused acquire locks the lease row FOR KEY SHARE before
+--     it reads the state that refuses it, until its commit (with the
+--     registration); a release first tries the row FOR UPDATE SKIP LOCKED,
+--     which conflicts with it. A renewal or takeover takes FOR NO KEY
+--     UPDATE, which does not: a refused acquire never delays them.
+--   * a slot scope: the claim holds the scope row FOR UPDATE until its
+--     commit; a release tries it FOR UPDATE SKIP LOCKED.
+-- Either the release holds its lock first (the refused call waits for the
+-- release to commit, then sees it and is not refused), or the refused call
+-- holds it first (the release cannot rule a waiter out and notifies), or
+-- the registration committed before the release looked (and is seen). No
+-- wake-up is lost.
 
 -- _wait_register(p_kind, p_name, p_until): records a waiter for a release
 -- of p_name until p_until. Writes only when no registration lasts that
@@ -355,20 +365,21 @@ BEGIN
 END
 $$;
 
--- _wake: after a release, NOTIFYs channel 'pglease' when a waiter may be
--- registered. Payload (JSON): {"kind": "lease"|"slot", "event":
--- "released", "name": <lease name or slot scope>, "slot": <slot or null>,
--- "fence": <the ended tenure's fence>, "holder": <its holder>}. Delivered
--- when the caller's transaction commits.
-CREATE OR REPLACE FUNCTION pglease._wake(p_kind text, p_name text, p_slot integer,
-                              p_fence bigint, p_holder text)
+-- _wake(p_kind, p_name, p_sure): after a release, NOTIFYs channel 'pglease'
+-- when a waiter may be registered. p_sure is true when the release holds
+-- the lock that refused calls take (see above): then it notifies only when
+-- a registration is visible; otherwise always. Payload (JSON), only what a
+-- waiter needs to try again: {"kind": "lease"|"slot", "event": "released",
+-- "name": <lease name or slot scope>}; no holder, no fence. Delivered when
+-- the caller's transaction commits. Anyone may NOTIFY on any channel: a
+-- forged notification costs a waiter one retry, nothing more.
+CREATE OR REPLACE FUNCTION pglease._wake(p_kind text, p_name text, p_sure boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF pg_catalog.pg_try_advisory_xact_lock(
-           pg_catalog.hashtext('pglease'), pg_catalog.hashtext(p_kind || '/' || p_name)) THEN
+    IF p_sure THEN
         PERFORM 1 FROM pglease.waiters AS w
         WHERE w.kind = p_kind AND w.name = p_name AND w.until > clock_timestamp();
         IF NOT FOUND THEN
@@ -376,8 +387,7 @@ BEGIN
         END IF;
     END IF;
     PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
-        'kind', p_kind, 'event', 'released', 'name', p_name,
-        'slot', p_slot, 'fence', p_fence, 'holder', p_holder)::text);
+        'kind', p_kind, 'event', 'released', 'name', p_name)::text);
 END
 $$;
 
@@ -394,29 +404,68 @@ AS $$
     SELECT '0.2.0'::text;
 $$;
 
+-- Source: sql/functions/09_lease_take.sql
+
+-- pglease._lease_take: grants lease p_name, whose row the caller has locked
+-- and read (p_old_*), to p_holder of role p_role at p_now. Internal: not
+-- granted to clients.
+--
+-- Returns the fence and expires_at (p_now + p_ttl): the same tenure (same
+-- fence, same start) re-pinned when p_holder of that role (or of no role:
+-- a tenure from before 0.2.0, which this binds) holds it live at p_now;
+-- else a new tenure with fence p_old_fence + 1 starting at p_now.
+CREATE OR REPLACE FUNCTION pglease._lease_take(
+    p_name text, p_holder text, p_role text, p_ttl interval, p_now timestamptz,
+    p_old_holder text, p_old_role text, p_old_fence bigint, p_old_expires timestamptz,
+    OUT fence bigint, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_old_holder = p_holder AND p_old_expires > p_now
+       AND coalesce(p_old_role = p_role, true) THEN
+        UPDATE pglease.leases AS l
+        SET expires_at = p_now + p_ttl, holder_role = p_role
+        WHERE l.name = p_name;
+        fence := p_old_fence;
+    ELSE
+        UPDATE pglease.leases AS l
+        SET holder = p_holder, holder_role = p_role, fence = p_old_fence + 1,
+            acquired_at = p_now, expires_at = p_now + p_ttl
+        WHERE l.name = p_name;
+        fence := p_old_fence + 1;
+    END IF;
+    expires_at := p_now + p_ttl;
+END
+$$;
+
 -- Source: sql/functions/10_acquire.sql
 
 -- pglease.acquire(p_name, p_holder, p_ttl): take a lease, or learn who has it.
 --
--- Time is the server clock read once when the call starts (clock_timestamp(),
--- not the caller's transaction start).
+-- A tenure belongs to the pair (p_holder, the database role that took it:
+-- session_user). A caller of another role with the same p_holder string is
+-- another holder: it is refused like any other while the tenure is live.
+-- Time is the server clock read after every wait of the call (row locks of
+-- a release, takeover or fenced transaction in flight), never before.
 -- Returns one row:
 --   * lease free, released or expired: acquired = true, a new tenure with
 --     fence = previous fence + 1 (for a new or purged name: one more than
---     the fence floor, see pglease.purge), expires_at = now + p_ttl.
---   * lease live and held by p_holder: acquired = true, same fence (a retry
---     after a lost reply is the same tenure), expires_at re-pinned to now + p_ttl.
---   * lease live and held by another holder: acquired = false, and holder,
---     fence, expires_at, expires_in describe that holder's tenure.
--- expires_in is expires_at - now. A refused caller is registered as a
--- waiter until that expiry, so that a release of the lease NOTIFYs channel
--- 'pglease' (see pglease._wake).
+--     the fence floor, see pglease.purge), starting at now (at or after the
+--     previous tenure's end), expires_at = now + p_ttl.
+--   * lease live and held by p_holder of the caller's role: acquired = true,
+--     same fence (a retry after a lost reply is the same tenure),
+--     expires_at re-pinned to now + p_ttl.
+--   * lease live and held by another holder (or another role): acquired =
+--     false, and holder, fence, expires_at describe that holder's tenure.
+-- expires_in is expires_at minus the server clock when the call returns.
+-- A refused caller is registered as a waiter until that expiry, so that a
+-- release of the lease NOTIFYs channel 'pglease' (see pglease._wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
--- bytes or a TTL not in (0, 24 hours]; nothing is changed then.
--- A refused call takes no row lock, so it never delays the holder's renewals.
--- It takes the lease's advisory wait lock shared (waiting for a release in
--- flight to commit), so its registration and a release cannot miss each
--- other.
+-- bytes or a TTL not in (0, 24 hours]; 40001 when the lease changed under
+-- ten attempts in a row (retry); nothing is changed then.
+-- A refused call locks the row only FOR KEY SHARE, which no renewal,
+-- release or takeover waits for, so it never delays the holder's renewals.
 CREATE OR REPLACE FUNCTION pglease.acquire(
     p_name text, p_holder text, p_ttl interval,
     OUT acquired boolean, OUT fence bigint, OUT holder text,
@@ -425,9 +474,15 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
-    v_ttl interval;
-    v_floor bigint;
+    v_role    text := session_user::text;
+    v_ttl     interval;
+    v_floor   bigint;
+    v_now     timestamptz;
+    v_holder  text;
+    v_hrole   text;
+    v_fence   bigint;
+    v_expires timestamptz;
+    v_next    text;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -440,40 +495,76 @@ BEGIN
         v_ttl := pglease._check_ttl('acquire', p_ttl);
     END IF;
 
-    -- Each pass either decides or sees a row change under it; a concurrent
-    -- change can only happen a bounded number of times in a row.
+    -- Each pass either decides or sees the row change under it; a
+    -- concurrent change can only happen a bounded number of times in a row.
     FOR attempt IN 1..10 LOOP
-        -- Take over a free or expired lease, or re-pin our own. The WHERE is
-        -- rechecked against the newest row version after any lock wait.
-        UPDATE pglease.leases AS l
-        SET holder      = p_holder,
-            fence       = CASE WHEN l.holder = p_holder AND l.expires_at > v_now
-                               THEN l.fence ELSE l.fence + 1 END,
-            acquired_at = CASE WHEN l.holder = p_holder AND l.expires_at > v_now
-                               THEN l.acquired_at ELSE v_now END,
-            expires_at  = v_now + v_ttl
-        WHERE l.name = p_name
-          AND (l.holder IS NULL OR l.expires_at <= v_now OR l.holder = p_holder)
-        RETURNING l.fence INTO fence;
-        IF FOUND THEN
-            acquired := true;
-            holder := p_holder;
-            expires_at := v_now + v_ttl;
-            expires_in := v_ttl;
-            RETURN;
-        END IF;
+        v_next := NULL;
+        -- Row locks taken here for nothing (the lease turned out to be
+        -- someone else's) go with the subtransaction (PGL03), so that they
+        -- never delay that holder's renewals.
+        BEGIN
+            -- Fast path: lock the row at once when it is ours to take
+            -- (free, expired, or our own) and nobody has it locked.
+            SELECT l.holder, l.holder_role, l.fence, l.expires_at
+            INTO v_holder, v_hrole, v_fence, v_expires
+            FROM pglease.leases AS l
+            WHERE l.name = p_name
+              AND (l.holder IS NULL OR l.expires_at <= clock_timestamp()
+                   OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)))
+            FOR NO KEY UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                -- Locked by someone, held by someone else, or no row yet:
+                -- look without locking.
+                SELECT l.holder, l.holder_role, l.fence, l.expires_at
+                INTO v_holder, v_hrole, v_fence, v_expires
+                FROM pglease.leases AS l
+                WHERE l.name = p_name;
+                IF NOT FOUND THEN
+                    v_next := 'insert';
+                ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
+                      AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+                    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
+                ELSE
+                    -- Ours to take, but locked (a release, takeover,
+                    -- renewal, purge or fenced transaction in flight):
+                    -- wait for it.
+                    SELECT l.holder, l.holder_role, l.fence, l.expires_at
+                    INTO v_holder, v_hrole, v_fence, v_expires
+                    FROM pglease.leases AS l
+                    WHERE l.name = p_name
+                    FOR NO KEY UPDATE;
+                    IF NOT FOUND THEN
+                        v_next := 'insert'; -- purged meanwhile
+                    END IF;
+                END IF;
+            END IF;
+            IF v_next IS NULL THEN
+                -- The row is locked: decide on the clock read now, after
+                -- every wait.
+                v_now := clock_timestamp();
+                IF v_holder IS NOT NULL AND v_expires > v_now
+                   AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+                    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
+                END IF;
+                SELECT t.fence, t.expires_at INTO fence, expires_at
+                FROM pglease._lease_take(p_name, p_holder, v_role, v_ttl, v_now,
+                                         v_holder, v_hrole, v_fence, v_expires) AS t;
+                acquired := true;
+                holder := p_holder;
+                expires_in := expires_at - clock_timestamp();
+                RETURN;
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+            v_next := 'refuse';
+        END;
 
-        -- Held by someone else, or no row yet: look without locking the row.
-        SELECT l.holder, l.fence, l.expires_at
-        INTO holder, fence, expires_at
-        FROM pglease.leases AS l
-        WHERE l.name = p_name;
-        IF NOT FOUND THEN
+        IF v_next = 'insert' THEN
             -- A new row starts above the fence floor (see pglease.purge).
-            INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at)
+            v_now := clock_timestamp();
+            INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at, holder_role)
             VALUES (p_name, p_holder,
                     coalesce((SELECT f.lease_fence FROM pglease.fence_floor AS f), 0) + 1,
-                    v_now, v_now + v_ttl)
+                    v_now, v_now + v_ttl, v_role)
             ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
             RETURNING l.fence INTO fence;
             IF FOUND THEN
@@ -488,30 +579,35 @@ BEGIN
                 acquired := true;
                 holder := p_holder;
                 expires_at := v_now + v_ttl;
-                expires_in := v_ttl;
+                expires_in := expires_at - clock_timestamp();
                 RETURN;
             END IF;
             CONTINUE; -- another session created the row first
         END IF;
-        IF holder <> p_holder AND expires_at > v_now THEN
-            -- Before refusing, take the wait lock and look again (see
-            -- pglease._wake), then register as a waiter.
-            PERFORM pglease._wait_lock('lease', p_name);
-            SELECT l.holder, l.fence, l.expires_at
-            INTO holder, fence, expires_at
-            FROM pglease.leases AS l
-            WHERE l.name = p_name;
-            IF holder <> p_holder AND expires_at > v_now THEN
-                acquired := false;
-                expires_in := expires_at - v_now;
-                PERFORM pglease._wait_register('lease', p_name, expires_at);
-                RETURN;
-            END IF;
+
+        -- Held by another holder. Before refusing, lock the row FOR KEY
+        -- SHARE (waiting for a release in flight to commit) and look again
+        -- (see pglease._wake), then register as a waiter.
+        SELECT l.holder, l.holder_role, l.fence, l.expires_at
+        INTO v_holder, v_hrole, v_fence, v_expires
+        FROM pglease.leases AS l
+        WHERE l.name = p_name
+        FOR KEY SHARE;
+        IF FOUND AND v_holder IS NOT NULL AND v_expires > clock_timestamp()
+           AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+            acquired := false;
+            holder := v_holder;
+            fence := v_fence;
+            expires_at := v_expires;
+            PERFORM pglease._wait_register('lease', p_name, v_expires);
+            expires_in := v_expires - clock_timestamp();
+            RETURN;
         END IF;
-        -- Released or expired since the UPDATE looked: try again.
+        -- Released, expired or purged meanwhile: try again.
     END LOOP;
     RAISE EXCEPTION USING ERRCODE = '40001',
-        MESSAGE = format('pglease.acquire: lease %L changed on every attempt; retry the call', p_name);
+        MESSAGE = format('pglease.acquire: lease %L changed on every attempt; retry the call', p_name),
+        HINT = 'Call pglease.acquire again.';
 END
 $$;
 
@@ -519,13 +615,17 @@ $$;
 
 -- pglease.renew(p_name, p_holder, p_fence, p_ttl): extend a live tenure.
 --
--- Compare-and-swap on (holder, fence) of a live lease: when p_holder holds
--- the lease with fence p_fence and it has not expired, expires_at is re-pinned
--- to now + p_ttl (never added to what is left) and renewed = true. Otherwise
--- (another holder, another fence, released, expired, unknown name)
--- renewed = false and expires_at, expires_in are NULL: an expired tenure is
--- over, even for its last holder, who must acquire again (new fence).
--- Time is the server clock read once when the call starts.
+-- Compare-and-swap on (holder, role, fence) of a live lease: when p_holder
+-- holds the lease with fence p_fence, took it as the caller's role
+-- (session_user), and it has not expired, expires_at is re-pinned to now +
+-- p_ttl (never added to what is left) and renewed = true. Otherwise
+-- (another holder, another role, another fence, released, expired, unknown
+-- name) renewed = false, nothing changes, and expires_at, expires_in are
+-- NULL: an expired tenure is over, even for its last holder, who must
+-- acquire again (new fence). A tenure from before 0.2.0 (no role) is bound
+-- to the role of its first renewal.
+-- Time is the server clock read when the row is checked, after any wait for
+-- its lock; expires_in is expires_at minus the clock when the call returns.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder, TTL or a
 -- negative fence; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.renew(
@@ -535,8 +635,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
-    v_ttl interval;
+    v_role text := session_user::text;
+    v_ttl  interval;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -551,16 +651,20 @@ BEGIN
         v_ttl := pglease._check_ttl('renew', p_ttl);
     END IF;
 
+    -- clock_timestamp() in the statement: read again when the row is
+    -- rechecked after a lock wait.
     UPDATE pglease.leases AS l
-    SET expires_at = v_now + v_ttl
+    SET expires_at = clock_timestamp() + v_ttl,
+        holder_role = v_role
     WHERE l.name = p_name
       AND l.holder = p_holder
       AND l.fence = p_fence
-      AND l.expires_at > v_now;
+      AND coalesce(l.holder_role = v_role, true)
+      AND l.expires_at > clock_timestamp()
+    RETURNING l.expires_at INTO expires_at;
     renewed := FOUND;
     IF renewed THEN
-        expires_at := v_now + v_ttl;
-        expires_in := v_ttl;
+        expires_in := expires_at - clock_timestamp();
     END IF;
 END
 $$;
@@ -569,11 +673,14 @@ $$;
 
 -- pglease.release(p_name, p_holder, p_fence): end a live tenure early.
 --
--- Compare-and-release: when p_holder holds the lease with fence p_fence and
--- it has not expired, the lease becomes free and released = true; waiters
--- hear it by a NOTIFY on channel 'pglease' at commit (see pglease._wake).
--- Otherwise released = false and nothing changes (a false release means
--- the tenure had already ended).
+-- Compare-and-release: when p_holder holds the lease with fence p_fence, took
+-- it as the caller's role (session_user), and it has not expired, the lease
+-- becomes free and released = true; the tenure ends at the server clock
+-- read after any wait for the row lock (expires_at); waiters hear it by a
+-- NOTIFY on channel 'pglease' at commit (see pglease._wake). Otherwise
+-- released = false and nothing changes (a false release means the tenure
+-- had already ended, or is not the caller's: another role is another
+-- holder).
 -- The row and its fence stay: the next tenure gets fence + 1, so fences never
 -- go backwards, also across release.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder or a negative
@@ -585,7 +692,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
+    v_role text := session_user::text;
+    v_sure boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -596,15 +704,25 @@ BEGIN
         PERFORM pglease._check_fence('release', p_fence);
     END IF;
 
+    -- The lock refused acquires wait for (see pglease._wake); when anyone
+    -- holds the row locked, the UPDATE below waits as it would anyway, and
+    -- the release notifies whether or not someone registered.
+    PERFORM 1 FROM pglease.leases AS l
+    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+      AND coalesce(l.holder_role = v_role, true)
+      AND l.expires_at > clock_timestamp()
+    FOR UPDATE SKIP LOCKED;
+    v_sure := FOUND;
     UPDATE pglease.leases AS l
-    SET holder = NULL, expires_at = v_now
+    SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
     WHERE l.name = p_name
       AND l.holder = p_holder
       AND l.fence = p_fence
-      AND l.expires_at > v_now;
+      AND coalesce(l.holder_role = v_role, true)
+      AND l.expires_at > clock_timestamp();
     released := FOUND;
     IF released THEN
-        PERFORM pglease._wake('lease', p_name, NULL, p_fence, p_holder);
+        PERFORM pglease._wake('lease', p_name, v_sure);
     END IF;
 END
 $$;
@@ -618,15 +736,29 @@ $$;
 --     SELECT pglease.assert_held('orders-dispatcher', 42);
 --     UPDATE ...;   -- the protected write
 --     COMMIT;
--- Returns normally when p_fence is the fence of a live tenure of lease p_name,
--- and then holds a FOR SHARE lock on the lease row until the caller's
--- transaction ends: a takeover (which must update that row) cannot commit
--- between this check and the caller's commit, so the write is ordered before
--- any later tenure. The clock is read after the lock is granted.
--- Raises SQLSTATE PGL01 when the lease is free, expired, unknown, or has
--- another fence (the message says which); 22004 for NULL arguments, 22023
--- for a bad name or a negative fence. Outside a transaction block the lock is
--- released at once, which makes the check useless: always wrap it.
+-- Returns normally when p_fence is the fence of a live tenure of lease p_name
+-- taken by the caller's role (session_user), and then holds a FOR SHARE lock
+-- on the lease row until the caller's transaction ends: a takeover (which
+-- must update that row) cannot commit between this check and the caller's
+-- commit, so the write is ordered before any later tenure. The clock is read
+-- after the lock is granted. A caller of another role takes no lock.
+-- Bound on how long the transaction can keep a takeover out: the tenure
+-- cannot be renewed while the lock is held (renewals wait for it), and this
+-- call lowers, for the rest of the transaction (set_config(..., true)),
+-- statement_timeout and idle_in_transaction_session_timeout to the time
+-- left in the tenure plus 100 ms (never raising a lower setting); on
+-- PostgreSQL 17 and later also transaction_timeout, when the session has
+-- none running yet. So a transaction that stalls after this call (idle, in
+-- one long statement such as pg_sleep, a client paused or cut off) loses
+-- its locks at most 100 ms after the tenure ends (plus the server's timer
+-- latency); on 17 and later that holds whatever it runs. On 13 to 16 a
+-- client that keeps sending new statements, each shorter than the time
+-- left, can stay longer: the bound needs transaction_timeout there.
+-- Raises SQLSTATE PGL01 when the lease is free, expired, unknown, has
+-- another fence, or was taken by another role (the message says which);
+-- 22004 for NULL arguments, 22023 for a bad name or a negative fence.
+-- Outside a transaction block the lock is released at once, which makes the
+-- check useless: always wrap it.
 CREATE OR REPLACE FUNCTION pglease.assert_held(p_name text, p_fence bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -636,7 +768,11 @@ DECLARE
     v_holder     text;
     v_fence      bigint;
     v_expires_at timestamptz;
+    v_role       text;
     v_now        timestamptz;
+    v_ms         bigint;
+    v_timeout    interval;
+    v_setting    text;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -645,8 +781,18 @@ BEGIN
         PERFORM pglease._check_fence('assert_held', p_fence);
     END IF;
 
-    SELECT l.holder, l.fence, l.expires_at
-    INTO v_holder, v_fence, v_expires_at
+    -- Another role's tenure is refused before any lock is taken, so that
+    -- seeing a fence is not enough to hold up its renewals or a takeover.
+    SELECT l.holder_role INTO v_role FROM pglease.leases AS l WHERE l.name = p_name;
+    IF v_role <> session_user THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGL01',
+            MESSAGE = format('pglease: lease %L is not held with fence %s by role %I: another role took it',
+                             p_name, p_fence, session_user),
+            HINT = 'Assert a lease from the database role that acquired it.';
+    END IF;
+
+    SELECT l.holder, l.fence, l.expires_at, l.holder_role
+    INTO v_holder, v_fence, v_expires_at, v_role
     FROM pglease.leases AS l
     WHERE l.name = p_name
     FOR SHARE;
@@ -676,6 +822,26 @@ BEGIN
                              p_name, p_fence, v_now - v_expires_at),
             HINT = 'Your tenure is over; stop writing and acquire the lease again.';
     END IF;
+    IF v_role <> session_user THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGL01',
+            MESSAGE = format('pglease: lease %L is not held with fence %s by role %I: another role took it',
+                             p_name, p_fence, session_user),
+            HINT = 'Assert a lease from the database role that acquired it.';
+    END IF;
+
+    -- The bound above: the time left plus 100 ms, as milliseconds.
+    v_ms := ceil(extract(epoch FROM v_expires_at - v_now) * 1000)::bigint + 100;
+    v_timeout := make_interval(secs => v_ms / 1000.0);
+    FOREACH v_setting IN ARRAY ARRAY['statement_timeout', 'idle_in_transaction_session_timeout'] LOOP
+        IF current_setting(v_setting)::interval = interval '0'
+           OR current_setting(v_setting)::interval > v_timeout THEN
+            PERFORM set_config(v_setting, v_ms::text, true);
+        END IF;
+    END LOOP;
+    IF current_setting('server_version_num')::integer >= 170000
+       AND current_setting('transaction_timeout')::interval = interval '0' THEN
+        PERFORM set_config('transaction_timeout', v_ms::text, true);
+    END IF;
 END
 $$;
 
@@ -688,7 +854,9 @@ $$;
 -- lease was held or expired; released = false (holder, fence NULL when the
 -- name is unknown) when it was already free. The fence stays, so the next
 -- holder gets fence + 1 and the old holder's fenced writes are refused.
--- Wakes waiters like pglease.release. Not granted to pglease_client: run it
+-- The tenure ends at the server clock read after the row lock is granted.
+-- Wakes waiters like pglease.release. Whatever role took the tenure: this
+-- is the operator's override of the role binding. Not granted to pglease_client: run it
 -- as the schema owner or grant it to an operators' role.
 CREATE OR REPLACE FUNCTION pglease.force_release(
     p_name text,
@@ -697,20 +865,23 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
+    v_sure boolean;
 BEGIN
     PERFORM pglease._check_text('force_release', 'p_name', p_name);
 
+    -- As pglease.release: the lock refused acquires wait for, when free.
+    PERFORM 1 FROM pglease.leases AS l WHERE l.name = p_name FOR UPDATE SKIP LOCKED;
+    v_sure := FOUND;
     SELECT l.holder, l.fence INTO holder, fence
     FROM pglease.leases AS l
     WHERE l.name = p_name
-    FOR UPDATE;
+    FOR NO KEY UPDATE;
     released := FOUND AND holder IS NOT NULL;
     IF released THEN
         UPDATE pglease.leases AS l
-        SET holder = NULL, expires_at = least(l.expires_at, v_now)
+        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
         WHERE l.name = p_name;
-        PERFORM pglease._wake('lease', p_name, NULL, fence, holder);
+        PERFORM pglease._wake('lease', p_name, v_sure);
     END IF;
 END
 $$;
@@ -721,7 +892,12 @@ $$;
 
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
--- lock, so counting live holders and taking a slot cannot interleave.
+-- lock, so counting live holders and taking a slot cannot interleave. Then
+-- it waits for every renewal in flight of a slot that looks expired: such a
+-- renewal checked the tenure live before it expired and would extend it
+-- after a claim counted the slot free. The FOR SHARE lock makes renewals
+-- that come later wait for the claim's commit and then find the tenure
+-- over (they check the clock after the wait), which it was.
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -734,18 +910,31 @@ BEGIN
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
     END IF;
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.holder IS NOT NULL AND s.expires_at <= clock_timestamp()
+    FOR SHARE OF s;
 END
 $$;
 
--- _slot_claim_locked: one claim in a scope whose lock the caller holds.
--- Returns claimed = true with the slot, its fence and in_use counting this
--- claim; or claimed = false with slot and fence NULL, in_use = live holders
--- and retry_in = time until the earliest live slot expires. A holder that
--- already has a live slot gets it back, re-pinned to p_now + p_ttl (same
--- fence). Otherwise a claim succeeds only while fewer than
--- p_capacity holders are live; it reuses the longest-free slot numbered up to
--- p_capacity (fence + 1), else creates the next slot number (fence floor + 1, see pglease.purge).
--- Cost grows with the number of live holders, never with p_capacity.
+-- _slot_claim_locked: one claim in a scope whose lock the caller holds, on
+-- the clock p_now read after that lock (and every other wait). Returns
+-- claimed = true with the slot, its fence and in_use counting this claim;
+-- or claimed = false with slot and fence NULL, in_use = slots in use and
+-- retry_in = time until the earliest of them ends.
+-- A slot is in use at p_now when its tenure ends after p_now (expires_at >
+-- p_now): a release stamps expires_at with its own clock, so a release that
+-- committed after p_now was read still counts as in use for this claim,
+-- and every slot taken starts at or after its previous tenure's end.
+-- One capacity per scope: a claim succeeds only while the slots in use are
+-- fewer than p_capacity and fewer than the smallest capacity any of their
+-- tenures was claimed with (tenures from before 0.2.0 have none). So the
+-- scope never has more live holders than the capacity any live holder
+-- claimed with, however claims with different capacities race.
+-- A holder (p_holder of the caller's role) that already has a live slot gets
+-- it back, re-pinned to p_now + p_ttl (same fence, same capacity).
+-- Otherwise it reuses the longest-free slot numbered up to p_capacity
+-- (fence + 1), else creates the next slot number (fence floor + 1, see
+-- pglease.purge). Cost grows with the slots in use, never with p_capacity.
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer,
     p_now timestamptz, p_ttl interval,
@@ -754,46 +943,46 @@ CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_role text := session_user::text;
+    v_cap  integer;
 BEGIN
     -- Re-entrant: our own live slot comes back.
     UPDATE pglease.slots AS s
-    SET expires_at = p_now + p_ttl
+    SET expires_at = p_now + p_ttl, holder_role = v_role
     WHERE (s.scope, s.slot) = (
             SELECT o.scope, o.slot FROM pglease.slots AS o
             WHERE o.holder = p_holder AND o.scope = p_scope AND o.expires_at > p_now
+              AND coalesce(o.holder_role = v_role, true)
             ORDER BY o.slot LIMIT 1)
       AND s.holder = p_holder AND s.expires_at > p_now
     RETURNING s.slot, s.fence INTO slot, fence;
     IF FOUND THEN
         claimed := true;
         SELECT count(*)::integer INTO in_use FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
+        WHERE s.scope = p_scope AND s.expires_at > p_now;
         RETURN;
     END IF;
 
-    -- A pass fails only when a slot we saw free was renewed under us by a
-    -- renewal whose clock read was earlier than ours; count again then.
-    -- A free slot is one whose holder is NULL or whose tenure ended by
-    -- p_now, exactly the slots the count leaves out: a release that
-    -- committed after p_now was read (release_slot takes no scope lock, and
-    -- claim_slots may wait on a row lock in an earlier scope) stamps
-    -- expires_at later than p_now, and the slot is free all the same.
+    -- A pass fails only when the slot it chose changed under it; count
+    -- again then.
     FOR attempt IN 1..10 LOOP
-        SELECT count(*)::integer INTO in_use FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
-        IF in_use >= p_capacity THEN
+        SELECT count(*)::integer, min(s.capacity) INTO in_use, v_cap
+        FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.expires_at > p_now;
+        IF in_use >= least(p_capacity, v_cap) THEN
             EXIT;
         END IF;
 
         UPDATE pglease.slots AS s
-        SET holder = p_holder, fence = s.fence + 1,
-            acquired_at = p_now, expires_at = p_now + p_ttl
+        SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
+            fence = s.fence + 1, acquired_at = p_now, expires_at = p_now + p_ttl
         WHERE (s.scope, s.slot) = (
                 SELECT f.scope, f.slot FROM pglease.slots AS f
-                WHERE f.scope = p_scope AND (f.holder IS NULL OR f.expires_at <= p_now)
+                WHERE f.scope = p_scope AND f.expires_at <= p_now
                   AND f.slot <= p_capacity
                 ORDER BY f.expires_at LIMIT 1)
-          AND (s.holder IS NULL OR s.expires_at <= p_now)
+          AND s.expires_at <= p_now
         RETURNING s.slot, s.fence INTO slot, fence;
         IF NOT FOUND THEN
             SELECT coalesce(max(s.slot), 0) + 1 INTO slot
@@ -802,10 +991,11 @@ BEGIN
                 -- A new slot starts above the fence floor (see
                 -- pglease.purge, which takes the scope lock we hold, so
                 -- this statement sees the floor of any purge of the scope).
-                INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at)
+                INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at,
+                                                holder_role, capacity)
                 VALUES (p_scope, slot, p_holder,
                         coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
-                        p_now, p_now + p_ttl)
+                        p_now, p_now + p_ttl, v_role, p_capacity)
                 ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
                 RETURNING s.fence INTO fence;
             END IF;
@@ -819,9 +1009,9 @@ BEGIN
     claimed := false;
     slot := NULL;
     fence := NULL;
-    SELECT min(s.expires_at) - p_now INTO retry_in
+    SELECT min(s.expires_at) - clock_timestamp() INTO retry_in
     FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
+    WHERE s.scope = p_scope AND s.expires_at > p_now;
     retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
 END
 $$;
@@ -829,21 +1019,30 @@ $$;
 -- Source: sql/functions/21_claim_slot.sql
 
 -- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl): take one of
--- p_capacity slots of a scope.
+-- the slots of a scope.
 --
--- Returns one row:
---   * p_holder already has a live slot in the scope: claimed = true, that
---     slot and fence, expiry re-pinned to now + p_ttl (a retry after a lost
---     reply leaks nothing).
---   * fewer than p_capacity live holders: claimed = true, a slot numbered
---     1..p_capacity with a fence larger than any earlier tenure of that slot,
+-- A tenure belongs to the pair (p_holder, the caller's database role:
+-- session_user); the same holder string from another role is another
+-- holder. A scope has one capacity at a time: the smallest of the capacities
+-- its live holders claimed with, and of the caller's p_capacity (see
+-- pglease._slot_claim_locked). Lowering the capacity takes effect at once
+-- for new claims (no live holder is evicted: they keep their slots until
+-- they release or expire); raising it takes effect once no live holder
+-- claimed with a smaller one. Returns one row:
+--   * p_holder of the caller's role already has a live slot in the scope:
+--     claimed = true, that slot and fence, expiry re-pinned to now + p_ttl
+--     (a retry after a lost reply leaks nothing).
+--   * fewer slots in use than the scope's capacity: claimed = true, a slot
+--     numbered 1..p_capacity with a fence larger than any earlier tenure of
+--     that slot, starting at now, at or after that tenure's end,
 --     expires_at = now + p_ttl; in_use counts this claim.
---   * p_capacity or more live holders (capacity is the caller's setting and
---     may shrink): claimed = false, slot, fence, expires_at, expires_in NULL,
---     in_use = live holders, retry_in = time until the earliest live slot
---     expires (a refused caller can sleep that long, or until a release
---     NOTIFY: it is registered as a waiter until then, see pglease._wake).
---     retry_in is NULL when claimed.
+--   * as many in use as the capacity, or more: claimed = false, slot,
+--     fence, expires_at, expires_in NULL, in_use = slots in use, retry_in =
+--     time until the earliest of them ends (a refused caller can sleep that
+--     long, or until a release NOTIFY: it is registered as a waiter until
+--     then, see pglease._wake). retry_in is NULL when claimed.
+-- now is the server clock read once the scope lock is granted, after every
+-- wait; expires_in is expires_at minus the clock when the call returns.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows with live holders, not with p_capacity.
@@ -875,7 +1074,6 @@ BEGIN
     END IF;
 
     PERFORM pglease._scope_lock(p_scope);
-    PERFORM pglease._wait_lock('slot', p_scope);
     -- The clock is read once the scope is ours: slots that expired while
     -- this claim waited for the lock count as free.
     v_now := clock_timestamp();
@@ -884,7 +1082,7 @@ BEGIN
     FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, v_now, v_ttl) AS c;
     IF claimed THEN
         expires_at := v_now + v_ttl;
-        expires_in := v_ttl;
+        expires_in := expires_at - clock_timestamp();
     ELSE
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
     END IF;
@@ -897,7 +1095,8 @@ $$;
 -- each of several scopes, all or nothing.
 --
 -- p_scopes[i] is claimed with capacity p_capacities[i], each exactly as by
--- pglease.claim_slot. Returns one row:
+-- pglease.claim_slot (the same role binding and one capacity per scope),
+-- all on the clock read once every scope lock is granted. Returns one row:
 --   * every scope admitted the holder: claimed = true, slots[i], fences[i]
 --     and in_use[i] per scope in the order given, refused_scope NULL,
 --     expires_at = now + p_ttl for all of them.
@@ -957,7 +1156,6 @@ BEGIN
 
     FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
         PERFORM pglease._scope_lock(v_scope);
-        PERFORM pglease._wait_lock('slot', v_scope);
     END LOOP;
     -- The clock is read once every scope is ours (see claim_slot).
     v_now := clock_timestamp();
@@ -991,7 +1189,7 @@ BEGIN
     END;
     claimed := true;
     expires_at := v_now + v_ttl;
-    expires_in := v_ttl;
+    expires_in := expires_at - clock_timestamp();
 END
 $$;
 
@@ -1000,10 +1198,11 @@ $$;
 -- pglease.renew_slot(p_scope, p_slot, p_holder, p_fence, p_ttl): extend a
 -- live slot tenure.
 --
--- Compare-and-swap on (holder, fence) of a live slot, exactly like
+-- Compare-and-swap on (holder, role, fence) of a live slot, exactly like
 -- pglease.renew: renewed = true with expires_at = now + p_ttl, or
 -- renewed = false with expires_at, expires_in NULL when the slot is not live
--- under (p_holder, p_fence).
+-- under (p_holder, p_fence) taken by the caller's role (session_user).
+-- now is the server clock read when the row is checked, after any wait.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot (1..1000000),
 -- negative fence or TTL; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.renew_slot(
@@ -1013,8 +1212,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
-    v_ttl interval;
+    v_role text := session_user::text;
+    v_ttl  interval;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -1031,15 +1230,18 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_slot', p_ttl);
     END IF;
 
+    -- clock_timestamp() in the statement: read again when the row is
+    -- rechecked after a lock wait (see pglease._scope_lock).
     UPDATE pglease.slots AS s
-    SET expires_at = v_now + v_ttl
+    SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder = p_holder AND s.fence = p_fence
-      AND s.expires_at > v_now;
+      AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at > clock_timestamp()
+    RETURNING s.expires_at INTO expires_at;
     renewed := FOUND;
     IF renewed THEN
-        expires_at := v_now + v_ttl;
-        expires_in := v_ttl;
+        expires_in := expires_at - clock_timestamp();
     END IF;
 END
 $$;
@@ -1050,9 +1252,10 @@ $$;
 -- back early.
 --
 -- Compare-and-release, exactly like pglease.release: released = true when
--- (p_holder, p_fence) held the slot live (waiters hear it by a NOTIFY on
--- 'pglease', see pglease._wake); otherwise released = false and nothing
--- changes. The slot row keeps its fence.
+-- (p_holder, p_fence) of the caller's role (session_user) held the slot
+-- live (the tenure ends at the server clock read after any wait; waiters
+-- hear it by a NOTIFY on 'pglease', see pglease._wake); otherwise released
+-- = false and nothing changes. The slot row keeps its fence.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
 -- fence; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.release_slot(
@@ -1062,7 +1265,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
+    v_role text := session_user::text;
+    v_sure boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -1076,13 +1280,19 @@ BEGIN
     END IF;
 
     UPDATE pglease.slots AS s
-    SET holder = NULL, expires_at = v_now
+    SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder = p_holder AND s.fence = p_fence
-      AND s.expires_at > v_now;
+      AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at > clock_timestamp();
     released := FOUND;
     IF released THEN
-        PERFORM pglease._wake('slot', p_scope, p_slot, p_fence, p_holder);
+        -- The lock claims hold while they count (see pglease._wake): when
+        -- a claim holds it, notify whether or not someone registered.
+        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
+        FOR UPDATE SKIP LOCKED;
+        v_sure := FOUND;
+        PERFORM pglease._wake('slot', p_scope, v_sure);
     END IF;
 END
 $$;
@@ -1090,7 +1300,9 @@ $$;
 -- Source: sql/functions/30_renew_holder.sql
 
 -- pglease.renew_holder(p_holder, p_ttl): renew every live lease and slot of
--- one holder in one statement.
+-- one holder, taken by the caller's role (session_user), in one call.
+-- Tenures of the same holder string taken by another role are another
+-- holder's: neither renewed nor reported.
 --
 -- Returns one row of arrays (aligned by index within each group):
 --   * leases, lease_fences: the leases renewed, now expiring at expires_at;
@@ -1098,7 +1310,10 @@ $$;
 --   * lost_leases, lost_slot_scopes, lost_slots: tenures of p_holder that
 --     had expired before this call (lost; acquire or claim again for a new
 --     fence). Empty arrays, never NULL, when there is nothing.
--- expires_at = now + p_ttl and expires_in = p_ttl for everything renewed.
+-- Each tenure is checked and renewed on the server clock read when its row
+-- is, after any wait for its lock: expires_at is the earliest new expiry
+-- (now + p_ttl when nothing was renewed) and expires_in is expires_at minus
+-- the clock when the call returns.
 -- A lease or slot the caller believes it holds but that appears nowhere was
 -- released or taken over by another holder: it is lost too.
 -- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
@@ -1112,8 +1327,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
-    v_ttl interval;
+    v_role text := session_user::text;
+    v_ttl  interval;
+    v_min  timestamptz;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
@@ -1126,40 +1342,47 @@ BEGIN
 
     WITH renewed AS (
         UPDATE pglease.leases AS l
-        SET expires_at = v_now + v_ttl
-        WHERE l.holder = p_holder AND l.expires_at > v_now
-        RETURNING l.name, l.fence
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
+          AND l.expires_at > clock_timestamp()
+        RETURNING l.name, l.fence, l.expires_at
     )
     SELECT coalesce(array_agg(r.name ORDER BY r.name), '{}'),
-           coalesce(array_agg(r.fence ORDER BY r.name), '{}')
-    INTO leases, lease_fences
+           coalesce(array_agg(r.fence ORDER BY r.name), '{}'),
+           min(r.expires_at)
+    INTO leases, lease_fences, expires_at
     FROM renewed AS r;
 
     WITH renewed AS (
         UPDATE pglease.slots AS s
-        SET expires_at = v_now + v_ttl
-        WHERE s.holder = p_holder AND s.expires_at > v_now
-        RETURNING s.scope, s.slot, s.fence
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp()
+        RETURNING s.scope, s.slot, s.fence, s.expires_at
     )
     SELECT coalesce(array_agg(r.scope ORDER BY r.scope, r.slot), '{}'),
            coalesce(array_agg(r.slot ORDER BY r.scope, r.slot), '{}'),
-           coalesce(array_agg(r.fence ORDER BY r.scope, r.slot), '{}')
-    INTO slot_scopes, slots, slot_fences
+           coalesce(array_agg(r.fence ORDER BY r.scope, r.slot), '{}'),
+           min(r.expires_at)
+    INTO slot_scopes, slots, slot_fences, v_min
     FROM renewed AS r;
 
+    -- Lost: what is still ours but over by now.
     SELECT coalesce(array_agg(l.name ORDER BY l.name), '{}')
     INTO lost_leases
     FROM pglease.leases AS l
-    WHERE l.holder = p_holder AND l.expires_at <= v_now;
+    WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
+      AND l.expires_at <= clock_timestamp();
 
     SELECT coalesce(array_agg(s.scope ORDER BY s.scope, s.slot), '{}'),
            coalesce(array_agg(s.slot ORDER BY s.scope, s.slot), '{}')
     INTO lost_slot_scopes, lost_slots
     FROM pglease.slots AS s
-    WHERE s.holder = p_holder AND s.expires_at <= v_now;
+    WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at <= clock_timestamp();
 
-    expires_at := v_now + v_ttl;
-    expires_in := v_ttl;
+    expires_at := coalesce(least(expires_at, v_min), clock_timestamp() + v_ttl);
+    expires_in := expires_at - clock_timestamp();
 END
 $$;
 
@@ -1329,6 +1552,12 @@ $$;
 -- Tables are reachable only through the SECURITY DEFINER functions, so a
 -- client cannot UPDATE or DELETE a row and forge a fence.
 --
+-- This is the whole ACL of every pglease object (docs/security.md), set
+-- exactly whatever was there before: default privileges (ALTER DEFAULT
+-- PRIVILEGES ... GRANT ALL ON TABLES TO app_rw) and earlier grants, also
+-- column grants and grants to pglease_client, are revoked first; only the
+-- owner keeps its privileges.
+--
 -- The role is created when missing and the migrating user may create roles
 -- (CREATEROLE or superuser). Otherwise a NOTICE says so, and a superuser must
 -- run: CREATE ROLE pglease_client NOLOGIN; and then apply the grants below
@@ -1337,6 +1566,42 @@ $$;
 REVOKE ALL ON SCHEMA pglease FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA pglease FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pglease FROM PUBLIC;
+
+DO $pglease$
+DECLARE
+    v_grant record;
+BEGIN
+    FOR v_grant IN
+        SELECT DISTINCT g.kind, g.object, g.grantee
+        FROM (
+            SELECT 'SCHEMA' AS kind, 'pglease' AS object, a.grantee
+            FROM pg_catalog.pg_namespace AS n, pg_catalog.aclexplode(n.nspacl) AS a
+            WHERE n.nspname = 'pglease' AND a.grantee <> n.nspowner
+            UNION ALL
+            SELECT 'TABLE', c.oid::regclass::text, a.grantee
+            FROM pg_catalog.pg_class AS c, pg_catalog.aclexplode(c.relacl) AS a
+            WHERE c.relnamespace = 'pglease'::regnamespace AND a.grantee <> c.relowner
+            UNION ALL
+            SELECT 'TABLE', c.oid::regclass::text, a.grantee
+            FROM pg_catalog.pg_class AS c
+            JOIN pg_catalog.pg_attribute AS att ON att.attrelid = c.oid AND att.attacl IS NOT NULL,
+                 pg_catalog.aclexplode(att.attacl) AS a
+            WHERE c.relnamespace = 'pglease'::regnamespace AND a.grantee <> c.relowner
+            UNION ALL
+            SELECT 'FUNCTION', p.oid::regprocedure::text, a.grantee
+            FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS a
+            WHERE p.pronamespace = 'pglease'::regnamespace AND a.grantee <> p.proowner
+        ) AS g
+        ORDER BY 1, 2, 3
+    LOOP
+        -- REVOKE on a table also revokes its column privileges.
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s CASCADE',
+            v_grant.kind, v_grant.object,
+            CASE WHEN v_grant.grantee = 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(v_grant.grantee)) END);
+    END LOOP;
+END
+$pglease$;
 
 DO $pglease$
 BEGIN

@@ -26,6 +26,7 @@ type PgleaseLease struct {
 	Fence      int64
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
+	HolderRole pgtype.Text
 }
 
 // pglease leases as seen now: state is held, expired or free
@@ -46,6 +47,8 @@ type PgleaseSlot struct {
 	Fence      int64
 	AcquiredAt time.Time
 	ExpiresAt  time.Time
+	HolderRole pgtype.Text
+	Capacity   pgtype.Int4
 }
 
 // pglease slot scopes; the row lock serialises claims within one scope

@@ -98,24 +98,21 @@ $$;
 
 -- Release notifications. A refused acquire or claim registers as a waiter;
 -- a release NOTIFYs on channel 'pglease' only when a waiter is registered.
--- Registration and release agree through an advisory lock on the lease or
--- scope: the refused caller holds it shared from before it reads the state
--- that refuses it until its commit (with the registration); a release tries
--- it exclusively after its update. So either the registration committed
--- before the release looks (and is seen), or the release committed before
--- the refused caller read (and it was not refused); when the release cannot
--- tell (the lock is taken), it notifies anyway. No wake-up is lost.
-
--- _wait_lock(p_kind, p_name): takes the shared advisory lock of a lease or
--- scope until the caller's transaction ends.
-CREATE OR REPLACE FUNCTION pglease._wait_lock(p_kind text, p_name text)
-RETURNS void
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT pg_catalog.pg_advisory_xact_lock_shared(
-        pg_catalog.hashtext('pglease'), pg_catalog.hashtext(p_kind || '/' || p_name));
-$$;
+-- Registration and release agree through row locks on pglease's own rows,
+-- which only the pglease functions take (no advisory lock: its keys would
+-- be guessable, and any role could take it and stall the calls):
+--   * a lease: the refused acquire locks the lease row FOR KEY SHARE before
+--     it reads the state that refuses it, until its commit (with the
+--     registration); a release first tries the row FOR UPDATE SKIP LOCKED,
+--     which conflicts with it. A renewal or takeover takes FOR NO KEY
+--     UPDATE, which does not: a refused acquire never delays them.
+--   * a slot scope: the claim holds the scope row FOR UPDATE until its
+--     commit; a release tries it FOR UPDATE SKIP LOCKED.
+-- Either the release holds its lock first (the refused call waits for the
+-- release to commit, then sees it and is not refused), or the refused call
+-- holds it first (the release cannot rule a waiter out and notifies), or
+-- the registration committed before the release looked (and is seen). No
+-- wake-up is lost.
 
 -- _wait_register(p_kind, p_name, p_until): records a waiter for a release
 -- of p_name until p_until. Writes only when no registration lasts that
@@ -137,20 +134,21 @@ BEGIN
 END
 $$;
 
--- _wake: after a release, NOTIFYs channel 'pglease' when a waiter may be
--- registered. Payload (JSON): {"kind": "lease"|"slot", "event":
--- "released", "name": <lease name or slot scope>, "slot": <slot or null>,
--- "fence": <the ended tenure's fence>, "holder": <its holder>}. Delivered
--- when the caller's transaction commits.
-CREATE OR REPLACE FUNCTION pglease._wake(p_kind text, p_name text, p_slot integer,
-                              p_fence bigint, p_holder text)
+-- _wake(p_kind, p_name, p_sure): after a release, NOTIFYs channel 'pglease'
+-- when a waiter may be registered. p_sure is true when the release holds
+-- the lock that refused calls take (see above): then it notifies only when
+-- a registration is visible; otherwise always. Payload (JSON), only what a
+-- waiter needs to try again: {"kind": "lease"|"slot", "event": "released",
+-- "name": <lease name or slot scope>}; no holder, no fence. Delivered when
+-- the caller's transaction commits. Anyone may NOTIFY on any channel: a
+-- forged notification costs a waiter one retry, nothing more.
+CREATE OR REPLACE FUNCTION pglease._wake(p_kind text, p_name text, p_sure boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF pg_catalog.pg_try_advisory_xact_lock(
-           pg_catalog.hashtext('pglease'), pg_catalog.hashtext(p_kind || '/' || p_name)) THEN
+    IF p_sure THEN
         PERFORM 1 FROM pglease.waiters AS w
         WHERE w.kind = p_kind AND w.name = p_name AND w.until > clock_timestamp();
         IF NOT FOUND THEN
@@ -158,7 +156,6 @@ BEGIN
         END IF;
     END IF;
     PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
-        'kind', p_kind, 'event', 'released', 'name', p_name,
-        'slot', p_slot, 'fence', p_fence, 'holder', p_holder)::text);
+        'kind', p_kind, 'event', 'released', 'name', p_name)::text);
 END
 $$;

@@ -1,24 +1,28 @@
 -- pglease.acquire(p_name, p_holder, p_ttl): take a lease, or learn who has it.
 --
--- Time is the server clock read once when the call starts (clock_timestamp(),
--- not the caller's transaction start).
+-- A tenure belongs to the pair (p_holder, the database role that took it:
+-- session_user). A caller of another role with the same p_holder string is
+-- another holder: it is refused like any other while the tenure is live.
+-- Time is the server clock read after every wait of the call (row locks of
+-- a release, takeover or fenced transaction in flight), never before.
 -- Returns one row:
 --   * lease free, released or expired: acquired = true, a new tenure with
 --     fence = previous fence + 1 (for a new or purged name: one more than
---     the fence floor, see pglease.purge), expires_at = now + p_ttl.
---   * lease live and held by p_holder: acquired = true, same fence (a retry
---     after a lost reply is the same tenure), expires_at re-pinned to now + p_ttl.
---   * lease live and held by another holder: acquired = false, and holder,
---     fence, expires_at, expires_in describe that holder's tenure.
--- expires_in is expires_at - now. A refused caller is registered as a
--- waiter until that expiry, so that a release of the lease NOTIFYs channel
--- 'pglease' (see pglease._wake).
+--     the fence floor, see pglease.purge), starting at now (at or after the
+--     previous tenure's end), expires_at = now + p_ttl.
+--   * lease live and held by p_holder of the caller's role: acquired = true,
+--     same fence (a retry after a lost reply is the same tenure),
+--     expires_at re-pinned to now + p_ttl.
+--   * lease live and held by another holder (or another role): acquired =
+--     false, and holder, fence, expires_at describe that holder's tenure.
+-- expires_in is expires_at minus the server clock when the call returns.
+-- A refused caller is registered as a waiter until that expiry, so that a
+-- release of the lease NOTIFYs channel 'pglease' (see pglease._wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
--- bytes or a TTL not in (0, 24 hours]; nothing is changed then.
--- A refused call takes no row lock, so it never delays the holder's renewals.
--- It takes the lease's advisory wait lock shared (waiting for a release in
--- flight to commit), so its registration and a release cannot miss each
--- other.
+-- bytes or a TTL not in (0, 24 hours]; 40001 when the lease changed under
+-- ten attempts in a row (retry); nothing is changed then.
+-- A refused call locks the row only FOR KEY SHARE, which no renewal,
+-- release or takeover waits for, so it never delays the holder's renewals.
 CREATE OR REPLACE FUNCTION pglease.acquire(
     p_name text, p_holder text, p_ttl interval,
     OUT acquired boolean, OUT fence bigint, OUT holder text,
@@ -27,9 +31,15 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
-    v_ttl interval;
-    v_floor bigint;
+    v_role    text := session_user::text;
+    v_ttl     interval;
+    v_floor   bigint;
+    v_now     timestamptz;
+    v_holder  text;
+    v_hrole   text;
+    v_fence   bigint;
+    v_expires timestamptz;
+    v_next    text;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -42,40 +52,76 @@ BEGIN
         v_ttl := pglease._check_ttl('acquire', p_ttl);
     END IF;
 
-    -- Each pass either decides or sees a row change under it; a concurrent
-    -- change can only happen a bounded number of times in a row.
+    -- Each pass either decides or sees the row change under it; a
+    -- concurrent change can only happen a bounded number of times in a row.
     FOR attempt IN 1..10 LOOP
-        -- Take over a free or expired lease, or re-pin our own. The WHERE is
-        -- rechecked against the newest row version after any lock wait.
-        UPDATE pglease.leases AS l
-        SET holder      = p_holder,
-            fence       = CASE WHEN l.holder = p_holder AND l.expires_at > v_now
-                               THEN l.fence ELSE l.fence + 1 END,
-            acquired_at = CASE WHEN l.holder = p_holder AND l.expires_at > v_now
-                               THEN l.acquired_at ELSE v_now END,
-            expires_at  = v_now + v_ttl
-        WHERE l.name = p_name
-          AND (l.holder IS NULL OR l.expires_at <= v_now OR l.holder = p_holder)
-        RETURNING l.fence INTO fence;
-        IF FOUND THEN
-            acquired := true;
-            holder := p_holder;
-            expires_at := v_now + v_ttl;
-            expires_in := v_ttl;
-            RETURN;
-        END IF;
+        v_next := NULL;
+        -- Row locks taken here for nothing (the lease turned out to be
+        -- someone else's) go with the subtransaction (PGL03), so that they
+        -- never delay that holder's renewals.
+        BEGIN
+            -- Fast path: lock the row at once when it is ours to take
+            -- (free, expired, or our own) and nobody has it locked.
+            SELECT l.holder, l.holder_role, l.fence, l.expires_at
+            INTO v_holder, v_hrole, v_fence, v_expires
+            FROM pglease.leases AS l
+            WHERE l.name = p_name
+              AND (l.holder IS NULL OR l.expires_at <= clock_timestamp()
+                   OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)))
+            FOR NO KEY UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                -- Locked by someone, held by someone else, or no row yet:
+                -- look without locking.
+                SELECT l.holder, l.holder_role, l.fence, l.expires_at
+                INTO v_holder, v_hrole, v_fence, v_expires
+                FROM pglease.leases AS l
+                WHERE l.name = p_name;
+                IF NOT FOUND THEN
+                    v_next := 'insert';
+                ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
+                      AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+                    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
+                ELSE
+                    -- Ours to take, but locked (a release, takeover,
+                    -- renewal, purge or fenced transaction in flight):
+                    -- wait for it.
+                    SELECT l.holder, l.holder_role, l.fence, l.expires_at
+                    INTO v_holder, v_hrole, v_fence, v_expires
+                    FROM pglease.leases AS l
+                    WHERE l.name = p_name
+                    FOR NO KEY UPDATE;
+                    IF NOT FOUND THEN
+                        v_next := 'insert'; -- purged meanwhile
+                    END IF;
+                END IF;
+            END IF;
+            IF v_next IS NULL THEN
+                -- The row is locked: decide on the clock read now, after
+                -- every wait.
+                v_now := clock_timestamp();
+                IF v_holder IS NOT NULL AND v_expires > v_now
+                   AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+                    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
+                END IF;
+                SELECT t.fence, t.expires_at INTO fence, expires_at
+                FROM pglease._lease_take(p_name, p_holder, v_role, v_ttl, v_now,
+                                         v_holder, v_hrole, v_fence, v_expires) AS t;
+                acquired := true;
+                holder := p_holder;
+                expires_in := expires_at - clock_timestamp();
+                RETURN;
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+            v_next := 'refuse';
+        END;
 
-        -- Held by someone else, or no row yet: look without locking the row.
-        SELECT l.holder, l.fence, l.expires_at
-        INTO holder, fence, expires_at
-        FROM pglease.leases AS l
-        WHERE l.name = p_name;
-        IF NOT FOUND THEN
+        IF v_next = 'insert' THEN
             -- A new row starts above the fence floor (see pglease.purge).
-            INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at)
+            v_now := clock_timestamp();
+            INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at, holder_role)
             VALUES (p_name, p_holder,
                     coalesce((SELECT f.lease_fence FROM pglease.fence_floor AS f), 0) + 1,
-                    v_now, v_now + v_ttl)
+                    v_now, v_now + v_ttl, v_role)
             ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
             RETURNING l.fence INTO fence;
             IF FOUND THEN
@@ -90,29 +136,34 @@ BEGIN
                 acquired := true;
                 holder := p_holder;
                 expires_at := v_now + v_ttl;
-                expires_in := v_ttl;
+                expires_in := expires_at - clock_timestamp();
                 RETURN;
             END IF;
             CONTINUE; -- another session created the row first
         END IF;
-        IF holder <> p_holder AND expires_at > v_now THEN
-            -- Before refusing, take the wait lock and look again (see
-            -- pglease._wake), then register as a waiter.
-            PERFORM pglease._wait_lock('lease', p_name);
-            SELECT l.holder, l.fence, l.expires_at
-            INTO holder, fence, expires_at
-            FROM pglease.leases AS l
-            WHERE l.name = p_name;
-            IF holder <> p_holder AND expires_at > v_now THEN
-                acquired := false;
-                expires_in := expires_at - v_now;
-                PERFORM pglease._wait_register('lease', p_name, expires_at);
-                RETURN;
-            END IF;
+
+        -- Held by another holder. Before refusing, lock the row FOR KEY
+        -- SHARE (waiting for a release in flight to commit) and look again
+        -- (see pglease._wake), then register as a waiter.
+        SELECT l.holder, l.holder_role, l.fence, l.expires_at
+        INTO v_holder, v_hrole, v_fence, v_expires
+        FROM pglease.leases AS l
+        WHERE l.name = p_name
+        FOR KEY SHARE;
+        IF FOUND AND v_holder IS NOT NULL AND v_expires > clock_timestamp()
+           AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+            acquired := false;
+            holder := v_holder;
+            fence := v_fence;
+            expires_at := v_expires;
+            PERFORM pglease._wait_register('lease', p_name, v_expires);
+            expires_in := v_expires - clock_timestamp();
+            RETURN;
         END IF;
-        -- Released or expired since the UPDATE looked: try again.
+        -- Released, expired or purged meanwhile: try again.
     END LOOP;
     RAISE EXCEPTION USING ERRCODE = '40001',
-        MESSAGE = format('pglease.acquire: lease %L changed on every attempt; retry the call', p_name);
+        MESSAGE = format('pglease.acquire: lease %L changed on every attempt; retry the call', p_name),
+        HINT = 'Call pglease.acquire again.';
 END
 $$;

@@ -5,15 +5,29 @@
 --     SELECT pglease.assert_held('orders-dispatcher', 42);
 --     UPDATE ...;   -- the protected write
 --     COMMIT;
--- Returns normally when p_fence is the fence of a live tenure of lease p_name,
--- and then holds a FOR SHARE lock on the lease row until the caller's
--- transaction ends: a takeover (which must update that row) cannot commit
--- between this check and the caller's commit, so the write is ordered before
--- any later tenure. The clock is read after the lock is granted.
--- Raises SQLSTATE PGL01 when the lease is free, expired, unknown, or has
--- another fence (the message says which); 22004 for NULL arguments, 22023
--- for a bad name or a negative fence. Outside a transaction block the lock is
--- released at once, which makes the check useless: always wrap it.
+-- Returns normally when p_fence is the fence of a live tenure of lease p_name
+-- taken by the caller's role (session_user), and then holds a FOR SHARE lock
+-- on the lease row until the caller's transaction ends: a takeover (which
+-- must update that row) cannot commit between this check and the caller's
+-- commit, so the write is ordered before any later tenure. The clock is read
+-- after the lock is granted. A caller of another role takes no lock.
+-- Bound on how long the transaction can keep a takeover out: the tenure
+-- cannot be renewed while the lock is held (renewals wait for it), and this
+-- call lowers, for the rest of the transaction (set_config(..., true)),
+-- statement_timeout and idle_in_transaction_session_timeout to the time
+-- left in the tenure plus 100 ms (never raising a lower setting); on
+-- PostgreSQL 17 and later also transaction_timeout, when the session has
+-- none running yet. So a transaction that stalls after this call (idle, in
+-- one long statement such as pg_sleep, a client paused or cut off) loses
+-- its locks at most 100 ms after the tenure ends (plus the server's timer
+-- latency); on 17 and later that holds whatever it runs. On 13 to 16 a
+-- client that keeps sending new statements, each shorter than the time
+-- left, can stay longer: the bound needs transaction_timeout there.
+-- Raises SQLSTATE PGL01 when the lease is free, expired, unknown, has
+-- another fence, or was taken by another role (the message says which);
+-- 22004 for NULL arguments, 22023 for a bad name or a negative fence.
+-- Outside a transaction block the lock is released at once, which makes the
+-- check useless: always wrap it.
 CREATE OR REPLACE FUNCTION pglease.assert_held(p_name text, p_fence bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -23,7 +37,11 @@ DECLARE
     v_holder     text;
     v_fence      bigint;
     v_expires_at timestamptz;
+    v_role       text;
     v_now        timestamptz;
+    v_ms         bigint;
+    v_timeout    interval;
+    v_setting    text;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -32,8 +50,18 @@ BEGIN
         PERFORM pglease._check_fence('assert_held', p_fence);
     END IF;
 
-    SELECT l.holder, l.fence, l.expires_at
-    INTO v_holder, v_fence, v_expires_at
+    -- Another role's tenure is refused before any lock is taken, so that
+    -- seeing a fence is not enough to hold up its renewals or a takeover.
+    SELECT l.holder_role INTO v_role FROM pglease.leases AS l WHERE l.name = p_name;
+    IF v_role <> session_user THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGL01',
+            MESSAGE = format('pglease: lease %L is not held with fence %s by role %I: another role took it',
+                             p_name, p_fence, session_user),
+            HINT = 'Assert a lease from the database role that acquired it.';
+    END IF;
+
+    SELECT l.holder, l.fence, l.expires_at, l.holder_role
+    INTO v_holder, v_fence, v_expires_at, v_role
     FROM pglease.leases AS l
     WHERE l.name = p_name
     FOR SHARE;
@@ -62,6 +90,26 @@ BEGIN
             MESSAGE = format('pglease: lease %L is not held with fence %s: it expired %s ago',
                              p_name, p_fence, v_now - v_expires_at),
             HINT = 'Your tenure is over; stop writing and acquire the lease again.';
+    END IF;
+    IF v_role <> session_user THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGL01',
+            MESSAGE = format('pglease: lease %L is not held with fence %s by role %I: another role took it',
+                             p_name, p_fence, session_user),
+            HINT = 'Assert a lease from the database role that acquired it.';
+    END IF;
+
+    -- The bound above: the time left plus 100 ms, as milliseconds.
+    v_ms := ceil(extract(epoch FROM v_expires_at - v_now) * 1000)::bigint + 100;
+    v_timeout := make_interval(secs => v_ms / 1000.0);
+    FOREACH v_setting IN ARRAY ARRAY['statement_timeout', 'idle_in_transaction_session_timeout'] LOOP
+        IF current_setting(v_setting)::interval = interval '0'
+           OR current_setting(v_setting)::interval > v_timeout THEN
+            PERFORM set_config(v_setting, v_ms::text, true);
+        END IF;
+    END LOOP;
+    IF current_setting('server_version_num')::integer >= 170000
+       AND current_setting('transaction_timeout')::interval = interval '0' THEN
+        PERFORM set_config('transaction_timeout', v_ms::text, true);
     END IF;
 END
 $$;

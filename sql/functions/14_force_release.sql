@@ -5,7 +5,9 @@
 -- lease was held or expired; released = false (holder, fence NULL when the
 -- name is unknown) when it was already free. The fence stays, so the next
 -- holder gets fence + 1 and the old holder's fenced writes are refused.
--- Wakes waiters like pglease.release. Not granted to pglease_client: run it
+-- The tenure ends at the server clock read after the row lock is granted.
+-- Wakes waiters like pglease.release. Whatever role took the tenure: this
+-- is the operator's override of the role binding. Not granted to pglease_client: run it
 -- as the schema owner or grant it to an operators' role.
 CREATE OR REPLACE FUNCTION pglease.force_release(
     p_name text,
@@ -14,20 +16,23 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
+    v_sure boolean;
 BEGIN
     PERFORM pglease._check_text('force_release', 'p_name', p_name);
 
+    -- As pglease.release: the lock refused acquires wait for, when free.
+    PERFORM 1 FROM pglease.leases AS l WHERE l.name = p_name FOR UPDATE SKIP LOCKED;
+    v_sure := FOUND;
     SELECT l.holder, l.fence INTO holder, fence
     FROM pglease.leases AS l
     WHERE l.name = p_name
-    FOR UPDATE;
+    FOR NO KEY UPDATE;
     released := FOUND AND holder IS NOT NULL;
     IF released THEN
         UPDATE pglease.leases AS l
-        SET holder = NULL, expires_at = least(l.expires_at, v_now)
+        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
         WHERE l.name = p_name;
-        PERFORM pglease._wake('lease', p_name, NULL, fence, holder);
+        PERFORM pglease._wake('lease', p_name, v_sure);
     END IF;
 END
 $$;

@@ -2,7 +2,12 @@
 
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
--- lock, so counting live holders and taking a slot cannot interleave.
+-- lock, so counting live holders and taking a slot cannot interleave. Then
+-- it waits for every renewal in flight of a slot that looks expired: such a
+-- renewal checked the tenure live before it expired and would extend it
+-- after a claim counted the slot free. The FOR SHARE lock makes renewals
+-- that come later wait for the claim's commit and then find the tenure
+-- over (they check the clock after the wait), which it was.
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -15,18 +20,31 @@ BEGIN
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
     END IF;
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.holder IS NOT NULL AND s.expires_at <= clock_timestamp()
+    FOR SHARE OF s;
 END
 $$;
 
--- _slot_claim_locked: one claim in a scope whose lock the caller holds.
--- Returns claimed = true with the slot, its fence and in_use counting this
--- claim; or claimed = false with slot and fence NULL, in_use = live holders
--- and retry_in = time until the earliest live slot expires. A holder that
--- already has a live slot gets it back, re-pinned to p_now + p_ttl (same
--- fence). Otherwise a claim succeeds only while fewer than
--- p_capacity holders are live; it reuses the longest-free slot numbered up to
--- p_capacity (fence + 1), else creates the next slot number (fence floor + 1, see pglease.purge).
--- Cost grows with the number of live holders, never with p_capacity.
+-- _slot_claim_locked: one claim in a scope whose lock the caller holds, on
+-- the clock p_now read after that lock (and every other wait). Returns
+-- claimed = true with the slot, its fence and in_use counting this claim;
+-- or claimed = false with slot and fence NULL, in_use = slots in use and
+-- retry_in = time until the earliest of them ends.
+-- A slot is in use at p_now when its tenure ends after p_now (expires_at >
+-- p_now): a release stamps expires_at with its own clock, so a release that
+-- committed after p_now was read still counts as in use for this claim,
+-- and every slot taken starts at or after its previous tenure's end.
+-- One capacity per scope: a claim succeeds only while the slots in use are
+-- fewer than p_capacity and fewer than the smallest capacity any of their
+-- tenures was claimed with (tenures from before 0.2.0 have none). So the
+-- scope never has more live holders than the capacity any live holder
+-- claimed with, however claims with different capacities race.
+-- A holder (p_holder of the caller's role) that already has a live slot gets
+-- it back, re-pinned to p_now + p_ttl (same fence, same capacity).
+-- Otherwise it reuses the longest-free slot numbered up to p_capacity
+-- (fence + 1), else creates the next slot number (fence floor + 1, see
+-- pglease.purge). Cost grows with the slots in use, never with p_capacity.
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer,
     p_now timestamptz, p_ttl interval,
@@ -35,46 +53,46 @@ CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_role text := session_user::text;
+    v_cap  integer;
 BEGIN
     -- Re-entrant: our own live slot comes back.
     UPDATE pglease.slots AS s
-    SET expires_at = p_now + p_ttl
+    SET expires_at = p_now + p_ttl, holder_role = v_role
     WHERE (s.scope, s.slot) = (
             SELECT o.scope, o.slot FROM pglease.slots AS o
             WHERE o.holder = p_holder AND o.scope = p_scope AND o.expires_at > p_now
+              AND coalesce(o.holder_role = v_role, true)
             ORDER BY o.slot LIMIT 1)
       AND s.holder = p_holder AND s.expires_at > p_now
     RETURNING s.slot, s.fence INTO slot, fence;
     IF FOUND THEN
         claimed := true;
         SELECT count(*)::integer INTO in_use FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
+        WHERE s.scope = p_scope AND s.expires_at > p_now;
         RETURN;
     END IF;
 
-    -- A pass fails only when a slot we saw free was renewed under us by a
-    -- renewal whose clock read was earlier than ours; count again then.
-    -- A free slot is one whose holder is NULL or whose tenure ended by
-    -- p_now, exactly the slots the count leaves out: a release that
-    -- committed after p_now was read (release_slot takes no scope lock, and
-    -- claim_slots may wait on a row lock in an earlier scope) stamps
-    -- expires_at later than p_now, and the slot is free all the same.
+    -- A pass fails only when the slot it chose changed under it; count
+    -- again then.
     FOR attempt IN 1..10 LOOP
-        SELECT count(*)::integer INTO in_use FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
-        IF in_use >= p_capacity THEN
+        SELECT count(*)::integer, min(s.capacity) INTO in_use, v_cap
+        FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.expires_at > p_now;
+        IF in_use >= least(p_capacity, v_cap) THEN
             EXIT;
         END IF;
 
         UPDATE pglease.slots AS s
-        SET holder = p_holder, fence = s.fence + 1,
-            acquired_at = p_now, expires_at = p_now + p_ttl
+        SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
+            fence = s.fence + 1, acquired_at = p_now, expires_at = p_now + p_ttl
         WHERE (s.scope, s.slot) = (
                 SELECT f.scope, f.slot FROM pglease.slots AS f
-                WHERE f.scope = p_scope AND (f.holder IS NULL OR f.expires_at <= p_now)
+                WHERE f.scope = p_scope AND f.expires_at <= p_now
                   AND f.slot <= p_capacity
                 ORDER BY f.expires_at LIMIT 1)
-          AND (s.holder IS NULL OR s.expires_at <= p_now)
+          AND s.expires_at <= p_now
         RETURNING s.slot, s.fence INTO slot, fence;
         IF NOT FOUND THEN
             SELECT coalesce(max(s.slot), 0) + 1 INTO slot
@@ -83,10 +101,11 @@ BEGIN
                 -- A new slot starts above the fence floor (see
                 -- pglease.purge, which takes the scope lock we hold, so
                 -- this statement sees the floor of any purge of the scope).
-                INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at)
+                INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at,
+                                                holder_role, capacity)
                 VALUES (p_scope, slot, p_holder,
                         coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
-                        p_now, p_now + p_ttl)
+                        p_now, p_now + p_ttl, v_role, p_capacity)
                 ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
                 RETURNING s.fence INTO fence;
             END IF;
@@ -100,9 +119,9 @@ BEGIN
     claimed := false;
     slot := NULL;
     fence := NULL;
-    SELECT min(s.expires_at) - p_now INTO retry_in
+    SELECT min(s.expires_at) - clock_timestamp() INTO retry_in
     FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.expires_at > p_now AND s.holder IS NOT NULL;
+    WHERE s.scope = p_scope AND s.expires_at > p_now;
     retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
 END
 $$;

@@ -1,19 +1,28 @@
 -- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl): take one of
--- p_capacity slots of a scope.
+-- the slots of a scope.
 --
--- Returns one row:
---   * p_holder already has a live slot in the scope: claimed = true, that
---     slot and fence, expiry re-pinned to now + p_ttl (a retry after a lost
---     reply leaks nothing).
---   * fewer than p_capacity live holders: claimed = true, a slot numbered
---     1..p_capacity with a fence larger than any earlier tenure of that slot,
+-- A tenure belongs to the pair (p_holder, the caller's database role:
+-- session_user); the same holder string from another role is another
+-- holder. A scope has one capacity at a time: the smallest of the capacities
+-- its live holders claimed with, and of the caller's p_capacity (see
+-- pglease._slot_claim_locked). Lowering the capacity takes effect at once
+-- for new claims (no live holder is evicted: they keep their slots until
+-- they release or expire); raising it takes effect once no live holder
+-- claimed with a smaller one. Returns one row:
+--   * p_holder of the caller's role already has a live slot in the scope:
+--     claimed = true, that slot and fence, expiry re-pinned to now + p_ttl
+--     (a retry after a lost reply leaks nothing).
+--   * fewer slots in use than the scope's capacity: claimed = true, a slot
+--     numbered 1..p_capacity with a fence larger than any earlier tenure of
+--     that slot, starting at now, at or after that tenure's end,
 --     expires_at = now + p_ttl; in_use counts this claim.
---   * p_capacity or more live holders (capacity is the caller's setting and
---     may shrink): claimed = false, slot, fence, expires_at, expires_in NULL,
---     in_use = live holders, retry_in = time until the earliest live slot
---     expires (a refused caller can sleep that long, or until a release
---     NOTIFY: it is registered as a waiter until then, see pglease._wake).
---     retry_in is NULL when claimed.
+--   * as many in use as the capacity, or more: claimed = false, slot,
+--     fence, expires_at, expires_in NULL, in_use = slots in use, retry_in =
+--     time until the earliest of them ends (a refused caller can sleep that
+--     long, or until a release NOTIFY: it is registered as a waiter until
+--     then, see pglease._wake). retry_in is NULL when claimed.
+-- now is the server clock read once the scope lock is granted, after every
+-- wait; expires_in is expires_at minus the clock when the call returns.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows with live holders, not with p_capacity.
@@ -45,7 +54,6 @@ BEGIN
     END IF;
 
     PERFORM pglease._scope_lock(p_scope);
-    PERFORM pglease._wait_lock('slot', p_scope);
     -- The clock is read once the scope is ours: slots that expired while
     -- this claim waited for the lock count as free.
     v_now := clock_timestamp();
@@ -54,7 +62,7 @@ BEGIN
     FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, v_now, v_ttl) AS c;
     IF claimed THEN
         expires_at := v_now + v_ttl;
-        expires_in := v_ttl;
+        expires_in := expires_at - clock_timestamp();
     ELSE
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
     END IF;

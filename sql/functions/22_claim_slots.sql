@@ -2,7 +2,8 @@
 -- each of several scopes, all or nothing.
 --
 -- p_scopes[i] is claimed with capacity p_capacities[i], each exactly as by
--- pglease.claim_slot. Returns one row:
+-- pglease.claim_slot (the same role binding and one capacity per scope),
+-- all on the clock read once every scope lock is granted. Returns one row:
 --   * every scope admitted the holder: claimed = true, slots[i], fences[i]
 --     and in_use[i] per scope in the order given, refused_scope NULL,
 --     expires_at = now + p_ttl for all of them.
@@ -62,7 +63,6 @@ BEGIN
 
     FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
         PERFORM pglease._scope_lock(v_scope);
-        PERFORM pglease._wait_lock('slot', v_scope);
     END LOOP;
     -- The clock is read once every scope is ours (see claim_slot).
     v_now := clock_timestamp();
@@ -96,6 +96,6 @@ BEGIN
     END;
     claimed := true;
     expires_at := v_now + v_ttl;
-    expires_in := v_ttl;
+    expires_in := expires_at - clock_timestamp();
 END
 $$;

@@ -1,10 +1,11 @@
 -- pglease.renew_slot(p_scope, p_slot, p_holder, p_fence, p_ttl): extend a
 -- live slot tenure.
 --
--- Compare-and-swap on (holder, fence) of a live slot, exactly like
+-- Compare-and-swap on (holder, role, fence) of a live slot, exactly like
 -- pglease.renew: renewed = true with expires_at = now + p_ttl, or
 -- renewed = false with expires_at, expires_in NULL when the slot is not live
--- under (p_holder, p_fence).
+-- under (p_holder, p_fence) taken by the caller's role (session_user).
+-- now is the server clock read when the row is checked, after any wait.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot (1..1000000),
 -- negative fence or TTL; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.renew_slot(
@@ -14,8 +15,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
-    v_ttl interval;
+    v_role text := session_user::text;
+    v_ttl  interval;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -32,15 +33,18 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_slot', p_ttl);
     END IF;
 
+    -- clock_timestamp() in the statement: read again when the row is
+    -- rechecked after a lock wait (see pglease._scope_lock).
     UPDATE pglease.slots AS s
-    SET expires_at = v_now + v_ttl
+    SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder = p_holder AND s.fence = p_fence
-      AND s.expires_at > v_now;
+      AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at > clock_timestamp()
+    RETURNING s.expires_at INTO expires_at;
     renewed := FOUND;
     IF renewed THEN
-        expires_at := v_now + v_ttl;
-        expires_in := v_ttl;
+        expires_in := expires_at - clock_timestamp();
     END IF;
 END
 $$;

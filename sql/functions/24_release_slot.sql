@@ -2,9 +2,10 @@
 -- back early.
 --
 -- Compare-and-release, exactly like pglease.release: released = true when
--- (p_holder, p_fence) held the slot live (waiters hear it by a NOTIFY on
--- 'pglease', see pglease._wake); otherwise released = false and nothing
--- changes. The slot row keeps its fence.
+-- (p_holder, p_fence) of the caller's role (session_user) held the slot
+-- live (the tenure ends at the server clock read after any wait; waiters
+-- hear it by a NOTIFY on 'pglease', see pglease._wake); otherwise released
+-- = false and nothing changes. The slot row keeps its fence.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
 -- fence; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.release_slot(
@@ -14,7 +15,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
+    v_role text := session_user::text;
+    v_sure boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -28,13 +30,19 @@ BEGIN
     END IF;
 
     UPDATE pglease.slots AS s
-    SET holder = NULL, expires_at = v_now
+    SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder = p_holder AND s.fence = p_fence
-      AND s.expires_at > v_now;
+      AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at > clock_timestamp();
     released := FOUND;
     IF released THEN
-        PERFORM pglease._wake('slot', p_scope, p_slot, p_fence, p_holder);
+        -- The lock claims hold while they count (see pglease._wake): when
+        -- a claim holds it, notify whether or not someone registered.
+        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
+        FOR UPDATE SKIP LOCKED;
+        v_sure := FOUND;
+        PERFORM pglease._wake('slot', p_scope, v_sure);
     END IF;
 END
 $$;

@@ -1,5 +1,7 @@
 -- pglease.renew_holder(p_holder, p_ttl): renew every live lease and slot of
--- one holder in one statement.
+-- one holder, taken by the caller's role (session_user), in one call.
+-- Tenures of the same holder string taken by another role are another
+-- holder's: neither renewed nor reported.
 --
 -- Returns one row of arrays (aligned by index within each group):
 --   * leases, lease_fences: the leases renewed, now expiring at expires_at;
@@ -7,7 +9,10 @@
 --   * lost_leases, lost_slot_scopes, lost_slots: tenures of p_holder that
 --     had expired before this call (lost; acquire or claim again for a new
 --     fence). Empty arrays, never NULL, when there is nothing.
--- expires_at = now + p_ttl and expires_in = p_ttl for everything renewed.
+-- Each tenure is checked and renewed on the server clock read when its row
+-- is, after any wait for its lock: expires_at is the earliest new expiry
+-- (now + p_ttl when nothing was renewed) and expires_in is expires_at minus
+-- the clock when the call returns.
 -- A lease or slot the caller believes it holds but that appears nowhere was
 -- released or taken over by another holder: it is lost too.
 -- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
@@ -21,8 +26,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
-    v_ttl interval;
+    v_role text := session_user::text;
+    v_ttl  interval;
+    v_min  timestamptz;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
@@ -35,39 +41,46 @@ BEGIN
 
     WITH renewed AS (
         UPDATE pglease.leases AS l
-        SET expires_at = v_now + v_ttl
-        WHERE l.holder = p_holder AND l.expires_at > v_now
-        RETURNING l.name, l.fence
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
+          AND l.expires_at > clock_timestamp()
+        RETURNING l.name, l.fence, l.expires_at
     )
     SELECT coalesce(array_agg(r.name ORDER BY r.name), '{}'),
-           coalesce(array_agg(r.fence ORDER BY r.name), '{}')
-    INTO leases, lease_fences
+           coalesce(array_agg(r.fence ORDER BY r.name), '{}'),
+           min(r.expires_at)
+    INTO leases, lease_fences, expires_at
     FROM renewed AS r;
 
     WITH renewed AS (
         UPDATE pglease.slots AS s
-        SET expires_at = v_now + v_ttl
-        WHERE s.holder = p_holder AND s.expires_at > v_now
-        RETURNING s.scope, s.slot, s.fence
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp()
+        RETURNING s.scope, s.slot, s.fence, s.expires_at
     )
     SELECT coalesce(array_agg(r.scope ORDER BY r.scope, r.slot), '{}'),
            coalesce(array_agg(r.slot ORDER BY r.scope, r.slot), '{}'),
-           coalesce(array_agg(r.fence ORDER BY r.scope, r.slot), '{}')
-    INTO slot_scopes, slots, slot_fences
+           coalesce(array_agg(r.fence ORDER BY r.scope, r.slot), '{}'),
+           min(r.expires_at)
+    INTO slot_scopes, slots, slot_fences, v_min
     FROM renewed AS r;
 
+    -- Lost: what is still ours but over by now.
     SELECT coalesce(array_agg(l.name ORDER BY l.name), '{}')
     INTO lost_leases
     FROM pglease.leases AS l
-    WHERE l.holder = p_holder AND l.expires_at <= v_now;
+    WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
+      AND l.expires_at <= clock_timestamp();
 
     SELECT coalesce(array_agg(s.scope ORDER BY s.scope, s.slot), '{}'),
            coalesce(array_agg(s.slot ORDER BY s.scope, s.slot), '{}')
     INTO lost_slot_scopes, lost_slots
     FROM pglease.slots AS s
-    WHERE s.holder = p_holder AND s.expires_at <= v_now;
+    WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at <= clock_timestamp();
 
-    expires_at := v_now + v_ttl;
-    expires_in := v_ttl;
+    expires_at := coalesce(least(expires_at, v_min), clock_timestamp() + v_ttl);
+    expires_in := expires_at - clock_timestamp();
 END
 $$;

@@ -12,7 +12,9 @@ CREATE SCHEMA pglease;
 COMMENT ON SCHEMA pglease IS
     'pglease: fenced leases and N-slot concurrency claims decided by the server clock';
 
--- One row per lease name ever acquired.
+-- One row per lease name ever acquired. holder_role is the database role
+-- (session_user) that took the tenure: only that role may renew or release
+-- it (NULL: a tenure granted before 0.2.0, bound by its first renewal).
 --   holder IS NULL                           -> free (released, or never acquired)
 --   holder IS NOT NULL, expires_at > now     -> held
 --   holder IS NOT NULL, expires_at <= now    -> expired (its tenure is over)
@@ -21,7 +23,8 @@ CREATE TABLE pglease.leases (
     holder      text,
     fence       bigint      NOT NULL CHECK (fence > 0),
     acquired_at timestamptz NOT NULL,
-    expires_at  timestamptz NOT NULL
+    expires_at  timestamptz NOT NULL,
+    holder_role text
 ) WITH (fillfactor = 50);
 COMMENT ON TABLE pglease.leases IS
     'pglease leases; change only through the pglease functions';
@@ -38,7 +41,10 @@ COMMENT ON TABLE pglease.slot_scopes IS
 
 -- One row per slot of a scope; slot numbers are dense from 1 and created on
 -- first use, so a scope never has more rows than the largest capacity it was
--- claimed with. Same states as pglease.leases.
+-- claimed with. Same states as pglease.leases; holder_role as there;
+-- capacity is the capacity the tenure was claimed with (NULL before 0.2.0):
+-- a claim succeeds only while the scope has fewer live holders than the
+-- smallest capacity of any live holder and its own.
 CREATE TABLE pglease.slots (
     scope       text        NOT NULL,
     slot        integer     NOT NULL CHECK (slot > 0),
@@ -46,6 +52,8 @@ CREATE TABLE pglease.slots (
     fence       bigint      NOT NULL CHECK (fence > 0),
     acquired_at timestamptz NOT NULL,
     expires_at  timestamptz NOT NULL,
+    holder_role text,
+    capacity    integer     CHECK (capacity BETWEEN 1 AND 1000000),
     PRIMARY KEY (scope, slot)
 ) WITH (fillfactor = 50);
 COMMENT ON TABLE pglease.slots IS

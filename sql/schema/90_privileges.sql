@@ -3,6 +3,12 @@
 -- Tables are reachable only through the SECURITY DEFINER functions, so a
 -- client cannot UPDATE or DELETE a row and forge a fence.
 --
+-- This is the whole ACL of every pglease object (docs/security.md), set
+-- exactly whatever was there before: default privileges (ALTER DEFAULT
+-- PRIVILEGES ... GRANT ALL ON TABLES TO app_rw) and earlier grants, also
+-- column grants and grants to pglease_client, are revoked first; only the
+-- owner keeps its privileges.
+--
 -- The role is created when missing and the migrating user may create roles
 -- (CREATEROLE or superuser). Otherwise a NOTICE says so, and a superuser must
 -- run: CREATE ROLE pglease_client NOLOGIN; and then apply the grants below
@@ -11,6 +17,42 @@
 REVOKE ALL ON SCHEMA pglease FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA pglease FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pglease FROM PUBLIC;
+
+DO $pglease$
+DECLARE
+    v_grant record;
+BEGIN
+    FOR v_grant IN
+        SELECT DISTINCT g.kind, g.object, g.grantee
+        FROM (
+            SELECT 'SCHEMA' AS kind, 'pglease' AS object, a.grantee
+            FROM pg_catalog.pg_namespace AS n, pg_catalog.aclexplode(n.nspacl) AS a
+            WHERE n.nspname = 'pglease' AND a.grantee <> n.nspowner
+            UNION ALL
+            SELECT 'TABLE', c.oid::regclass::text, a.grantee
+            FROM pg_catalog.pg_class AS c, pg_catalog.aclexplode(c.relacl) AS a
+            WHERE c.relnamespace = 'pglease'::regnamespace AND a.grantee <> c.relowner
+            UNION ALL
+            SELECT 'TABLE', c.oid::regclass::text, a.grantee
+            FROM pg_catalog.pg_class AS c
+            JOIN pg_catalog.pg_attribute AS att ON att.attrelid = c.oid AND att.attacl IS NOT NULL,
+                 pg_catalog.aclexplode(att.attacl) AS a
+            WHERE c.relnamespace = 'pglease'::regnamespace AND a.grantee <> c.relowner
+            UNION ALL
+            SELECT 'FUNCTION', p.oid::regprocedure::text, a.grantee
+            FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS a
+            WHERE p.pronamespace = 'pglease'::regnamespace AND a.grantee <> p.proowner
+        ) AS g
+        ORDER BY 1, 2, 3
+    LOOP
+        -- REVOKE on a table also revokes its column privileges.
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s CASCADE',
+            v_grant.kind, v_grant.object,
+            CASE WHEN v_grant.grantee = 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(v_grant.grantee)) END);
+    END LOOP;
+END
+$pglease$;
 
 DO $pglease$
 BEGIN

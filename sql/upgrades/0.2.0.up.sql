@@ -11,3 +11,16 @@ CREATE TABLE pglease.fence_floor (
 );
 COMMENT ON TABLE pglease.fence_floor IS
     'pglease: fences of purged rows never come back; change only through the pglease functions';
+
+-- Tenures bound to the role that took them, one capacity per scope (see
+-- sql/schema/10_schema.sql). Tenures granted by 0.1.0 keep NULL: the first
+-- renewal binds them to its role; a NULL capacity constrains no claim.
+ALTER TABLE pglease.leases ADD COLUMN holder_role text;
+ALTER TABLE pglease.slots ADD COLUMN holder_role text;
+ALTER TABLE pglease.slots ADD COLUMN capacity integer CHECK (capacity BETWEEN 1 AND 1000000);
+
+-- The advisory wait lock is gone (its keys were guessable, so any role
+-- could take it and stall pglease calls); registration and release now
+-- agree through row locks of pglease's own rows (see pglease._wake).
+DROP FUNCTION pglease._wait_lock(text, text);
+DROP FUNCTION pglease._wake(text, text, integer, bigint, text);
