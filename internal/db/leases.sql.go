@@ -209,35 +209,6 @@ func (q *Queries) LeaseRenew(ctx context.Context, arg LeaseRenewParams) (LeaseRe
 	return i, err
 }
 
-const leaseStatusGet = `-- name: LeaseStatusGet :one
-SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in
-FROM pglease.lease_status
-WHERE name = $1
-`
-
-type LeaseStatusGetRow struct {
-	Name      string
-	Holder    pgtype.Text
-	Fence     int64
-	State     string
-	ExpiresAt time.Time
-	ExpiresIn time.Duration
-}
-
-func (q *Queries) LeaseStatusGet(ctx context.Context, name string) (LeaseStatusGetRow, error) {
-	row := q.db.QueryRow(ctx, leaseStatusGet, name)
-	var i LeaseStatusGetRow
-	err := row.Scan(
-		&i.Name,
-		&i.Holder,
-		&i.Fence,
-		&i.State,
-		&i.ExpiresAt,
-		&i.ExpiresIn,
-	)
-	return i, err
-}
-
 const leaseStatusList = `-- name: LeaseStatusList :many
 SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in
 FROM pglease.lease_status
@@ -286,14 +257,5 @@ LISTEN pglease
 
 func (q *Queries) NotifyListen(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, notifyListen)
-	return err
-}
-
-const notifyUnlisten = `-- name: NotifyUnlisten :exec
-UNLISTEN pglease
-`
-
-func (q *Queries) NotifyUnlisten(ctx context.Context) error {
-	_, err := q.db.Exec(ctx, notifyUnlisten)
 	return err
 }

@@ -33,11 +33,6 @@ SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_i
 FROM pglease.lease_status
 ORDER BY name;
 
--- name: LeaseStatusGet :one
-SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in
-FROM pglease.lease_status
-WHERE name = @name;
-
 -- name: HolderRenew :one
 SELECT r.leases::text[] AS leases, r.lease_fences::bigint[] AS lease_fences,
        r.slot_scopes::text[] AS slot_scopes, r.slots::integer[] AS slots,
@@ -50,9 +45,6 @@ FROM pglease.renew_holder(@holder, @ttl) AS r;
 
 -- name: NotifyListen :exec
 LISTEN pglease;
-
--- name: NotifyUnlisten :exec
-UNLISTEN pglease;
 
 -- name: LeaseAssertHeldIdleTimeout :exec
 SELECT pglease.assert_held(@name, @fence),
