@@ -1,9 +1,11 @@
 #!/bin/sh
-# Runs the non-Go clients against a real Postgres: the README's psql block,
-# the Python example (examples/python, unittest, Debian's python3-psycopg
+# Runs the non-Go clients against a real Postgres: the README's psql block
+# and the sql blocks of docs/sql-clients.md (scripts/test-readme-psql.sh),
+# the README's stock migrate commands (scripts/test-readme-migrate.sh), the
+# Python example (examples/python, unittest, Debian's python3-psycopg
 # under /usr/bin/python3) and the Node example (examples/node, node --test
 # over pg from npm, installed with npm ci from its lockfile). Ends with one
-# line "clients: N passed, M failed" counting the tests of all three.
+# line "clients: N passed, M failed" counting the tests of all four.
 #
 # Server: PGLEASE_TEST_DATABASE_URL (a postgres:// URL to a database whose
 # user may CREATE DATABASE), else postgres://postgres@127.0.0.1:5432/postgres.
@@ -26,6 +28,7 @@ die() {
     exit 2
 }
 
+command -v go >/dev/null 2>&1 || die "go is missing: the README's migrate commands need it (Go 1.26)"
 command -v psql >/dev/null 2>&1 || die "psql is missing: make deps (Debian: apt-get install postgresql-client)"
 "$python" -c 'import psycopg' 2>/dev/null ||
     die "psycopg 3 is missing for $python: make deps (Debian: apt-get install python3-psycopg)"
@@ -39,8 +42,11 @@ trap 'rm -f "$log"' EXIT
 passed=0
 failed=0
 
-echo "test-clients: the README's psql block" >&2
+echo "test-clients: the README's psql block and the guide's (docs/sql-clients.md)" >&2
 if ./scripts/test-readme-psql.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+
+echo "test-clients: the README's stock migrate commands" >&2
+if ./scripts/test-readme-migrate.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 echo "test-clients: examples/python ($python -m unittest)" >&2
 (cd examples/python && PYTHONDONTWRITEBYTECODE=1 "$python" -m unittest -v) 2>&1 | tee "$log"

@@ -1,7 +1,7 @@
 // Command gotest runs go test -json with the given arguments and prints what
 // a person needs from it: the server the tests use (as soon as the first test
 // binary names it), the output of failed tests and packages, one line per
-// package, and a closing count such as "412 passed, 0 failed". It exits with
+// package with tests, and a closing count such as "412 passed, 0 failed". It exits with
 // go test's exit status. make test runs it:
 //
 //	go run ./scripts/gotest -race -count=1 ./...
@@ -78,9 +78,9 @@ func summary(r io.Reader, w io.Writer) (passed, failed, skipped int, err error) 
 				if !failedIn[e.Package] {
 					failed++
 				}
-			default: // the package's result line: "ok  pkg 1.2s" or "?  pkg [no test files]"
+			default: // the package's result line, "ok  pkg 1.2s"; none for a package without tests
 				for _, line := range out {
-					if strings.HasPrefix(line, "ok ") || strings.HasPrefix(line, "? ") {
+					if strings.HasPrefix(line, "ok ") {
 						fmt.Fprint(w, line)
 					}
 				}

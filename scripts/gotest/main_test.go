@@ -39,7 +39,6 @@ go: warning: not an event
 		"=== RUN   TestHang\n" +
 		"pgtest: using 127.0.0.1:5432, PostgreSQL 15.8\npanic: test timed out after 1s\n" +
 		"ok  \tp/c\t0.2s\n" +
-		"?   \tp/d\t[no test files]\n" +
 		"go: warning: not an event\n"
 	if got := out.String(); got != want {
 		t.Errorf("got output\n%s\nwant\n%s", got, want)
