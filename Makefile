@@ -45,7 +45,8 @@ lint-sql: ## plpgsql_check over every PL/pgSQL function, all warnings on (needs 
 	./scripts/lint-sql.sh
 
 test: ## Run the test suite (race detector on) against a real Postgres; names the server, ends with a count
-	$(GO) run ./scripts/gotest -race -count=1 $(PKGS)
+	@$(GO) build -o bin/gotest ./scripts/gotest
+	./bin/gotest -race -count=1 $(PKGS)
 
 test-race: test ## Same as test: the suite always runs with -race
 

@@ -1,10 +1,10 @@
 // Command gotest runs go test -json with the given arguments and prints what
 // a person needs from it: the server the tests use (as soon as the first test
 // binary names it), the output of failed tests and packages, one line per
-// package with tests, and a closing count such as "412 passed, 0 failed". It exits with
-// go test's exit status. make test runs it:
+// package with tests, and a closing count such as "412 passed, 0 failed". It
+// exits with go test's exit status. make test runs it:
 //
-//	go run ./scripts/gotest -race -count=1 ./...
+//	go build -o bin/gotest ./scripts/gotest && ./bin/gotest -race -count=1 ./...
 package main
 
 import (
