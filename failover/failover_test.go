@@ -103,7 +103,7 @@ func runMain(m *testing.M) int {
 type faultKind string
 
 const (
-	// switchover: pg_autoctl perform failover (planned).
+	// switchover: a planned failover (env.sh switchover).
 	switchover faultKind = "switchover"
 	// killPostmaster: SIGKILL the primary's postmaster; its keeper lives
 	// on and restarts it in place, or, when the monitor fails over first
