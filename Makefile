@@ -11,7 +11,7 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 .DEFAULT_GOAL := help
 .PHONY: help demo generate verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
 	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover \
-	test-clients
+	test-clients test-sharded
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -104,3 +104,6 @@ fuzz: ## Fuzz every SQL function's arguments, FUZZTIME (30s) per target
 
 test-failover: ## Failover tests on a pg_auto_failover formation (root; ~4 min; FAILOVER_FLAGS=-short ~3 min)
 	$(GO) test -tags failover -count=1 -v -timeout 20m $(FAILOVER_FLAGS) ./failover/
+
+test-sharded: ## PL/Proxy proxy over four partitions on two throwaway clusters: contract, Go clients, role binding, faults (~90 s)
+	./scripts/test-sharded.sh
