@@ -140,23 +140,23 @@ type outcome struct {
 	// the fault, if the leader's supervisor made one.
 	released    release
 	hasReleased bool
-	// exposed: the next grant came after the fault, so that the release
-	// (asynchronous) could be lost with the primary.
+	// exposed: the next tenure first wrote on the new primary, so the
+	// fault came before any durable commit carried the (asynchronous)
+	// release, which could then be lost with the primary.
 	exposed bool
 }
 
 // releaseNote says, for the log, how the release just before the fault
 // went.
-func (o outcome) releaseNote(t0 time.Time) string {
+func (o outcome) releaseNote() string {
 	if !o.hasReleased {
 		return ""
 	}
-	next := "before the fault"
+	next := "the next tenure first wrote on the old primary (its grant carried the release)"
 	if o.exposed {
-		next = "after the fault"
+		next = "the next tenure first wrote on the new primary (the release was exposed to the fault)"
 	}
-	return fmt.Sprintf("; fence %d released by %s %s before the fault, next grant %s",
-		o.released.fence, o.released.holder, t0.Sub(o.released.at).Round(time.Millisecond), next)
+	return fmt.Sprintf("; fence %d released by %s just before the fault, %s", o.released.fence, o.released.holder, next)
 }
 
 // path says where the primary went.
@@ -575,11 +575,14 @@ func (s *scenario) inject(ctx context.Context, kind faultKind) outcome {
 	s.h.mu.Lock()
 	o.before, _ = s.h.lastAckBefore(first.at)
 	if o.hasReleased {
-		next, ok := s.h.firstGrantAfter(o.released.at)
-		o.exposed = !ok || next.at.After(t0)
+		o.exposed = true
+		if next, ok := s.h.firstGrantAfter(o.released.at); ok {
+			w, ok := s.h.firstAckUnder(next.fence)
+			o.exposed = !ok || w.srv != o.old
+		}
 	}
 	s.h.mu.Unlock()
-	o.lagged += o.releaseNote(t0)
+	o.lagged += o.releaseNote()
 	o.after, o.new = first, first.srv
 	o.engine = probe.at.Sub(t0)
 	o.recovery = first.at.Sub(t0)
@@ -804,7 +807,7 @@ func (s *scenario) report(outcomes []outcome, v verdict) {
 		len(outcomes), counts, v.grants, v.resumed, v.tenures, v.acked, refused, failed, lost)
 	fmt.Fprintf(&b, "releases performed: %d, all asynchronous (each supervisor releases through its pool, so the release commits "+
 		"with synchronous_commit off: no wait for its WAL flush nor for the standby); %d of them just before a kill, "+
-		"%d of those with the next grant after the kill (the release exposed to the crash)\n",
+		"%d of those with the next tenure's first write on the new primary (the release exposed to the crash)\n",
 		releases, releasedBefore, exposed)
 	fmt.Fprintf(&b, "violations: %d (fence granted twice %d, fence backwards %d, overlapping tenures %d, "+
 		"acknowledged writes lost %d, writes under another's fence %d)\n",

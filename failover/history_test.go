@@ -198,6 +198,17 @@ func (h *history) firstAckOn(t time.Time, old server) (write, bool) {
 	return write{}, false
 }
 
+// firstAckUnder returns the first acknowledged write under fence; h.mu
+// must be held.
+func (h *history) firstAckUnder(fence int64) (write, bool) {
+	for _, w := range h.acked {
+		if w.fence == fence {
+			return w, true
+		}
+	}
+	return write{}, false
+}
+
 // lastAckBefore returns the last acknowledged write before t; h.mu must be
 // held.
 func (h *history) lastAckBefore(t time.Time) (write, bool) {
