@@ -111,7 +111,7 @@ export async function fenced(client, lease, fn) {
     await client.query('COMMIT');
     return result;
   } catch (err) {
-    await client.query('ROLLBACK');
+    await client.query('ROLLBACK').catch(() => {}); // a broken connection has no transaction left
     if (err.code === 'PGL01') throw new LostError(err.message, { cause: err });
     throw err;
   }

@@ -89,6 +89,20 @@ test('fenced writes commit only while the tenure is current', async (t) => {
   await assert.rejects(pglease.fenced(conn, { ...lease, fence: -1 }, insert), { code: '22023' });
 });
 
+test('a fenced transaction paused past the TTL does not commit', async (t) => {
+  const { url, conn } = await newDatabase(t);
+  await conn.query('CREATE TABLE reports (fence bigint)');
+  const lease = await pglease.tryAcquire(conn, 'job', 'a', 0.5);
+  await assert.rejects(pglease.fenced(conn, lease, async (tx) => {
+    await tx.query('INSERT INTO reports VALUES ($1)', [lease.fence]);
+    await new Promise((resolve) => setTimeout(resolve, 1500)); // the pause: GC, a stopped VM, a cut-off network
+  }), /not queryable|terminat/); // the server ended the stalled session
+  const other = await connect(t, url);
+  assert.equal((await pglease.tryAcquire(other, 'job', 'b', 30)).fence, '2');
+  const { rows: [r] } = await other.query('SELECT count(*)::int AS n FROM reports');
+  assert.equal(r.n, 0);
+});
+
 test('acquire wakes at the release', async (t) => {
   const { url, conn } = await newDatabase(t);
   const holder = await connect(t, url);

@@ -7,6 +7,7 @@ Run: /usr/bin/python3 -m unittest -v   (from examples/python; make test-clients)
 
 import os
 import pathlib
+import threading
 import time
 import unittest
 import uuid
@@ -82,6 +83,17 @@ class LeaseTest(PgleaseTest):
         with self.assertRaises(psycopg.errors.InvalidParameterValue):
             with pglease.fenced(self.conn, pglease.Lease("job", "b", -1, 30, 0)):
                 pass
+
+    def test_fenced_transaction_paused_past_the_ttl_does_not_commit(self):
+        self.conn.execute("CREATE TABLE reports (fence bigint)")
+        lease = pglease.try_acquire(self.conn, "job", "a", 0.5)
+        with self.assertRaises(psycopg.OperationalError):
+            with pglease.fenced(self.conn, lease) as tx:
+                tx.execute("INSERT INTO reports VALUES (%s)", (lease.fence,))
+                threading.Event().wait(1.5)  # the pause: GC, a stopped VM, a cut-off network
+        other = self.connect()
+        self.assertEqual(pglease.try_acquire(other, "job", "b", 30).fence, 2)
+        self.assertEqual(other.execute("SELECT count(*) FROM reports").fetchone()[0], 0)
 
     def test_acquire_wakes_at_release(self):
         holder = self.connect()
