@@ -22,18 +22,19 @@
 // supervisors (each on its own pool) whose leader writes (fence, holder,
 // seq) to a log table through pglease.WithFence every 10 ms, and a probe
 // that writes every 50 ms. Then it loses the primary in turn by a
-// switchover (the monitor's perform_failover, env.sh switchover), a SIGKILL of its postmaster,
-// and a SIGKILL of the whole node, the last one after stopping the WAL
-// sender and making the leader hand over, so that a new tenure is granted
-// while the standby receives nothing. Before each fault the test waits,
-// for at most 150 s, until the formation is ready for it (env.sh
+// switchover (env.sh switchover: the monitor's perform_failover, without
+// pg_auto_failover 2.0's race that loses commits), a SIGKILL of its
+// postmaster, and a SIGKILL of the whole node, the last one after stopping
+// the WAL sender and making the leader hand over, so that a new tenure is
+// granted while the standby receives nothing. Before each fault the test
+// waits, for at most 150 s, until the formation is ready for it (env.sh
 // wait-ready: both nodes healthy and in their goal state, and the primary's
 // pg_stat_replication showing the standby streaming). Just before each
-// postmaster or node kill
-// it makes the leader's workload return, so that the kill races the next
-// grant right after a release. TestSynchronousStandby does this with
-// pg_auto_failover's synchronous standby, TestAsynchronousStandby with the
-// standby made asynchronous (replication-quorum false).
+// postmaster or node kill it makes the leader's workload return, so that
+// the kill races the next grant right after a release.
+// TestSynchronousStandby does this with pg_auto_failover's synchronous
+// standby, TestAsynchronousStandby with the standby made asynchronous
+// (replication-quorum false).
 //
 // Settings: PGLEASE_FAILOVER_ROUNDS (rounds of the three faults, default
 // 1; -short runs a switchover and the lagging kill only),
