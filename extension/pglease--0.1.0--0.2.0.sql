@@ -459,7 +459,11 @@ $$;
 --     expires_at re-pinned to now + p_ttl.
 --   * lease live and held by another holder (or another role): acquired =
 --     false, and holder, fence, expires_at describe that holder's tenure.
--- expires_in is expires_at minus the server clock when the call returns.
+-- expires_in is expires_at minus the server clock when the call decided,
+-- after its waits (for a grant: p_ttl), so it is true when the call
+-- returns, but for the call's own few microseconds. (One exception: the
+-- first acquire of a name whose row a purge is deleting at that very
+-- moment waits for the purge's commit after reading the clock.)
 -- A refused caller is registered as a waiter until that expiry, so that a
 -- release of the lease NOTIFYs channel 'pglease' (see pglease._wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
@@ -552,7 +556,7 @@ BEGIN
                                          v_holder, v_hrole, v_fence, v_expires) AS t;
                 acquired := true;
                 holder := p_holder;
-                expires_in := expires_at - clock_timestamp();
+                expires_in := v_ttl;
                 RETURN;
             END IF;
         EXCEPTION WHEN SQLSTATE 'PGL03' THEN
@@ -580,7 +584,7 @@ BEGIN
                 acquired := true;
                 holder := p_holder;
                 expires_at := v_now + v_ttl;
-                expires_in := expires_at - clock_timestamp();
+                expires_in := v_ttl;
                 RETURN;
             END IF;
             CONTINUE; -- another session created the row first
@@ -625,8 +629,8 @@ $$;
 -- NULL: an expired tenure is over, even for its last holder, who must
 -- acquire again (new fence). A tenure from before 0.2.0 (no role) is bound
 -- to the role of its first renewal.
--- Time is the server clock read when the row is checked, after any wait for
--- its lock; expires_in is expires_at minus the clock when the call returns.
+-- Time is the server clock read after any wait for the row lock;
+-- expires_in = p_ttl, true when the call returns.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder, TTL or a
 -- negative fence; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.renew(
@@ -652,21 +656,54 @@ BEGIN
         v_ttl := pglease._check_ttl('renew', p_ttl);
     END IF;
 
-    -- clock_timestamp() in the statement: read again when the row is
-    -- rechecked after a lock wait.
-    UPDATE pglease.leases AS l
-    SET expires_at = clock_timestamp() + v_ttl,
-        holder_role = v_role
-    WHERE l.name = p_name
-      AND l.holder = p_holder
-      AND l.fence = p_fence
+    -- Fast path: lock the row when this is the caller's live tenure and
+    -- nobody else has it locked; decided then, on the clock read then.
+    PERFORM 1 FROM pglease.leases AS l
+    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
-    RETURNING l.expires_at INTO expires_at;
-    renewed := FOUND;
-    IF renewed THEN
-        expires_in := expires_at - clock_timestamp();
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE pglease.leases AS l
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE l.name = p_name
+        RETURNING l.expires_at INTO expires_at;
+        renewed := true;
+        expires_in := v_ttl;
+        RETURN;
     END IF;
+    -- Locked by a transaction in flight (the holder's own fenced write or
+    -- renewal, a takeover, a purge): wait for it in a subtransaction, then
+    -- decide on the clock read after the wait. A lock taken for nothing
+    -- (the tenure ended or changed meanwhile) goes with the subtransaction,
+    -- so it never delays a takeover or another holder's renewals.
+    renewed := false;
+    PERFORM 1 FROM pglease.leases AS l
+    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+      AND coalesce(l.holder_role = v_role, true)
+      AND l.expires_at > clock_timestamp();
+    IF NOT FOUND THEN
+        RETURN; -- not the caller's live tenure
+    END IF;
+    BEGIN
+        PERFORM 1 FROM pglease.leases AS l
+        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+          AND coalesce(l.holder_role = v_role, true)
+        FOR NO KEY UPDATE;
+        UPDATE pglease.leases AS l
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+          AND coalesce(l.holder_role = v_role, true)
+          AND l.expires_at > clock_timestamp()
+        RETURNING l.expires_at INTO expires_at;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+        END IF;
+        renewed := true;
+        expires_in := v_ttl;
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        expires_at := NULL;
+    END;
 END
 $$;
 
@@ -694,7 +731,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_role text := session_user::text;
-    v_sure boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -705,26 +741,51 @@ BEGIN
         PERFORM pglease._check_fence('release', p_fence);
     END IF;
 
-    -- The lock refused acquires wait for (see pglease._wake); when anyone
-    -- holds the row locked, the UPDATE below waits as it would anyway, and
-    -- the release notifies whether or not someone registered.
+    -- Fast path: the lock refused acquires wait for (FOR UPDATE, see
+    -- pglease._wake), when nobody else has the row locked; decided then.
     PERFORM 1 FROM pglease.leases AS l
     WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
     FOR UPDATE SKIP LOCKED;
-    v_sure := FOUND;
-    UPDATE pglease.leases AS l
-    SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
-    WHERE l.name = p_name
-      AND l.holder = p_holder
-      AND l.fence = p_fence
+    IF FOUND THEN
+        UPDATE pglease.leases AS l
+        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
+        WHERE l.name = p_name;
+        released := true;
+        PERFORM pglease._wake('lease', p_name, true);
+        RETURN;
+    END IF;
+    -- Locked by a transaction in flight (maybe a refused acquire that may
+    -- register as a waiter: notify whether or not one registered): wait in
+    -- a subtransaction and decide on the clock read after the wait, as
+    -- pglease.renew does.
+    released := false;
+    PERFORM 1 FROM pglease.leases AS l
+    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp();
-    released := FOUND;
-    IF released THEN
-        PERFORM pglease._wake('lease', p_name, v_sure);
+    IF NOT FOUND THEN
+        RETURN; -- not the caller's live tenure
     END IF;
+    BEGIN
+        PERFORM 1 FROM pglease.leases AS l
+        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+          AND coalesce(l.holder_role = v_role, true)
+        FOR NO KEY UPDATE;
+        UPDATE pglease.leases AS l
+        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
+        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+          AND coalesce(l.holder_role = v_role, true)
+          AND l.expires_at > clock_timestamp();
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+        END IF;
+        released := true;
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        RETURN;
+    END;
+    PERFORM pglease._wake('lease', p_name, false);
 END
 $$;
 
@@ -1043,7 +1104,7 @@ $$;
 --     long, or until a release NOTIFY: it is registered as a waiter until
 --     then, see pglease._wake). retry_in is NULL when claimed.
 -- now is the server clock read once the scope lock is granted, after every
--- wait; expires_in is expires_at minus the clock when the call returns.
+-- wait; expires_in = p_ttl, true when the call returns.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows with live holders, not with p_capacity.
@@ -1083,7 +1144,7 @@ BEGIN
     FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, v_now, v_ttl) AS c;
     IF claimed THEN
         expires_at := v_now + v_ttl;
-        expires_in := expires_at - clock_timestamp();
+        expires_in := v_ttl;
     ELSE
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
     END IF;
@@ -1190,7 +1251,7 @@ BEGIN
     END;
     claimed := true;
     expires_at := v_now + v_ttl;
-    expires_in := expires_at - clock_timestamp();
+    expires_in := v_ttl;
 END
 $$;
 
@@ -1231,19 +1292,54 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_slot', p_ttl);
     END IF;
 
-    -- clock_timestamp() in the statement: read again when the row is
-    -- rechecked after a lock wait (see pglease._scope_lock).
-    UPDATE pglease.slots AS s
-    SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+    -- As pglease.renew: a fast path when nobody else has the row locked,
+    -- else wait in a subtransaction and decide on the clock after the wait
+    -- (see also pglease._scope_lock).
+    PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder = p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
-    RETURNING s.expires_at INTO expires_at;
-    renewed := FOUND;
-    IF renewed THEN
-        expires_in := expires_at - clock_timestamp();
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE pglease.slots AS s
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE s.scope = p_scope AND s.slot = p_slot
+        RETURNING s.expires_at INTO expires_at;
+        renewed := true;
+        expires_in := v_ttl;
+        RETURN;
     END IF;
+    renewed := false;
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.slot = p_slot
+      AND s.holder = p_holder AND s.fence = p_fence
+      AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at > clock_timestamp();
+    IF NOT FOUND THEN
+        RETURN; -- not the caller's live tenure
+    END IF;
+    BEGIN
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND s.holder = p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+        FOR NO KEY UPDATE;
+        UPDATE pglease.slots AS s
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND s.holder = p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp()
+        RETURNING s.expires_at INTO expires_at;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+        END IF;
+        renewed := true;
+        expires_in := v_ttl;
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        expires_at := NULL;
+    END;
 END
 $$;
 
@@ -1280,13 +1376,49 @@ BEGIN
         PERFORM pglease._check_fence('release_slot', p_fence);
     END IF;
 
-    UPDATE pglease.slots AS s
-    SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
+    -- As pglease.release: a fast path when nobody else has the row locked,
+    -- else wait in a subtransaction and decide on the clock after the wait.
+    PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder = p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp();
-    released := FOUND;
+      AND s.expires_at > clock_timestamp()
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE pglease.slots AS s
+        SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
+        WHERE s.scope = p_scope AND s.slot = p_slot;
+        released := true;
+    ELSE
+        released := false;
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND s.holder = p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp();
+        IF NOT FOUND THEN
+            RETURN; -- not the caller's live tenure
+        END IF;
+        BEGIN
+            PERFORM 1 FROM pglease.slots AS s
+            WHERE s.scope = p_scope AND s.slot = p_slot
+              AND s.holder = p_holder AND s.fence = p_fence
+              AND coalesce(s.holder_role = v_role, true)
+            FOR NO KEY UPDATE;
+            UPDATE pglease.slots AS s
+            SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
+            WHERE s.scope = p_scope AND s.slot = p_slot
+              AND s.holder = p_holder AND s.fence = p_fence
+              AND coalesce(s.holder_role = v_role, true)
+              AND s.expires_at > clock_timestamp();
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+            END IF;
+            released := true;
+        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+            RETURN;
+        END;
+    END IF;
     IF released THEN
         -- The lock claims hold while they count (see pglease._wake): when
         -- a claim holds it, notify whether or not someone registered.
@@ -1312,9 +1444,8 @@ $$;
 --     had expired before this call (lost; acquire or claim again for a new
 --     fence). Empty arrays, never NULL, when there is nothing.
 -- Each tenure is checked and renewed on the server clock read when its row
--- is, after any wait for its lock: expires_at is the earliest new expiry
--- (now + p_ttl when nothing was renewed) and expires_in is expires_at minus
--- the clock when the call returns.
+-- is: expires_at is the earliest new expiry (now + p_ttl when nothing was
+-- renewed), expires_in = p_ttl.
 -- A lease or slot the caller believes it holds but that appears nowhere was
 -- released or taken over by another holder: it is lost too.
 -- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
@@ -1341,6 +1472,10 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_holder', p_ttl);
     END IF;
 
+    -- One statement per table: a row another transaction changed while this
+    -- one waited for it is checked again, on the clock read again. (A row
+    -- only locked, by the holder's own fenced transaction, is renewed as it
+    -- was read; pglease.renew decides after such a wait.)
     WITH renewed AS (
         UPDATE pglease.leases AS l
         SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
@@ -1383,7 +1518,7 @@ BEGIN
       AND s.expires_at <= clock_timestamp();
 
     expires_at := coalesce(least(expires_at, v_min), clock_timestamp() + v_ttl);
-    expires_in := expires_at - clock_timestamp();
+    expires_in := v_ttl;
 END
 $$;
 

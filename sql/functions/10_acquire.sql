@@ -15,7 +15,11 @@
 --     expires_at re-pinned to now + p_ttl.
 --   * lease live and held by another holder (or another role): acquired =
 --     false, and holder, fence, expires_at describe that holder's tenure.
--- expires_in is expires_at minus the server clock when the call returns.
+-- expires_in is expires_at minus the server clock when the call decided,
+-- after its waits (for a grant: p_ttl), so it is true when the call
+-- returns, but for the call's own few microseconds. (One exception: the
+-- first acquire of a name whose row a purge is deleting at that very
+-- moment waits for the purge's commit after reading the clock.)
 -- A refused caller is registered as a waiter until that expiry, so that a
 -- release of the lease NOTIFYs channel 'pglease' (see pglease._wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
@@ -108,7 +112,7 @@ BEGIN
                                          v_holder, v_hrole, v_fence, v_expires) AS t;
                 acquired := true;
                 holder := p_holder;
-                expires_in := expires_at - clock_timestamp();
+                expires_in := v_ttl;
                 RETURN;
             END IF;
         EXCEPTION WHEN SQLSTATE 'PGL03' THEN
@@ -136,7 +140,7 @@ BEGIN
                 acquired := true;
                 holder := p_holder;
                 expires_at := v_now + v_ttl;
-                expires_in := expires_at - clock_timestamp();
+                expires_in := v_ttl;
                 RETURN;
             END IF;
             CONTINUE; -- another session created the row first

@@ -9,8 +9,8 @@
 -- NULL: an expired tenure is over, even for its last holder, who must
 -- acquire again (new fence). A tenure from before 0.2.0 (no role) is bound
 -- to the role of its first renewal.
--- Time is the server clock read when the row is checked, after any wait for
--- its lock; expires_in is expires_at minus the clock when the call returns.
+-- Time is the server clock read after any wait for the row lock;
+-- expires_in = p_ttl, true when the call returns.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder, TTL or a
 -- negative fence; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.renew(
@@ -36,20 +36,53 @@ BEGIN
         v_ttl := pglease._check_ttl('renew', p_ttl);
     END IF;
 
-    -- clock_timestamp() in the statement: read again when the row is
-    -- rechecked after a lock wait.
-    UPDATE pglease.leases AS l
-    SET expires_at = clock_timestamp() + v_ttl,
-        holder_role = v_role
-    WHERE l.name = p_name
-      AND l.holder = p_holder
-      AND l.fence = p_fence
+    -- Fast path: lock the row when this is the caller's live tenure and
+    -- nobody else has it locked; decided then, on the clock read then.
+    PERFORM 1 FROM pglease.leases AS l
+    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
-    RETURNING l.expires_at INTO expires_at;
-    renewed := FOUND;
-    IF renewed THEN
-        expires_in := expires_at - clock_timestamp();
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE pglease.leases AS l
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE l.name = p_name
+        RETURNING l.expires_at INTO expires_at;
+        renewed := true;
+        expires_in := v_ttl;
+        RETURN;
     END IF;
+    -- Locked by a transaction in flight (the holder's own fenced write or
+    -- renewal, a takeover, a purge): wait for it in a subtransaction, then
+    -- decide on the clock read after the wait. A lock taken for nothing
+    -- (the tenure ended or changed meanwhile) goes with the subtransaction,
+    -- so it never delays a takeover or another holder's renewals.
+    renewed := false;
+    PERFORM 1 FROM pglease.leases AS l
+    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+      AND coalesce(l.holder_role = v_role, true)
+      AND l.expires_at > clock_timestamp();
+    IF NOT FOUND THEN
+        RETURN; -- not the caller's live tenure
+    END IF;
+    BEGIN
+        PERFORM 1 FROM pglease.leases AS l
+        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+          AND coalesce(l.holder_role = v_role, true)
+        FOR NO KEY UPDATE;
+        UPDATE pglease.leases AS l
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+          AND coalesce(l.holder_role = v_role, true)
+          AND l.expires_at > clock_timestamp()
+        RETURNING l.expires_at INTO expires_at;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+        END IF;
+        renewed := true;
+        expires_in := v_ttl;
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        expires_at := NULL;
+    END;
 END
 $$;

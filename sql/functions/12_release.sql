@@ -20,7 +20,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_role text := session_user::text;
-    v_sure boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -31,25 +30,50 @@ BEGIN
         PERFORM pglease._check_fence('release', p_fence);
     END IF;
 
-    -- The lock refused acquires wait for (see pglease._wake); when anyone
-    -- holds the row locked, the UPDATE below waits as it would anyway, and
-    -- the release notifies whether or not someone registered.
+    -- Fast path: the lock refused acquires wait for (FOR UPDATE, see
+    -- pglease._wake), when nobody else has the row locked; decided then.
     PERFORM 1 FROM pglease.leases AS l
     WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
     FOR UPDATE SKIP LOCKED;
-    v_sure := FOUND;
-    UPDATE pglease.leases AS l
-    SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
-    WHERE l.name = p_name
-      AND l.holder = p_holder
-      AND l.fence = p_fence
+    IF FOUND THEN
+        UPDATE pglease.leases AS l
+        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
+        WHERE l.name = p_name;
+        released := true;
+        PERFORM pglease._wake('lease', p_name, true);
+        RETURN;
+    END IF;
+    -- Locked by a transaction in flight (maybe a refused acquire that may
+    -- register as a waiter: notify whether or not one registered): wait in
+    -- a subtransaction and decide on the clock read after the wait, as
+    -- pglease.renew does.
+    released := false;
+    PERFORM 1 FROM pglease.leases AS l
+    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp();
-    released := FOUND;
-    IF released THEN
-        PERFORM pglease._wake('lease', p_name, v_sure);
+    IF NOT FOUND THEN
+        RETURN; -- not the caller's live tenure
     END IF;
+    BEGIN
+        PERFORM 1 FROM pglease.leases AS l
+        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+          AND coalesce(l.holder_role = v_role, true)
+        FOR NO KEY UPDATE;
+        UPDATE pglease.leases AS l
+        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
+        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+          AND coalesce(l.holder_role = v_role, true)
+          AND l.expires_at > clock_timestamp();
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+        END IF;
+        released := true;
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        RETURN;
+    END;
+    PERFORM pglease._wake('lease', p_name, false);
 END
 $$;

@@ -22,7 +22,7 @@
 --     long, or until a release NOTIFY: it is registered as a waiter until
 --     then, see pglease._wake). retry_in is NULL when claimed.
 -- now is the server clock read once the scope lock is granted, after every
--- wait; expires_in is expires_at minus the clock when the call returns.
+-- wait; expires_in = p_ttl, true when the call returns.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows with live holders, not with p_capacity.
@@ -62,7 +62,7 @@ BEGIN
     FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, v_now, v_ttl) AS c;
     IF claimed THEN
         expires_at := v_now + v_ttl;
-        expires_in := expires_at - clock_timestamp();
+        expires_in := v_ttl;
     ELSE
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
     END IF;

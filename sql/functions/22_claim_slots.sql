@@ -96,6 +96,6 @@ BEGIN
     END;
     claimed := true;
     expires_at := v_now + v_ttl;
-    expires_in := expires_at - clock_timestamp();
+    expires_in := v_ttl;
 END
 $$;

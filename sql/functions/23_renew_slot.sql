@@ -33,18 +33,53 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_slot', p_ttl);
     END IF;
 
-    -- clock_timestamp() in the statement: read again when the row is
-    -- rechecked after a lock wait (see pglease._scope_lock).
-    UPDATE pglease.slots AS s
-    SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+    -- As pglease.renew: a fast path when nobody else has the row locked,
+    -- else wait in a subtransaction and decide on the clock after the wait
+    -- (see also pglease._scope_lock).
+    PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder = p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
-    RETURNING s.expires_at INTO expires_at;
-    renewed := FOUND;
-    IF renewed THEN
-        expires_in := expires_at - clock_timestamp();
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE pglease.slots AS s
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE s.scope = p_scope AND s.slot = p_slot
+        RETURNING s.expires_at INTO expires_at;
+        renewed := true;
+        expires_in := v_ttl;
+        RETURN;
     END IF;
+    renewed := false;
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.slot = p_slot
+      AND s.holder = p_holder AND s.fence = p_fence
+      AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at > clock_timestamp();
+    IF NOT FOUND THEN
+        RETURN; -- not the caller's live tenure
+    END IF;
+    BEGIN
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND s.holder = p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+        FOR NO KEY UPDATE;
+        UPDATE pglease.slots AS s
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND s.holder = p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp()
+        RETURNING s.expires_at INTO expires_at;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+        END IF;
+        renewed := true;
+        expires_in := v_ttl;
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        expires_at := NULL;
+    END;
 END
 $$;

@@ -29,13 +29,49 @@ BEGIN
         PERFORM pglease._check_fence('release_slot', p_fence);
     END IF;
 
-    UPDATE pglease.slots AS s
-    SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
+    -- As pglease.release: a fast path when nobody else has the row locked,
+    -- else wait in a subtransaction and decide on the clock after the wait.
+    PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder = p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp();
-    released := FOUND;
+      AND s.expires_at > clock_timestamp()
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        UPDATE pglease.slots AS s
+        SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
+        WHERE s.scope = p_scope AND s.slot = p_slot;
+        released := true;
+    ELSE
+        released := false;
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND s.holder = p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp();
+        IF NOT FOUND THEN
+            RETURN; -- not the caller's live tenure
+        END IF;
+        BEGIN
+            PERFORM 1 FROM pglease.slots AS s
+            WHERE s.scope = p_scope AND s.slot = p_slot
+              AND s.holder = p_holder AND s.fence = p_fence
+              AND coalesce(s.holder_role = v_role, true)
+            FOR NO KEY UPDATE;
+            UPDATE pglease.slots AS s
+            SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
+            WHERE s.scope = p_scope AND s.slot = p_slot
+              AND s.holder = p_holder AND s.fence = p_fence
+              AND coalesce(s.holder_role = v_role, true)
+              AND s.expires_at > clock_timestamp();
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+            END IF;
+            released := true;
+        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+            RETURN;
+        END;
+    END IF;
     IF released THEN
         -- The lock claims hold while they count (see pglease._wake): when
         -- a claim holds it, notify whether or not someone registered.

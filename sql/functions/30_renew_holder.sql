@@ -10,9 +10,8 @@
 --     had expired before this call (lost; acquire or claim again for a new
 --     fence). Empty arrays, never NULL, when there is nothing.
 -- Each tenure is checked and renewed on the server clock read when its row
--- is, after any wait for its lock: expires_at is the earliest new expiry
--- (now + p_ttl when nothing was renewed) and expires_in is expires_at minus
--- the clock when the call returns.
+-- is: expires_at is the earliest new expiry (now + p_ttl when nothing was
+-- renewed), expires_in = p_ttl.
 -- A lease or slot the caller believes it holds but that appears nowhere was
 -- released or taken over by another holder: it is lost too.
 -- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
@@ -39,6 +38,10 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_holder', p_ttl);
     END IF;
 
+    -- One statement per table: a row another transaction changed while this
+    -- one waited for it is checked again, on the clock read again. (A row
+    -- only locked, by the holder's own fenced transaction, is renewed as it
+    -- was read; pglease.renew decides after such a wait.)
     WITH renewed AS (
         UPDATE pglease.leases AS l
         SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
@@ -81,6 +84,6 @@ BEGIN
       AND s.expires_at <= clock_timestamp();
 
     expires_at := coalesce(least(expires_at, v_min), clock_timestamp() + v_ttl);
-    expires_in := expires_at - clock_timestamp();
+    expires_in := v_ttl;
 END
 $$;
