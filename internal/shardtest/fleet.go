@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5"
@@ -203,20 +202,20 @@ func (f *Fleet) NewSharded(ctx context.Context, n int) (*Sharded, error) {
 }
 
 // SetPartitions points the proxy's foreign server at partitions, replacing
-// its list (ALTER SERVER); PL/Proxy reloads it at the next call.
+// its list in one ALTER SERVER; PL/Proxy reloads it at the next call.
 func (s *Sharded) SetPartitions(ctx context.Context, partitions []*Partition) error {
-	conninfos := make([]string, len(partitions))
-	for i, p := range partitions {
-		conninfos[i] = p.ConnInfo()
+	var options []string
+	for i := range max(len(s.Partitions), len(partitions)) {
+		switch {
+		case i >= len(partitions):
+			options = append(options, fmt.Sprintf("DROP p%d", i))
+		case i >= len(s.Partitions):
+			options = append(options, "ADD "+partitions[i].ConnInfo())
+		default:
+			options = append(options, "SET "+partitions[i].ConnInfo())
+		}
 	}
-	var drop []string
-	for i := range s.Partitions {
-		drop = append(drop, fmt.Sprintf("DROP p%d", i))
-	}
-	if err := s.exec(ctx, `ALTER SERVER pglease OPTIONS (`+strings.Join(drop, ", ")+`)`, nil); err != nil {
-		return err
-	}
-	if err := s.exec(ctx, `ALTER SERVER pglease OPTIONS (%s)`, conninfos); err != nil {
+	if err := s.exec(ctx, `ALTER SERVER pglease OPTIONS (%s)`, options); err != nil {
 		return err
 	}
 	s.Partitions = partitions
@@ -248,17 +247,21 @@ func (s *Sharded) AddPartitions(ctx context.Context, n int) ([]*Partition, error
 }
 
 // exec runs statement on the proxy database as its superuser. With
-// conninfos, %s in statement becomes the option list p0 '…', p1 '…'
-// quoted by the server (format's %L).
-func (s *Sharded) exec(ctx context.Context, statement string, conninfos []string) error {
+// options, %s in statement becomes the option list p0 '…', p1 '…', the
+// connection strings quoted by the server (format's %L); an option may
+// start with ADD or SET, and "DROP pN" drops one.
+func (s *Sharded) exec(ctx context.Context, statement string, options []string) error {
 	conn, err := pgx.Connect(ctx, s.ProxyURL)
 	if err != nil {
 		return fmt.Errorf("connect to the proxy: %w", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if conninfos != nil {
-		err := conn.QueryRow(ctx, `SELECT format($1, string_agg(format('p%s %L', i - 1, c), ', ' ORDER BY i))
-			FROM unnest($2::text[]) WITH ORDINALITY AS t(c, i)`, statement, conninfos).Scan(&statement)
+	if options != nil {
+		err := conn.QueryRow(ctx, `SELECT format($1, string_agg(CASE
+				WHEN o LIKE 'DROP p%' THEN o
+				WHEN o ~ '^(ADD|SET) ' THEN format('%s p%s %L', split_part(o, ' ', 1), i - 1, substr(o, 5))
+				ELSE format('p%s %L', i - 1, o) END, ', ' ORDER BY i))
+			FROM unnest($2::text[]) WITH ORDINALITY AS t(o, i)`, statement, options).Scan(&statement)
 		if err != nil {
 			return fmt.Errorf("quote the partitions' connection strings: %w", err)
 		}
@@ -325,4 +328,119 @@ func (f *Fleet) DropRole(ctx context.Context, name string) error {
 		_ = conn.Close(context.WithoutCancel(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// Double doubles the partition count, moving no tenure and no fence: each
+// partition i is split with a new partition i+n, as PL/Proxy's hash & (2n -
+// 1) maps every name of i to i or i+n. For each old partition, while no
+// client can run anything on it (CONNECT revoked from PUBLIC and its
+// sessions ended: calls routed to it fail at once), its pglease tables are
+// copied whole into the new partition, each of the two deletes the rows
+// the other now owns, and the proxy is switched to the 2n partitions
+// before CONNECT is granted again. Tenures live through the move with
+// their holders, fences and roles, since the rows are the same; the fence
+// floor is copied too. Holders whose renewals fail during the freeze keep
+// their tenure if it ends before their local deadline.
+func (s *Sharded) Double(ctx context.Context) (err error) {
+	n := len(s.Partitions)
+	added, err := s.AddPartitions(ctx, n)
+	if err != nil {
+		return err
+	}
+	for _, p := range s.Partitions {
+		if err := p.freeze(ctx, true); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, p.freeze(context.WithoutCancel(ctx), false)) }()
+	}
+	for i, p := range s.Partitions {
+		if err := s.split(ctx, p, added[i], 2*n); err != nil {
+			return err
+		}
+	}
+	return s.SetPartitions(ctx, append(append([]*Partition(nil), s.Partitions...), added...))
+}
+
+// freeze revokes (on) or grants again (off) CONNECT on the partition's
+// database to PUBLIC; on also ends every other session of it.
+func (p *Partition) freeze(ctx context.Context, on bool) error {
+	conn, err := pgx.Connect(ctx, p.URL)
+	if err != nil {
+		return fmt.Errorf("connect to partition %d: %w", p.Index, err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	db := pgx.Identifier{p.Name}.Sanitize()
+	if !on {
+		_, err = conn.Exec(ctx, `GRANT CONNECT ON DATABASE `+db+` TO PUBLIC`)
+		return err
+	}
+	if _, err := conn.Exec(ctx, `REVOKE CONNECT ON DATABASE `+db+` FROM PUBLIC`); err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_catalog.pg_backend_pid()`)
+	return err
+}
+
+// pgleaseTables are the logged tables of a partition, in an order that
+// satisfies their foreign keys.
+var pgleaseTables = []string{"leases", "slot_scopes", "slots", "fence_floor"}
+
+// split copies from's pglease tables into to, then deletes from each the
+// rows the other owns among parts partitions (routed by the proxy's
+// pglease._route).
+func (s *Sharded) split(ctx context.Context, from, to *Partition, parts int) error {
+	src, err := pgx.Connect(ctx, from.URL)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = src.Close(context.WithoutCancel(ctx)) }()
+	dst, err := pgx.Connect(ctx, to.URL)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dst.Close(context.WithoutCancel(ctx)) }()
+	for _, table := range pgleaseTables {
+		rows, err := src.Query(ctx, `SELECT * FROM pglease.`+pgx.Identifier{table}.Sanitize())
+		if err != nil {
+			return fmt.Errorf("read pglease.%s of partition %d: %w", table, from.Index, err)
+		}
+		var cols []string
+		for _, fd := range rows.FieldDescriptions() {
+			cols = append(cols, fd.Name)
+		}
+		values, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+		if err != nil {
+			return fmt.Errorf("read pglease.%s of partition %d: %w", table, from.Index, err)
+		}
+		if _, err := dst.CopyFrom(ctx, pgx.Identifier{"pglease", table}, cols, pgx.CopyFromRows(values)); err != nil {
+			return fmt.Errorf("copy pglease.%s into partition %d: %w", table, to.Index, err)
+		}
+	}
+	proxy, err := pgx.Connect(ctx, s.ProxyURL)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = proxy.Close(context.WithoutCancel(ctx)) }()
+	for _, side := range []struct {
+		conn *pgx.Conn
+		keep int
+	}{{src, from.Index}, {dst, to.Index}} {
+		for _, t := range []struct{ table, key string }{{"leases", "name"}, {"slots", "scope"}, {"slot_scopes", "scope"}} {
+			rows, _ := side.conn.Query(ctx, `SELECT `+t.key+` FROM pglease.`+t.table)
+			keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			rows, _ = proxy.Query(ctx, `SELECT k FROM unnest($1::text[]) AS k WHERE pglease._route(k) & ($2 - 1) <> $3`, keys, parts, side.keep)
+			gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			if _, err := side.conn.Exec(ctx, `DELETE FROM pglease.`+t.table+` WHERE `+t.key+` = ANY ($1)`, gone); err != nil {
+				return fmt.Errorf("delete moved rows of pglease.%s: %w", t.table, err)
+			}
+		}
+	}
+	return nil
 }
