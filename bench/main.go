@@ -47,11 +47,19 @@ type config struct {
 	handovers   int
 	crashTTL    time.Duration
 	leases      int
+	purgeNames  int
+	purgeOnly   bool
 }
 
 func main() {
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("bench: ")
+	if ran, err := proxyCommand(os.Args[1:]); ran { // bench proxy: see proxy.go
+		if err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if err != nil {
 		log.Fatal(err)
@@ -79,6 +87,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.handovers, "handovers", 50, "handovers of each kind")
 	fs.DurationVar(&cfg.crashTTL, "crash-ttl", 200*time.Millisecond, "TTL of the lease in the crash takeovers")
 	fs.IntVar(&cfg.leases, "renew-holder-leases", 1000, "leases of the renew_holder comparison")
+	fs.IntVar(&cfg.purgeNames, "purge-names", 1_000_000, "unique names of the table-size run, with and without purge (0: skip it)")
+	fs.BoolVar(&cfg.purgeOnly, "purge-only", false, "run only the table-size run: print its section and write -json, leave -out alone")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -94,6 +104,8 @@ func parseFlags(args []string) (config, error) {
 		return cfg, errors.New("-duration / -rounds must be at least 10ms")
 	case cfg.handovers < 1 || cfg.leases < 1:
 		return cfg, errors.New("-handovers and -renew-holder-leases must be at least 1")
+	case cfg.purgeNames < 0 || (cfg.purgeOnly && cfg.purgeNames == 0):
+		return cfg, errors.New("-purge-names must be 0 or more, and more than 0 with -purge-only")
 	}
 	return cfg, nil
 }
@@ -123,6 +135,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if r.Server, err = readServer(ctx, cfg.url); err != nil {
 		return err
+	}
+	if cfg.purgeOnly {
+		return r.runPurge(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {
@@ -181,7 +196,28 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	r.Handover = append(r.Handover, sup)
 
+	if cfg.purgeNames > 0 {
+		return r.runPurge(ctx, cfg)
+	}
 	r.Host.LoadEnd = loadavg()
+	r.checkTargets()
+	return r.write(cfg)
+}
+
+// runPurge runs the table-size run as the report's last section, then
+// writes the report.
+func (r *Report) runPurge(ctx context.Context, cfg config) error {
+	log.Printf("table size: %d unique names, with and without purge", cfg.purgeNames)
+	p, err := benchPurge(ctx, cfg.url, cfg.purgeNames)
+	if err != nil {
+		return fmt.Errorf("purge: %w", err)
+	}
+	r.Purge = &p
+	r.Host.LoadEnd = loadavg()
+	if cfg.purgeOnly {
+		r.checkPurge()
+		return r.writePurgeOnly(cfg)
+	}
 	r.checkTargets()
 	return r.write(cfg)
 }
@@ -229,6 +265,25 @@ func (r *Report) write(cfg config) error {
 		return err
 	}
 	if err := os.WriteFile(cfg.out, md.Bytes(), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.json), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(cfg.json, append(js, '\n'), 0o644)
+}
+
+// writePurgeOnly prints the table-size section of a -purge-only run and
+// writes the JSON to cfg.json; BENCHMARKS.md stays as the last full run
+// wrote it.
+func (r *Report) writePurgeOnly(cfg config) error {
+	var md bytes.Buffer
+	r.writePurgeMarkdown(&md)
+	if _, err := os.Stdout.Write(md.Bytes()); err != nil {
 		return err
 	}
 	js, err := json.MarshalIndent(r, "", "  ")

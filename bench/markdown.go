@@ -136,6 +136,8 @@ func (r *Report) writeMarkdown(w io.Writer) {
 		}
 		p("%s", line)
 	}
+	p("")
+	r.writePurgeMarkdown(w)
 }
 
 // throughputTable renders rows as a markdown table.
@@ -163,4 +165,33 @@ func count(v float64) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// mebibytes formats a size in bytes as MiB.
+func mebibytes(b int64) string {
+	return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+}
+
+// writePurgeMarkdown renders the table-size run, when there was one.
+func (r *Report) writePurgeMarkdown(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	pr := r.Purge
+	if pr == nil {
+		return
+	}
+	p("## Table size of per-entity locking, and purge")
+	p("")
+	p("A service that takes a lease per order or job uses every name once. Each run uses %s unique names once each (acquire, then release; %s names per statement, server-side, %s acquire + release pairs/s), in a scratch database of its own. With purge: `pglease.purge('0')` and a VACUUM (as autovacuum would run on its own schedule) after every %s names. The catch-up purge is one purge of the unpurged table at the end.",
+		count(float64(pr.Names)), count(float64(pr.Batch)), count(pr.CyclesPerSec), count(float64(pr.PurgeEvery)))
+	p("")
+	p("| Run | Rows in pglease.leases | Table size (with indexes, TOAST) |")
+	p("| --- | ---: | ---: |")
+	p("| without purge | %s | %s |", count(float64(pr.WithoutRows)), mebibytes(pr.WithoutBytes))
+	p("| with purge | %s | %s |", count(float64(pr.WithRows)), mebibytes(pr.WithBytes))
+	p("")
+	p("| Purge | Rows deleted | ms per 10,000 rows |")
+	p("| --- | ---: | ---: |")
+	p("| every %s names (median of %d) | %s each | %.1f |", count(float64(pr.PurgeEvery)), len(pr.Per10kMs), count(float64(pr.PurgeEvery)), pr.Per10k)
+	p("| catch-up, once | %s | %.1f (%.0f ms in all) |", count(float64(pr.CatchUpRows)), pr.CatchUpPer10k, pr.CatchUpMs)
+	p("")
 }

@@ -20,6 +20,7 @@ type Report struct {
 	SlotExec    []SlotExec        `json:"slot_execution"`
 	RenewHolder RenewHolderResult `json:"renew_holder"`
 	Handover    []HandoverResult  `json:"handover"`
+	Purge       *PurgeResult      `json:"purge,omitempty"`
 	Targets     []Target          `json:"targets"`
 }
 

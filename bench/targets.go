@@ -80,6 +80,19 @@ func (r *Report) checkTargets() {
 				h.OverTTL.Max, h.OverTTL.P50, h.OverTTL.P99, h.Trials, h.TTLMs)
 		}
 	}
+	r.checkPurge()
+}
+
+// checkPurge adds the table-size target: with purge, per-entity locking
+// keeps no more rows than the names used between two purges.
+func (r *Report) checkPurge() {
+	p := r.Purge
+	if p == nil {
+		return
+	}
+	r.add(fmt.Sprintf("%s unique names: with purge the table keeps ≤ %s rows (the names used between purges)", count(float64(p.Names)), count(float64(p.PurgeEvery))),
+		p.WithRows <= int64(p.PurgeEvery), "%s rows, %s (without purge: %s rows, %s)",
+		count(float64(p.WithRows)), mebibytes(p.WithBytes), count(float64(p.WithoutRows)), mebibytes(p.WithoutBytes))
 }
 
 // label names a throughput row by its operation and path.
