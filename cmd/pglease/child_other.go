@@ -10,6 +10,9 @@ import (
 // child is not supported off Unix.
 type child struct{}
 
+// runKeeper is never asked for off Unix.
+func runKeeper([]string) (int, bool) { return 0, false }
+
 // runChild fails: pglease run needs process groups and signals.
 func (r *runner) runChild(context.Context, []string) error {
 	return failf("pglease run needs a Unix system (process groups and signals)")

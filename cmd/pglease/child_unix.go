@@ -3,52 +3,29 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"syscall"
-	"time"
 )
 
 // child is the command pglease run runs, in a process group of its own.
 type child struct {
-	pid   int
-	done  chan struct{} // closed once the command has exited and been reaped
-	state *os.ProcessState
+	pid  int
+	done chan struct{} // closed once the command has exited and been reaped
+	code int           // its exit status as a shell reports it, once done
 }
 
-// startChild starts argv with env, sharing pglease's standard streams.
-func startChild(argv, env []string) (*child, error) {
-	c := &child{done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		// On Linux the child is killed when the thread that started it
-		// exits (Pdeathsig): keep this goroutine on its thread until the
-		// child has been reaped. The thread exits with the goroutine.
-		runtime.LockOSThread()
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = env
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-		cmd.SysProcAttr = sysProcAttr()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		c.pid = cmd.Process.Pid
-		started <- nil
-		_ = cmd.Wait() // the status is in ProcessState
-		c.state = cmd.ProcessState
-		close(c.done)
-	}()
-	if err := <-started; err != nil {
-		return nil, startError(argv[0], err)
+// statusCode returns a wait status as a shell reports it: 128+n when the
+// process died of signal n.
+func statusCode(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return exitSignal + int(ws.Signal())
 	}
-	return c, nil
+	return ws.ExitStatus()
 }
 
 // startError explains why the command could not start, with the exit codes
@@ -76,65 +53,6 @@ func (c *child) signalGroup(sig syscall.Signal) {
 	if err := syscall.Kill(-c.pid, sig); errors.Is(err, syscall.ESRCH) && !c.exited() {
 		_ = syscall.Kill(c.pid, sig)
 	}
-}
-
-// status returns the command's exit status as a shell reports it: 128+n
-// when it died of signal n.
-func (c *child) status() int {
-	if ws, ok := c.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return exitSignal + int(ws.Signal())
-	}
-	return c.state.ExitCode()
-}
-
-// runChild runs the command with env until it exits, and returns its exit
-// status as an error (nil for 0). When ctx ends (a tenure was lost) it
-// stops the command: SIGTERM to its process group, SIGKILL after the grace
-// period, and returns a *commandStopped.
-func (r *runner) runChild(ctx context.Context, env []string) error {
-	r.mu.Lock()
-	if r.signal != 0 { // a signal came while taking the lease
-		r.mu.Unlock()
-		return context.Canceled
-	}
-	if ctx.Err() != nil { // lost while taking an inner step
-		r.mu.Unlock()
-		return ctx.Err()
-	}
-	c, err := startChild(r.o.argv, env)
-	if err != nil {
-		r.mu.Unlock()
-		return err
-	}
-	r.child = c
-	r.mu.Unlock()
-	r.log.Info("command started", "pid", c.pid)
-
-	select {
-	case <-c.done:
-		r.log.Info("command exited", "status", c.status())
-		if s := c.status(); s != 0 {
-			return &exitError{code: s}
-		}
-		return nil
-	case <-ctx.Done():
-	}
-
-	what, cause := r.lossCause()
-	fmt.Fprintf(r.a.stderr, "pglease: %s lost (%v): sending SIGTERM to the command, SIGKILL in %s\n", what, cause, r.o.grace)
-	c.signalGroup(syscall.SIGTERM)
-	grace := time.NewTimer(r.o.grace)
-	defer grace.Stop()
-	select {
-	case <-c.done:
-	case <-grace.C:
-		fmt.Fprintf(r.a.stderr, "pglease: the command is still running %s after SIGTERM: sending SIGKILL\n", r.o.grace)
-		c.signalGroup(syscall.SIGKILL)
-		<-c.done
-	}
-	// Whatever the command left running in its process group goes too.
-	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-	return &commandStopped{status: c.status()}
 }
 
 // handleSignals forwards SIGINT, SIGTERM and SIGHUP to the command once it

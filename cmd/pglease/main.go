@@ -61,6 +61,9 @@ type app struct {
 }
 
 func main() {
+	if code, ok := runKeeper(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
 	os.Exit(a.main(os.Args[1:]))
 }

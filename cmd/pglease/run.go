@@ -108,8 +108,9 @@ waiting, before COMMAND started).`,
 			if o.ttl < minRunTTL || o.ttl > pglease.MaxTTL {
 				return usagef("run", "--ttl must be from %s to %s, got %s", minRunTTL, pglease.MaxTTL, o.ttl)
 			}
-			if o.grace < 0 {
-				return usagef("run", "--grace must not be negative, got %s", o.grace)
+			if o.grace < 0 || o.grace > o.ttl/2 {
+				return usagef("run", "--grace must be from 0 to half the --ttl (%s), got %s: SIGTERM comes --grace before the local deadline, "+
+					"and renewals need the rest of the TTL; raise --ttl or lower --grace", o.ttl/2, o.grace)
 			}
 			o.argv = args
 			return a.run(ctx, &db, o)
@@ -160,6 +161,9 @@ type runner struct {
 	sigCtx    context.Context
 	cancelSig context.CancelFunc
 
+	// moved is signalled when a renewal moved a tenure's deadline.
+	moved chan struct{}
+
 	mu     sync.Mutex
 	signal syscall.Signal // the signal that stopped the waiting, if any
 	child  *child         // the command, once started
@@ -170,7 +174,46 @@ type runner struct {
 // cancelled when the tenure is lost.
 type level struct {
 	what string
+	t    tenure
 	ctx  context.Context
+}
+
+// deadline returns the earliest local deadline of the tenures held: the
+// command must be dead by then.
+func (r *runner) deadline() time.Time {
+	_, d := r.nearest()
+	return d
+}
+
+// nearest returns the tenure held whose local deadline comes first, and
+// that deadline.
+func (r *runner) nearest() (what string, deadline time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range r.levels {
+		if d := l.t.Deadline(); what == "" || d.Before(deadline) {
+			what, deadline = l.what, d
+		}
+	}
+	return what, deadline
+}
+
+// watched is a tenure whose successful renewals tell the runner, which
+// hands the new deadline to whoever stops the command.
+type watched struct {
+	tenure
+	r *runner
+}
+
+func (w watched) Renew(ctx context.Context) error {
+	err := w.tenure.Renew(ctx)
+	if err == nil {
+		select {
+		case w.r.moved <- struct{}{}:
+		default: // a signal is pending already
+		}
+	}
+	return err
 }
 
 func (a *app) run(ctx context.Context, db *dbFlag, o runOptions) error {
@@ -179,7 +222,7 @@ func (a *app) run(ctx context.Context, db *dbFlag, o runOptions) error {
 		return err
 	}
 	o.holder = cmp.Or(o.holder, pglease.NewHolderID())
-	r := &runner{a: a, o: o, log: newLogger(a.stderr, o.verbose)}
+	r := &runner{a: a, o: o, log: newLogger(a.stderr, o.verbose), moved: make(chan struct{}, 1)}
 	r.sigCtx, r.cancelSig = context.WithCancel(ctx)
 	defer r.cancelSig()
 	stopSignals := r.handleSignals()
@@ -332,7 +375,7 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 	desc := st.describe(t)
 	log := r.log.With("tenure", desc, "holder", r.o.holder)
 	log.Info("acquired")
-	res := keep.Hold(parent, t, keep.Config{
+	res := keep.Hold(parent, watched{tenure: t, r: r}, keep.Config{
 		RenewInterval: r.o.ttl / 3,
 		RetryDelay:    max(r.o.ttl/20, 10*time.Millisecond),
 		StopTimeout:   r.o.grace + r.o.ttl,
@@ -340,14 +383,26 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 		Logger:        log,
 	}, func(wctx context.Context) error {
 		r.mu.Lock()
-		r.levels = append(r.levels, level{what: desc, ctx: wctx})
+		r.levels = append(r.levels, level{what: desc, t: t, ctx: wctx})
 		r.mu.Unlock()
 		return r.hold(wctx, steps[1:], append(env, st.env(t)...))
 	})
-	if res.Lost {
-		if _, ok := errors.AsType[*commandStopped](res.WorkErr); ok {
-			return &exitError{code: exitLost, msg: fmt.Sprintf("%s was lost: the command was stopped (exit %d)", desc, exitLost)}
+	if stopped, ok := errors.AsType[*commandStopped](res.WorkErr); ok {
+		if !res.Lost && stopped.why == whyDeadline {
+			// Stopped --grace before the deadline, with renewals failing:
+			// try to hand the tenure back, for as long as it is ours.
+			r.release(parent, t, desc, log, time.Until(t.Deadline()))
 		}
+		what, _ := r.nearest()
+		reason := "no renewal succeeded in time"
+		if stopped.why != whyDeadline {
+			var cause error
+			what, cause = r.lossCause()
+			reason = "lost (" + causeText(cause) + ")"
+		}
+		return &exitError{code: exitLost, msg: fmt.Sprintf("%s %s: the command and everything it started were stopped (exit %d)", what, reason, exitLost)}
+	}
+	if res.Lost {
 		r.mu.Lock()
 		started := r.child != nil
 		r.mu.Unlock()
@@ -357,14 +412,22 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 		// A renewal in flight when the command exited was refused.
 		return &exitError{code: exitLost, msg: fmt.Sprintf("%s lost (%v) as the command exited: it may have run without it (exit %d)", desc, res.Cause, exitLost)}
 	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), r.o.ttl)
+	r.release(parent, t, desc, log, r.o.ttl)
+	return res.WorkErr
+}
+
+// release releases t, waiting at most timeout.
+func (r *runner) release(parent context.Context, t tenure, desc string, log *slog.Logger, timeout time.Duration) {
+	if timeout <= 0 {
+		return
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), timeout)
 	defer rcancel()
 	if err := t.Release(rctx); err != nil {
 		fmt.Fprintf(r.a.stderr, "pglease: release %s failed (it expires by itself within %s): %v\n", desc, r.o.ttl, r.a.scrub(oneLine(err.Error())))
 	} else {
 		log.Info("released")
 	}
-	return res.WorkErr
 }
 
 // lossCause says which tenure was lost and why, once the command's context
@@ -380,14 +443,36 @@ func (r *runner) lossCause() (what string, cause error) {
 	return "the lease", errors.New("unknown cause")
 }
 
+// causeText says in a few words why a tenure was lost.
+func causeText(cause error) string {
+	switch {
+	case errors.Is(cause, keep.ErrRefused):
+		return "the server refused a renewal: the tenure was ended, force-released or expired"
+	case errors.Is(cause, keep.ErrDeadline):
+		return "no renewal succeeded before the local deadline"
+	case errors.Is(cause, keep.ErrNoTime):
+		return "a renewal failed with no time left to retry before the local deadline"
+	}
+	return oneLine(cause.Error())
+}
+
+// Why the command was stopped, as the keeper reports it.
+const (
+	whyExited   = "exited"   // the command exited by itself; what it left running was stopped
+	whyDeadline = "deadline" // only --grace was left before the local deadline
+	whyLost     = "lost"     // pglease said stop: the tenure was lost
+	whyOrphaned = "orphaned" // pglease died: nobody renews the tenure
+)
+
 // commandStopped is the command's result when it was stopped because its
-// tenure was lost.
+// tenure was lost, or would have been before it could stop in time.
 type commandStopped struct {
-	status int // what the command exited with
+	status int    // what the command exited with
+	why    string // whyLost, whyDeadline or whyOrphaned
 }
 
 func (e *commandStopped) Error() string {
-	return fmt.Sprintf("command stopped after its tenure was lost (its exit status %d)", e.status)
+	return fmt.Sprintf("command stopped (%s; its exit status %d)", e.why, e.status)
 }
 
 // childEnv returns env without the variables pglease run sets, so that a

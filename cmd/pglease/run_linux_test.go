@@ -1,0 +1,247 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/faultproxy"
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// keeperCases are the CLI tests of what the keeper guarantees on Linux:
+// nothing the command started outlives its tenure.
+var keeperCases = []cliCase{
+	{"RunKill9", testRunKill9},
+	{"RunLeftovers", testRunLeftovers},
+	{"RunKeeperKilled", testRunKeeperKilled},
+	{"RunStopped", testRunStopped},
+	{"RunLeaseLostBlackhole", testRunLeaseLostBlackhole},
+}
+
+// treeScript starts a process tree that tries every way to outlive its
+// parent: a background child, a child in a session of its own (setsid), and
+// a daemon whose parent exits (a double fork). Each prints "ROLE PID". All
+// hold the FIFO $FIFO open for writing, so the reader sees end of file when
+// the last of them is dead. With $IGNORE_TERM set, all ignore SIGTERM.
+const treeScript = `#!/bin/sh
+exec 9>"$FIFO"
+[ -n "$IGNORE_TERM" ] && trap '' TERM
+case "$1" in
+session) echo "session $$"; exec sleep 1000 ;;
+daemon) echo "daemon $$"; exec sleep 1000 ;;
+forker) "$0" daemon & exit 0 ;;
+esac
+sleep 1000 &
+echo "child $!"
+setsid "$0" session &
+"$0" forker &
+echo "command $$"
+[ -n "$EXIT_AT_ONCE" ] && exit 7
+wait
+`
+
+// tree is a process tree started by treeScript under pglease run.
+type tree struct {
+	b    *background
+	pids map[string]int // by role: command, child, session, daemon
+	// gone receives the time the last process of the tree was seen dead:
+	// when the FIFO they all held reached end of file.
+	gone chan time.Time
+}
+
+// startTree runs treeScript under pglease run with args, and waits until
+// all four processes have started.
+func startTree(t *testing.T, c cli, env []string, args ...string) *tree {
+	t.Helper()
+	dir := t.TempDir()
+	script, fifo := filepath.Join(dir, "tree.sh"), filepath.Join(dir, "deaths")
+	if err := os.WriteFile(script, []byte(treeScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr := &tree{pids: map[string]int{}, gone: make(chan time.Time, 1)}
+	go func() {
+		f, err := os.Open(fifo) // blocks until the first writer opens it
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		var buf [64]byte
+		for {
+			if _, err := f.Read(buf[:]); err != nil { // end of file: no writer left
+				tr.gone <- time.Now()
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		// Unblocks the reader if no writer ever came.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	tr.b = c.with(append(env, "FIFO="+fifo)...).start(append(args, "--", script)...)
+	for len(tr.pids) < 4 {
+		line := tr.b.readLine(30 * time.Second)
+		role, pid, _ := strings.Cut(line, " ")
+		n, err := strconv.Atoi(pid)
+		if err != nil {
+			t.Fatalf("line from the tree: got %q, want ROLE PID", line)
+		}
+		tr.pids[role] = n
+	}
+	return tr
+}
+
+// waitGone waits until the whole tree is dead and returns when it was seen
+// so; then none of its processes may exist.
+func (tr *tree) waitGone(t *testing.T, timeout time.Duration) time.Time {
+	t.Helper()
+	select {
+	case at := <-tr.gone:
+		for role, pid := range tr.pids {
+			if alive(pid) {
+				t.Fatalf("the %s (pid %d) of the command still runs", role, pid)
+			}
+		}
+		return at
+	case <-time.After(timeout):
+		t.Fatalf("processes of the command still hold the FIFO open after %v (pids %v); stderr:\n%s", timeout, tr.pids, tr.b.stderr)
+		return time.Time{}
+	}
+}
+
+// alive reports whether process pid exists and is not a zombie: a process
+// that has exited but is not reaped yet is dead.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || !strings.HasPrefix(string(b[i+1:]), " Z")
+}
+
+// expiresAt reads when the server ends the tenure of lease name.
+func expiresAt(t *testing.T, url, name string) time.Time {
+	t.Helper()
+	var at time.Time
+	err := pgtest.Pool(t, url).QueryRow(t.Context(), `SELECT expires_at FROM pglease.lease_status WHERE name = $1`, name).Scan(&at)
+	if err != nil {
+		t.Fatalf("read the expiry of lease %q: %v", name, err)
+	}
+	return at
+}
+
+// requireBefore fails unless the tree died before the server's expiry, and
+// logs the margin.
+func requireBefore(t *testing.T, what string, died, expiry time.Time) {
+	t.Helper()
+	margin := expiry.Sub(died)
+	t.Logf("%s: the last process of the command died %v before the server's expiry", what, margin.Round(time.Microsecond))
+	if margin <= 0 {
+		t.Fatalf("%s: the last process of the command died %v after the server ended the tenure: overlap", what, -margin)
+	}
+}
+
+func testRunKill9(t *testing.T, c cli) {
+	url := pgtest.NewMigrated(t)
+	tr := startTree(t, c.with("PGLEASE_DATABASE_URL="+url), nil, "run", "--lease", "k9", "--ttl", "30s", "--grace", "5s")
+	killedAt := time.Now()
+	if err := tr.b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	died := tr.waitGone(t, 20*time.Second)
+	t.Logf("kill -9 of pglease: the command, its child, its setsid'd child and its daemon were dead %v later", died.Sub(killedAt).Round(time.Microsecond))
+	requireBefore(t, "kill -9 of pglease", died, expiresAt(t, url, "k9"))
+	tr.b.waitExit(10*time.Second, -1) // killed by a signal
+}
+
+func testRunLeftovers(t *testing.T, c cli) {
+	url := pgtest.NewMigrated(t)
+	tr := startTree(t, c.with("PGLEASE_DATABASE_URL="+url), []string{"EXIT_AT_ONCE=1"}, "run", "--lease", "left", "--ttl", "30s")
+	// pglease exits with the command's status, once all it left behind is
+	// dead, and only then releases.
+	tr.b.waitExit(30*time.Second, 7)
+	for role, pid := range tr.pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Fatalf("the %s (pid %d) still exists after pglease exited, want it dead and reaped", role, pid)
+		}
+	}
+	requireContains(t, "stderr", tr.b.stderr.String(), "the command exited and left 3 processes running")
+	if state, _ := leaseState(t, pgtest.Pool(t, url), "left"); state != "free" {
+		t.Fatalf("lease after the run: got %s, want free (released)", state)
+	}
+}
+
+func testRunKeeperKilled(t *testing.T, c cli) {
+	url := pgtest.NewMigrated(t)
+	tr := startTree(t, c.with("PGLEASE_DATABASE_URL="+url), nil, "run", "--lease", "keeper", "--ttl", "30s")
+	var keeper int
+	for _, pid := range descendants(tr.b.cmd.Process.Pid) {
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && strings.Contains(string(b), keeperArg) {
+			keeper = pid
+		}
+	}
+	if keeper == 0 {
+		t.Fatalf("no keeper among the processes of pglease %d", tr.b.cmd.Process.Pid)
+	}
+	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	tr.waitGone(t, 20*time.Second)
+	tr.b.waitExit(10*time.Second, 1)
+	requireContains(t, "stderr", tr.b.stderr.String(), "keeper of the command died", "killed the command and everything it started")
+}
+
+// testRunStopped stops pglease (SIGSTOP): nobody renews, and the keeper
+// alone must kill the command, which ignores SIGTERM, by the deadline.
+func testRunStopped(t *testing.T, c cli) {
+	url := pgtest.NewMigrated(t)
+	tr := startTree(t, c.with("PGLEASE_DATABASE_URL="+url), []string{"IGNORE_TERM=1"}, "run", "--lease", "stopped", "--ttl", "3s", "--grace", "1s")
+	if err := tr.b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	died := tr.waitGone(t, 20*time.Second)
+	requireBefore(t, "pglease stopped (SIGSTOP)", died, expiresAt(t, url, "stopped"))
+	if err := tr.b.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	tr.b.waitExit(20*time.Second, 69)
+}
+
+// testRunLeaseLostBlackhole cuts the database off a command that ignores
+// SIGTERM, as do all the processes it started: SIGKILL at the local
+// deadline must land before the server's expiry, with the largest grace
+// allowed (half the TTL), the case where the old schedule overran by 2.4 s.
+func testRunLeaseLostBlackhole(t *testing.T, c cli) {
+	url := pgtest.NewMigrated(t)
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faultproxy.New(faultproxy.PostgresTarget(cfg.Host, cfg.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+
+	tr := startTree(t, c, []string{"IGNORE_TERM=1"}, "run", "--database", viaProxy(t, url, proxy.Addr()),
+		"--lease", "partitioned", "--ttl", "6s", "--grace", "3s")
+	proxy.Blackhole()
+	cutAt := time.Now()
+	died := tr.waitGone(t, 30*time.Second)
+	t.Logf("connection blackholed: the last process died %v later", died.Sub(cutAt).Round(time.Millisecond))
+	requireBefore(t, "database cut off, SIGTERM ignored, --ttl 6s --grace 3s", died, expiresAt(t, url, "partitioned"))
+	tr.b.waitExit(30*time.Second, 69)
+	requireContains(t, "stderr after the partition", tr.b.stderr.String(), `lease "partitioned"`, "local deadline", "SIGKILL", "exit 69")
+}
