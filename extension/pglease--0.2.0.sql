@@ -879,11 +879,12 @@ $$;
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
 -- lock, so counting live holders and taking a slot cannot interleave. Then
--- it waits for every renewal in flight of a slot that looks expired: such a
--- renewal checked the tenure live before it expired and would extend it
--- after a claim counted the slot free. The FOR SHARE lock makes renewals
--- that come later wait for the claim's commit and then find the tenure
--- over (they check the clock after the wait), which it was.
+-- it touches (a no-op update) every slot that looks expired but still has
+-- a holder: this waits for any renewal in flight of it (which checked the
+-- tenure live before it expired, and would extend it after the claim
+-- counted the slot free), and a renewal that comes later waits for the
+-- claim's commit and then, the row having changed, checks it again on the
+-- clock read again and finds the tenure over, which it was.
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -896,9 +897,8 @@ BEGIN
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
     END IF;
-    PERFORM 1 FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.holder IS NOT NULL AND s.expires_at <= clock_timestamp()
-    FOR SHARE OF s;
+    UPDATE pglease.slots AS s SET expires_at = s.expires_at
+    WHERE s.scope = p_scope AND s.holder IS NOT NULL AND s.expires_at <= clock_timestamp();
 END
 $$;
 
@@ -1043,8 +1043,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz;
-    v_ttl interval;
+    v_now  timestamptz;
+    v_ttl  interval;
+    v_role text := session_user::text;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -1060,8 +1061,14 @@ BEGIN
     END IF;
 
     PERFORM pglease._scope_lock(p_scope);
-    -- The clock is read once the scope is ours: slots that expired while
-    -- this claim waited for the lock count as free.
+    -- Wait for a renewal in flight of the holder's own slot (which a
+    -- re-entrant claim re-pins), so that no wait follows the clock read.
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.holder = p_holder
+      AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
+    FOR NO KEY UPDATE;
+    -- The clock is read once the scope is ours, after every wait: slots
+    -- that expired or were released meanwhile count as free.
     v_now := clock_timestamp();
     SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
     INTO claimed, slot, fence, in_use, retry_in
@@ -1112,6 +1119,7 @@ DECLARE
     v_n     integer;
     v_scope text;
     v_claim record;
+    v_role  text := session_user::text;
 BEGIN
     PERFORM pglease._check_text('claim_slots', 'p_holder', p_holder);
     IF p_scopes IS NULL OR p_capacities IS NULL THEN
@@ -1143,6 +1151,11 @@ BEGIN
     FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
         PERFORM pglease._scope_lock(v_scope);
     END LOOP;
+    -- Wait for renewals in flight of the holder's own slots (see claim_slot).
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE s.scope = ANY (p_scopes) AND s.holder = p_holder
+      AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
+    FOR NO KEY UPDATE;
     -- The clock is read once every scope is ours (see claim_slot).
     v_now := clock_timestamp();
 
@@ -1367,9 +1380,9 @@ $$;
 --   * lost_leases, lost_slot_scopes, lost_slots: tenures of p_holder that
 --     had expired before this call (lost; acquire or claim again for a new
 --     fence). Empty arrays, never NULL, when there is nothing.
--- Each tenure is checked and renewed on the server clock read when its row
--- is: expires_at is the earliest new expiry (now + p_ttl when nothing was
--- renewed), expires_in = p_ttl.
+-- now is the server clock read once when the call starts: expires_at =
+-- now + p_ttl and expires_in = p_ttl for everything renewed; a tenure is
+-- renewed only when it is live when its row is checked (after any wait).
 -- A lease or slot the caller believes it holds but that appears nowhere was
 -- released or taken over by another holder: it is lost too.
 -- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
@@ -1383,9 +1396,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_now  timestamptz := clock_timestamp();
     v_role text := session_user::text;
     v_ttl  interval;
-    v_min  timestamptz;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
@@ -1396,35 +1409,35 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_holder', p_ttl);
     END IF;
 
-    -- One statement per table: a row another transaction changed while this
-    -- one waited for it is checked again, on the clock read again. (A row
-    -- only locked, by the holder's own fenced transaction, is renewed as it
-    -- was read; pglease.renew decides after such a wait.)
+    -- One statement per table. A row another transaction changed while
+    -- this one waited for it is checked again, on the clock read again (a
+    -- takeover makes it another holder's; a claim that counted the slot
+    -- free touched it, see pglease._scope_lock, and it is over). A row only
+    -- locked, by the holder's own fenced transaction, is renewed as it was
+    -- read; pglease.renew decides on the clock after such a wait.
     WITH renewed AS (
         UPDATE pglease.leases AS l
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        SET expires_at = v_now + v_ttl, holder_role = v_role
         WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
           AND l.expires_at > clock_timestamp()
-        RETURNING l.name, l.fence, l.expires_at
+        RETURNING l.name, l.fence
     )
     SELECT coalesce(array_agg(r.name ORDER BY r.name), '{}'),
-           coalesce(array_agg(r.fence ORDER BY r.name), '{}'),
-           min(r.expires_at)
-    INTO leases, lease_fences, expires_at
+           coalesce(array_agg(r.fence ORDER BY r.name), '{}')
+    INTO leases, lease_fences
     FROM renewed AS r;
 
     WITH renewed AS (
         UPDATE pglease.slots AS s
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        SET expires_at = v_now + v_ttl, holder_role = v_role
         WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp()
-        RETURNING s.scope, s.slot, s.fence, s.expires_at
+        RETURNING s.scope, s.slot, s.fence
     )
     SELECT coalesce(array_agg(r.scope ORDER BY r.scope, r.slot), '{}'),
            coalesce(array_agg(r.slot ORDER BY r.scope, r.slot), '{}'),
-           coalesce(array_agg(r.fence ORDER BY r.scope, r.slot), '{}'),
-           min(r.expires_at)
-    INTO slot_scopes, slots, slot_fences, v_min
+           coalesce(array_agg(r.fence ORDER BY r.scope, r.slot), '{}')
+    INTO slot_scopes, slots, slot_fences
     FROM renewed AS r;
 
     -- Lost: what is still ours but over by now.
@@ -1432,16 +1445,16 @@ BEGIN
     INTO lost_leases
     FROM pglease.leases AS l
     WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at <= clock_timestamp();
+      AND l.expires_at <= v_now;
 
     SELECT coalesce(array_agg(s.scope ORDER BY s.scope, s.slot), '{}'),
            coalesce(array_agg(s.slot ORDER BY s.scope, s.slot), '{}')
     INTO lost_slot_scopes, lost_slots
     FROM pglease.slots AS s
     WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at <= clock_timestamp();
+      AND s.expires_at <= v_now;
 
-    expires_at := coalesce(least(expires_at, v_min), clock_timestamp() + v_ttl);
+    expires_at := v_now + v_ttl;
     expires_in := v_ttl;
 END
 $$;

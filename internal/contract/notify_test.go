@@ -13,22 +13,21 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// notice is the payload pglease sends on channel pglease.
+// notice is the payload pglease sends on channel pglease: only what a
+// waiter needs to try again, never who held the lease or slot (LISTEN
+// cannot be restricted, so anyone who can connect hears it).
 type notice struct {
-	Kind   string `json:"kind"`
-	Event  string `json:"event"`
-	Name   string `json:"name"`
-	Slot   *int32 `json:"slot"`
-	Fence  int64  `json:"fence"`
-	Holder string `json:"holder"`
+	Kind  string `json:"kind"`
+	Event string `json:"event"`
+	Name  string `json:"name"`
 }
 
-func leaseNotice(event, name string, fence int64, holder string) notice {
-	return notice{Kind: "lease", Event: event, Name: name, Fence: fence, Holder: holder}
+func leaseNotice(event, name string) notice {
+	return notice{Kind: "lease", Event: event, Name: name}
 }
 
-func slotNotice(event, scope string, slot int32, fence int64, holder string) notice {
-	return notice{Kind: "slot", Event: event, Name: scope, Slot: &slot, Fence: fence, Holder: holder}
+func slotNotice(event, scope string) notice {
+	return notice{Kind: "slot", Event: event, Name: scope}
 }
 
 func (n notice) String() string {
@@ -82,13 +81,13 @@ func decodeNotice(t testing.TB, n *pgconn.Notification) notice {
 	if err := json.Unmarshal([]byte(n.Payload), &keys); err != nil {
 		t.Fatalf("payload %q is not a JSON object: %v", n.Payload, err)
 	}
-	for _, k := range []string{"kind", "event", "name", "slot", "fence", "holder"} {
+	for _, k := range []string{"kind", "event", "name"} {
 		if _, ok := keys[k]; !ok {
 			t.Fatalf("payload %s: missing key %q", n.Payload, k)
 		}
 	}
-	if len(keys) != 6 {
-		t.Fatalf("payload %s: got %d keys, want 6", n.Payload, len(keys))
+	if len(keys) != 3 {
+		t.Fatalf("payload %s: got %d keys, want 3 (kind, event, name: no holder, fence or slot)", n.Payload, len(keys))
 	}
 	var got notice
 	if err := json.Unmarshal([]byte(n.Payload), &got); err != nil {
@@ -116,7 +115,7 @@ func requireNextNotice(t testing.TB, l *listener, want notice) {
 // nothing.
 func sendMarker(t testing.TB, q querier, marker string) notice {
 	t.Helper()
-	want := leaseNotice("marker", marker, 0, "test")
+	want := leaseNotice("marker", marker)
 	mustExec(t, q, `SELECT pg_notify('pglease', $1)`, want.String())
 	return want
 }
@@ -146,7 +145,7 @@ func testNotifyLease(t *testing.T, db *testDB) {
 		t.Fatalf("acquire by b: got true, want false")
 	}
 	release(t, pool, n("n"), "a", 2)
-	requireNextNotice(t, l, leaseNotice("released", n("n"), 2, "a"))
+	requireNextNotice(t, l, leaseNotice("released", n("n")))
 
 	// A rolled-back release sends nothing, even with a waiter.
 	mustAcquire(t, pool, n("n"), "c", 30*time.Second, 3)
@@ -167,7 +166,7 @@ func testNotifyLease(t *testing.T, db *testDB) {
 	if _, err := pool.Exec(ctx, `SELECT pglease.force_release($1)`, n("n")); err != nil {
 		t.Fatal(err)
 	}
-	requireNextNotice(t, l, leaseNotice("released", n("n"), 3, "c"))
+	requireNextNotice(t, l, leaseNotice("released", n("n")))
 
 	// A registration lasts until the holder's expiry it was told: after it,
 	// a release is not announced (the waiter has retried by then).
@@ -187,7 +186,7 @@ func testNotifyLease(t *testing.T, db *testDB) {
 		t.Fatalf("acquire by b: got true, want false")
 	}
 	release(t, pool, n(odd), odd, 1)
-	requireNextNotice(t, l, leaseNotice("released", n(odd), 1, odd))
+	requireNextNotice(t, l, leaseNotice("released", n(odd)))
 
 	// The one bounded wait: nothing at all follows a renewal.
 	mustAcquire(t, pool, n("n"), "c", 30*time.Second, 4)
@@ -224,7 +223,7 @@ func testNotifySlot(t *testing.T, db *testDB) {
 		t.Fatalf("claim by b with capacity 1: got %s, want refused", r)
 	}
 	releaseSlot(t, pool, scope, 1, a, 2)
-	requireNextNotice(t, l, slotNotice("released", scope, 1, 2, a))
+	requireNextNotice(t, l, slotNotice("released", scope))
 
 	// So does a refused claim_slots, for the scope that refused it.
 	other := n("o")
@@ -233,5 +232,5 @@ func testNotifySlot(t *testing.T, db *testDB) {
 		t.Fatalf("claim_slots by b: got %+v, want refused", r)
 	}
 	releaseSlot(t, pool, scope, 1, a, 3)
-	requireNextNotice(t, l, slotNotice("released", scope, 1, 3, a))
+	requireNextNotice(t, l, slotNotice("released", scope))
 }

@@ -3,11 +3,12 @@
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
 -- lock, so counting live holders and taking a slot cannot interleave. Then
--- it waits for every renewal in flight of a slot that looks expired: such a
--- renewal checked the tenure live before it expired and would extend it
--- after a claim counted the slot free. The FOR SHARE lock makes renewals
--- that come later wait for the claim's commit and then find the tenure
--- over (they check the clock after the wait), which it was.
+-- it touches (a no-op update) every slot that looks expired but still has
+-- a holder: this waits for any renewal in flight of it (which checked the
+-- tenure live before it expired, and would extend it after the claim
+-- counted the slot free), and a renewal that comes later waits for the
+-- claim's commit and then, the row having changed, checks it again on the
+-- clock read again and finds the tenure over, which it was.
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -20,9 +21,8 @@ BEGIN
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
     END IF;
-    PERFORM 1 FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.holder IS NOT NULL AND s.expires_at <= clock_timestamp()
-    FOR SHARE OF s;
+    UPDATE pglease.slots AS s SET expires_at = s.expires_at
+    WHERE s.scope = p_scope AND s.holder IS NOT NULL AND s.expires_at <= clock_timestamp();
 END
 $$;
 

@@ -37,8 +37,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz;
-    v_ttl interval;
+    v_now  timestamptz;
+    v_ttl  interval;
+    v_role text := session_user::text;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -54,8 +55,14 @@ BEGIN
     END IF;
 
     PERFORM pglease._scope_lock(p_scope);
-    -- The clock is read once the scope is ours: slots that expired while
-    -- this claim waited for the lock count as free.
+    -- Wait for a renewal in flight of the holder's own slot (which a
+    -- re-entrant claim re-pins), so that no wait follows the clock read.
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.holder = p_holder
+      AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
+    FOR NO KEY UPDATE;
+    -- The clock is read once the scope is ours, after every wait: slots
+    -- that expired or were released meanwhile count as free.
     v_now := clock_timestamp();
     SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
     INTO claimed, slot, fence, in_use, retry_in

@@ -33,6 +33,7 @@ DECLARE
     v_n     integer;
     v_scope text;
     v_claim record;
+    v_role  text := session_user::text;
 BEGIN
     PERFORM pglease._check_text('claim_slots', 'p_holder', p_holder);
     IF p_scopes IS NULL OR p_capacities IS NULL THEN
@@ -64,6 +65,11 @@ BEGIN
     FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
         PERFORM pglease._scope_lock(v_scope);
     END LOOP;
+    -- Wait for renewals in flight of the holder's own slots (see claim_slot).
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE s.scope = ANY (p_scopes) AND s.holder = p_holder
+      AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
+    FOR NO KEY UPDATE;
     -- The clock is read once every scope is ours (see claim_slot).
     v_now := clock_timestamp();
 
