@@ -138,6 +138,7 @@ export async function withLease(config, name, holder, ttl, fn) {
     let stopped = false;
     let ticker;
     const tick = async () => {
+      const next = now() + ttl / 3; // a slow reply must not delay the next renewal
       try {
         await renew(client, lease);
         arm();
@@ -145,7 +146,7 @@ export async function withLease(config, name, holder, ttl, fn) {
         if (err instanceof LostError) end('renewal refused');
         // Anything else is a lost reply: the deadline stands, retry at the next tick.
       }
-      if (!stopped && !lost.signal.aborted) ticker = setTimeout(tick, (ttl / 3) * 1000);
+      if (!stopped && !lost.signal.aborted) ticker = setTimeout(tick, Math.max(0, next - now()) * 1000);
     };
     arm();
     ticker = setTimeout(tick, (ttl / 3) * 1000);

@@ -1,37 +1,46 @@
 // Tests of pglease.js against a real Postgres: PGLEASE_TEST_DATABASE_URL (a
 // postgres:// URL), else 127.0.0.1:5432 as postgres. Each test gets a
-// database of its own with migrations/*.up.sql applied in order, dropped at
-// the end.
+// database of its own, a copy of a template with migrations/*.up.sql applied
+// in order, dropped at the end.
 //
 // Run: npm test   (from examples/node, after npm ci; make test-clients)
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { once } from 'node:events';
-import { test } from 'node:test';
+import { after, before, test } from 'node:test';
 import pg from 'pg';
 import * as pglease from './pglease.js';
 
 const admin = process.env.PGLEASE_TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const migrations = new URL('../../migrations/', import.meta.url);
 
-// newDatabase creates a database with the schema applied, dropped after t.
-async function newDatabase(t) {
-  const db = `pglease_node_${randomBytes(6).toString('hex')}`;
-  const root = new pg.Client(admin);
+const dbURL = (db) => Object.assign(new URL(admin), { pathname: `/${db}` }).href;
+
+// The schema, applied once to a template that each test's database copies.
+const template = `pglease_node_${randomBytes(6).toString('hex')}`;
+const root = new pg.Client(admin);
+before(async () => {
   await root.connect();
-  await root.query(`CREATE DATABASE "${db}"`);
-  t.after(async () => {
-    await root.query(`DROP DATABASE IF EXISTS "${db}" WITH (FORCE)`);
-    await root.end();
-  });
-  const url = new URL(admin);
-  url.pathname = `/${db}`;
-  const conn = await connect(t, url.href);
+  await root.query(`CREATE DATABASE "${template}"`);
+  const conn = new pg.Client(dbURL(template));
+  await conn.connect();
   for (const file of readdirSync(migrations).filter((f) => f.endsWith('.up.sql')).sort()) {
     await conn.query(readFileSync(new URL(file, migrations), 'utf8'));
   }
-  return { url: url.href, conn };
+  await conn.end();
+});
+after(async () => {
+  await root.query(`DROP DATABASE IF EXISTS "${template}" WITH (FORCE)`);
+  await root.end();
+});
+
+// newDatabase creates a database with the schema, dropped after t.
+async function newDatabase(t) {
+  const db = `${template}_${randomBytes(4).toString('hex')}`;
+  await root.query(`CREATE DATABASE "${db}" TEMPLATE "${template}"`);
+  t.after(() => root.query(`DROP DATABASE IF EXISTS "${db}" WITH (FORCE)`));
+  return { url: dbURL(db), conn: await connect(t, dbURL(db)) };
 }
 
 async function connect(t, url) {
@@ -92,11 +101,13 @@ test('fenced writes commit only while the tenure is current', async (t) => {
 test('a fenced transaction paused past the TTL does not commit', async (t) => {
   const { url, conn } = await newDatabase(t);
   await conn.query('CREATE TABLE reports (fence bigint)');
-  const lease = await pglease.tryAcquire(conn, 'job', 'a', 0.5);
+  const lease = await pglease.tryAcquire(conn, 'job', 'a', 1);
+  // The server ends the stalled session (or, on a slow machine, assert_held
+  // already finds the tenure over): either way nothing commits.
   await assert.rejects(pglease.fenced(conn, lease, async (tx) => {
     await tx.query('INSERT INTO reports VALUES ($1)', [lease.fence]);
-    await new Promise((resolve) => setTimeout(resolve, 1500)); // the pause: GC, a stopped VM, a cut-off network
-  }), /not queryable|terminat/); // the server ended the stalled session
+    await new Promise((resolve) => setTimeout(resolve, 2500)); // the pause: GC, a stopped VM, a cut-off network
+  }));
   const other = await connect(t, url);
   assert.equal((await pglease.tryAcquire(other, 'job', 'b', 30)).fence, '2');
   const { rows: [r] } = await other.query('SELECT count(*)::int AS n FROM reports');
@@ -137,10 +148,10 @@ test('acquire times out', async (t) => {
 
 test('withLease renews while fn runs', async (t) => {
   const { url, conn } = await newDatabase(t);
-  const result = await pglease.withLease(url, 'job', 'a', 0.6, async (lease, signal) => {
-    // Three TTLs: held only if the renewals ran.
+  const result = await pglease.withLease(url, 'job', 'a', 1.5, async (lease, signal) => {
+    // Two TTLs: held only if the renewals ran.
     const waited = await Promise.race([once(signal, 'abort').then(() => 'lost'),
-      new Promise((resolve) => setTimeout(resolve, 1800, 'held'))]);
+      new Promise((resolve) => setTimeout(resolve, 3000, 'held'))]);
     assert.equal(waited, 'held');
     assert.ok(pglease.live(lease));
     assert.deepEqual(await status(conn, 'job'), { holder: 'a', fence: '1', state: 'held' });
@@ -152,7 +163,7 @@ test('withLease renews while fn runs', async (t) => {
 
 test('withLease aborts at a refused renewal', async (t) => {
   const { url, conn } = await newDatabase(t);
-  await assert.rejects(pglease.withLease(url, 'job', 'a', 0.6, async (lease, signal) => {
+  await assert.rejects(pglease.withLease(url, 'job', 'a', 1.5, async (lease, signal) => {
     await conn.query("SELECT pglease.force_release('job')");
     await once(signal, 'abort');
     assert.match(signal.reason.message, /renewal refused/);

@@ -145,7 +145,9 @@ def hold(conninfo, name, holder, ttl):
         stop = threading.Event()
 
         def renewer():
-            while not stop.wait(ttl / 3):
+            next_at = time.monotonic() + ttl / 3
+            while not stop.wait(max(0, next_at - time.monotonic())):
+                next_at = time.monotonic() + ttl / 3  # a slow reply must not delay the next renewal
                 try:
                     renew(conn, lease)
                 except Lost:
