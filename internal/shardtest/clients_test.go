@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/runslots"
 	"github.com/pglease/pglease/supervisor"
@@ -42,6 +44,12 @@ func TestGoClientThroughProxy(t *testing.T) {
 	}
 	if err := l1.Renew(ctx); err != nil {
 		t.Fatalf("Renew: %v", err)
+	}
+	// Through the proxy, a stale fence is refused with the same error; the
+	// check's row lock ends with the call (docs/scaling.md).
+	err = pglease.WithFence(ctx, db, "go-lease", 2, func(pgx.Tx) error { return nil })
+	if !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("WithFence with a stale fence through the proxy: got %v, want ErrLeaseLost", err)
 	}
 
 	got := make(chan *pglease.Lease, 1)

@@ -137,6 +137,19 @@ func TestLeaseContract(t *testing.T) {
 		_, err := proxy.Exec(testContext(t), `SELECT pglease.assert_held($1, $2)`, "fenced", 2)
 		requirePgError(t, err, "PGL01", "fenced")
 	})
+	t.Run("a call commits on its partition whatever the caller's transaction", func(t *testing.T) {
+		tx, err := proxy.Begin(testContext(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustAcquire(t, tx, "rolled-back", "a", ttl, 1)
+		if err := tx.Rollback(testContext(t)); err != nil {
+			t.Fatal(err)
+		}
+		if r := acquire(t, proxy, "rolled-back", "b", ttl); r.Acquired || r.Holder != "a" {
+			t.Fatalf("after ROLLBACK on the proxy: got %+v, want the lease still held by a", r)
+		}
+	})
 	t.Run("bad input", func(t *testing.T) {
 		_, err := tryAcquire(testContext(t), proxy, "", "a", ttl)
 		requirePgError(t, err, "22023", "p_name")
