@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/schema"
+	"github.com/pglease/pglease/pglease"
 )
 
 // migrateTimeout bounds one migrate command.
@@ -19,6 +20,7 @@ var migrateCommand = &command{
 	summary: "Apply (up), revert (down) or show (version) the pglease schema",
 	usage: `
 Usage: pglease migrate up|down|version|goto N [--database URL] [--yes]
+       pglease migrate up|down --proxy [--database URL]
 
   up       applies the pending migrations, each in its own transaction:
            schema pglease, its functions and views, and role pglease_client
@@ -37,17 +39,44 @@ Usage: pglease migrate up|down|version|goto N [--database URL] [--yes]
 The history is kept in table pglease_schema_migrations, apart from an
 application's own schema_migrations (the same table as pglease.Migrate).
 A database where pglease was installed with CREATE EXTENSION pglease has no
-migrations: up does nothing, down is refused (use DROP EXTENSION).`,
+migrations: up does nothing, down is refused (use DROP EXTENSION).
+
+With --proxy, up installs (down removes) the schema of a PL/Proxy proxy
+database instead: the same functions and views, each run on the partition
+database that owns its name (history in pglease_proxy_schema_migrations;
+needs a superuser for CREATE EXTENSION plproxy; docs/scaling.md). down
+loses no lease: they live on the partitions.`,
 	interspersed: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
-			db  dbFlag
-			yes bool
+			db    dbFlag
+			yes   bool
+			proxy bool
 		)
 		db.register(fs)
 		fs.BoolVar(&yes, "yes", false, "confirm down: delete every lease, slot and fence")
+		fs.BoolVar(&proxy, "proxy", false, "migrate a PL/Proxy proxy database (docs/scaling.md)")
 		return func(ctx context.Context, args []string) error {
 			switch {
+			case proxy:
+				if len(args) != 1 || (args[0] != "up" && args[0] != "down") {
+					return usagef("migrate", "--proxy takes up or down")
+				}
+				t, err := a.parseTarget(&db, "migrate")
+				if err != nil {
+					return err
+				}
+				ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+				defer cancel()
+				step, done := pglease.MigrateProxy, "installed (or kept up to date)"
+				if args[0] == "down" {
+					step, done = pglease.MigrateProxyDown, "removed"
+				}
+				if err := step(ctx, t.connString); err != nil {
+					return a.migrateError(ctx, "migrate "+args[0]+" --proxy", err)
+				}
+				fmt.Fprintf(a.stdout, "pglease proxy schema %s in %s\n", done, t)
+				return nil
 			case len(args) == 2 && args[0] == "goto":
 				n, err := strconv.ParseUint(args[1], 10, 32)
 				if err != nil || uint(n) > schema.Latest() {
