@@ -1,28 +1,22 @@
 package pglease
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
-	"os"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglease/pglease/internal/check"
-	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/tenure"
 )
 
 // Limits enforced by the SQL functions, checked here before a round trip.
 const (
 	// MaxNameLen is the longest lease name, holder or slot scope, in bytes.
-	MaxNameLen = check.MaxLen
+	MaxNameLen = tenure.MaxNameLen
 	// MaxTTL is the longest TTL a lease or slot can be granted for.
-	MaxTTL = 24 * time.Hour
+	MaxTTL = tenure.MaxTTL
 )
 
 // DB is what a Client runs its queries on. A *pgxpool.Pool, a *pgx.Conn and
@@ -36,95 +30,98 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Config configures a Client. The zero value is usable: zero fields mean
-// their defaults.
+// Config configures a Client of leases (pglease.New) or of slots
+// (runslots.New). The zero value is usable: zero fields mean their
+// defaults. New refuses an invalid Config with an error that names the
+// field.
 type Config struct {
-	// Holder identifies this client in the lease table. Two clients with the
-	// same holder share tenures (acquire is re-entrant per holder), so it must
-	// be unique per client. Defaults to NewHolderID().
+	// Holder identifies this client in the lease and slot tables. Two
+	// clients with the same holder share tenures (acquire and claim are
+	// re-entrant per holder), so it must be unique per client. Defaults to
+	// NewHolderID().
 	Holder string
 
-	// SafetyMargin is subtracted from a lease's TTL to compute its local
+	// SafetyMargin is subtracted from a tenure's TTL to compute its local
 	// deadline (see Lease.Deadline). It covers clock-rate differences between
 	// this machine and the server and the time between a check of the
-	// deadline and the work it guards. Defaults to a tenth of each lease's
+	// deadline and the work it guards. Defaults to a tenth of each tenure's
 	// TTL. Must be smaller than every TTL used with this client.
 	SafetyMargin time.Duration
+
+	// Logger receives Run's renewal failures, stuck workloads and failed
+	// releases, and the fallback from release notifications to expiry
+	// waits. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// PurgeEvery is how often Run, while its workload runs, calls
+	// pglease.purge_due to delete what has been free for a day (see Purge);
+	// the server lets one call per interval through across every caller of
+	// the database. Defaults to an hour; negative disables it. It runs only
+	// when the database is a *pgxpool.Pool.
+	PurgeEvery time.Duration
+
+	// RenewInterval is the time between Run's renewals. Defaults to a third
+	// of the tenure's TTL. When set, every TTL used with this client must
+	// exceed RenewInterval plus the safety margin.
+	RenewInterval time.Duration
+
+	// RetryDelay is the pause before Run retries a renewal whose outcome is
+	// unknown (connection error, timeout), while the deadline allows.
+	// Defaults to a twentieth of the TTL, at least 10ms. Must be shorter
+	// than RenewInterval when that is set.
+	RetryDelay time.Duration
+
+	// StopTimeout is how long after cancelling its workload Run waits
+	// before reporting it as stuck (Run keeps waiting: it never releases
+	// nor returns while the workload may still run). Defaults to the TTL.
+	StopTimeout time.Duration
+
+	// OnStuck, when set, is called once when Run's workload has not
+	// returned StopTimeout after its context was cancelled, with the cause.
+	OnStuck func(cause error)
+
+	// OnRelease, when set, is called after Run's release with its error
+	// (nil when the tenure was released).
+	OnRelease func(err error)
+
+	// OnWait, when set, is called each time a blocking Acquire, Claim or
+	// ClaimAll has been refused and is about to wait (listening for the
+	// release), with the refusal: a *HeldError or a *runslots.FullError.
+	// It is called on the waiting goroutine and must return quickly.
+	OnWait func(refusal error)
 }
 
 // Client acquires leases in the pglease schema of one database. It is safe
 // for concurrent use.
 type Client struct {
-	db     DB
-	q      *db.Queries
-	pool   *pgxpool.Pool // non-nil when db is a pool: used to LISTEN
-	holder string
-	margin time.Duration
+	c  *tenure.Core
+	db DB
+}
 
-	// waiting, when set by a test, is called each time a blocking acquire
-	// has been refused and is about to wait.
-	waiting func(name string)
+// leases is the lease kind of tenure.
+var leases = tenure.Kind{
+	Noun: "lease", Prefix: "pglease", Lost: ErrLeaseLost,
+	LostError: func(t *tenure.Tenure, cause, workErr error) error {
+		return &LostError{Name: t.Name(), Fence: t.Fence(), Cause: cause, WorkErr: workErr}
+	},
 }
 
 // New returns a Client that runs its queries on database. It does not take
-// ownership: closing database stays the caller's job.
+// ownership: closing database stays the caller's job. It returns an error
+// matching ErrInvalidArgument, naming the field, when cfg is invalid.
 func New(database DB, cfg Config) (*Client, error) {
-	if database == nil {
-		return nil, invalidf("database must not be nil: pass a *pgxpool.Pool, *pgx.Conn or pgx.Tx")
-	}
-	holder := cmp.Or(cfg.Holder, NewHolderID())
-	if err := checkText("holder", holder); err != nil {
+	// Config has the fields of tenure.Config, in its order.
+	c, err := tenure.New(database, leases, tenure.Config(cfg))
+	if err != nil {
 		return nil, err
 	}
-	if cfg.SafetyMargin < 0 {
-		return nil, invalidf("SafetyMargin must not be negative, got %s", cfg.SafetyMargin)
-	}
-	c := &Client{db: database, q: db.New(database), holder: holder, margin: cfg.SafetyMargin}
-	if pool, ok := database.(*pgxpool.Pool); ok {
-		c.pool = pool
-	}
-	return c, nil
+	return &Client{c: c, db: database}, nil
 }
 
 // Holder returns the identity this client acquires leases as.
-func (c *Client) Holder() string { return c.holder }
+func (c *Client) Holder() string { return c.c.Holder() }
 
 // NewHolderID returns a holder identity unique to this call:
 // "host/pid/random". The random part keeps two processes apart even when they
 // share a host name and PID (two containers that both run as PID 1).
-func NewHolderID() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	if len(host) > 200 {
-		host = host[:200]
-	}
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-}
-
-// marginFor returns the safety margin for a lease of ttl.
-func (c *Client) marginFor(ttl time.Duration) time.Duration {
-	return cmp.Or(c.margin, ttl/10)
-}
-
-// checkText validates a lease name, holder or scope as the SQL does.
-func checkText(arg, value string) error {
-	if msg := check.Text(arg, value); msg != "" {
-		return invalidf("%s", msg)
-	}
-	return nil
-}
-
-// checkTTL validates a TTL as the SQL does, and against the safety margin.
-func (c *Client) checkTTL(ttl time.Duration) error {
-	if ttl < time.Microsecond || ttl > MaxTTL {
-		return invalidf("ttl must be from 1µs to %s, got %s", MaxTTL, ttl)
-	}
-	if c.margin >= ttl {
-		return invalidf("ttl %s must be longer than the client's SafetyMargin %s", ttl, c.margin)
-	}
-	return nil
-}
+func NewHolderID() string { return tenure.NewHolderID() }

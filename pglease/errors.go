@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
-	"github.com/pglease/pglease/internal/pgerr"
+	"github.com/pglease/pglease/internal/tenure"
 )
 
 // Sentinel errors, matched with errors.Is.
@@ -18,13 +19,24 @@ var (
 	// ErrLeaseLost means this tenure is over: a renewal, release or fenced
 	// write was refused because the lease expired, was released, or was
 	// taken over (the fence moved on). Stop the work the lease protected;
-	// acquire again for a new tenure with a new fence.
-	ErrLeaseLost = errors.New("pglease: lease lost: the tenure is over")
+	// acquire again for a new tenure with a new fence. Run reports a loss
+	// as a *LostError, which matches it.
+	ErrLeaseLost = tenure.ErrLeaseLost
 
-	// ErrInvalidArgument means an argument was rejected (empty or over-long
-	// name or holder, a TTL out of range, ...). Nothing was changed. The
-	// wrapped message says which argument and the allowed range.
-	ErrInvalidArgument = errors.New("pglease: invalid argument")
+	// ErrInvalidArgument means an argument or a Config field was rejected
+	// (empty or over-long name or holder, a TTL out of range, ...). Nothing
+	// was changed. The wrapped message says which one and the allowed range.
+	ErrInvalidArgument = tenure.ErrInvalidArgument
+
+	// ErrNotMigrated means schema pglease, or a function this client calls,
+	// is missing from the database: the migrations were not applied, or are
+	// older than this client needs. Apply them (Migrate, or `pglease migrate
+	// up`).
+	ErrNotMigrated = tenure.ErrNotMigrated
+
+	// ErrPermissionDenied means the connecting role may not call pglease's
+	// functions. Grant it role pglease_client.
+	ErrPermissionDenied = tenure.ErrPermissionDenied
 )
 
 // HeldError is returned by TryAcquire when another holder has a live tenure.
@@ -51,14 +63,59 @@ func (e *HeldError) Error() string {
 // Is reports whether target is ErrLeaseHeld.
 func (e *HeldError) Is(target error) bool { return target == ErrLeaseHeld }
 
-// errs maps the SQL functions' errors to this package's sentinels.
-var errs = pgerr.Sentinels{Prefix: "pglease", Invalid: ErrInvalidArgument, Lost: ErrLeaseLost}
+// LostError is how Lease.Run and the runslots package's Run report a
+// tenure lost while the workload ran. It matches ErrLeaseLost (and, for a
+// slot, runslots.ErrSlotLost) with errors.Is, and wraps why the workload
+// was cancelled and what it returned; use errors.As to read it.
+type LostError struct {
+	// Name is the lease name, or the slot's scope.
+	Name string
+	// Slot is the slot number; 0 for a lease.
+	Slot int
+	// Fence is the lost tenure's fence.
+	Fence int64
+	// Cause is why the workload was cancelled: the refused renewal, the
+	// passed deadline, or ctx's error when ctx ended before the loss.
+	Cause error
+	// WorkErr is what the workload returned, unless nil or
+	// context.Canceled.
+	WorkErr error
+}
+
+// Error implements error.
+func (e *LostError) Error() string {
+	var b strings.Builder
+	if e.Slot == 0 {
+		fmt.Fprintf(&b, "pglease: lease %q (fence %d) lost while the workload ran", e.Name, e.Fence)
+	} else {
+		fmt.Fprintf(&b, "runslots: slot %d of scope %q (fence %d) lost while the workload ran", e.Slot, e.Name, e.Fence)
+	}
+	if e.Cause != nil {
+		fmt.Fprintf(&b, ": %v", e.Cause)
+	}
+	if e.WorkErr != nil {
+		fmt.Fprintf(&b, "; the workload returned: %v", e.WorkErr)
+	}
+	return b.String()
+}
+
+// Unwrap returns the kind's lost sentinel (ErrLeaseLost, or
+// runslots.ErrSlotLost for a slot), the cause and the workload's error.
+func (e *LostError) Unwrap() []error {
+	errs := []error{ErrLeaseLost}
+	if e.Slot != 0 {
+		errs[0] = tenure.ErrSlotLost
+	}
+	for _, err := range []error{e.Cause, e.WorkErr} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
 
 // interpretError maps errors from the generated queries to the package's
 // errors, and returns ctx.Err() unchanged when ctx has ended.
-func interpretError(ctx context.Context, err error) error { return errs.Interpret(ctx, err) }
-
-// invalidf returns an ErrInvalidArgument error with a message.
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+func interpretError(ctx context.Context, err error) error {
+	return tenure.Interpret(ctx, "pglease", ErrLeaseLost, err)
 }

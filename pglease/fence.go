@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/tenure"
 )
 
 // rollbackTimeout bounds the rollback after a failed fenced write.
@@ -27,7 +28,7 @@ type Beginner interface {
 // (paused, or cut off by the network) would otherwise block every takeover
 // until its connection dies.
 func (l *Lease) WithFence(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return withFence(ctx, l.c.db, l.name, l.fence, l.ttl, fn)
+	return withFence(ctx, l.db, l.t.Name(), l.t.Fence(), l.t.TTL(), fn)
 }
 
 // WithFence runs fn in a transaction that first checks, with
@@ -48,11 +49,11 @@ func WithFence(ctx context.Context, database Beginner, name string, fence int64,
 // withFence is WithFence, with the transaction's idle timeout set to
 // idleTimeout when it is positive.
 func withFence(ctx context.Context, database Beginner, name string, fence int64, idleTimeout time.Duration, fn func(tx pgx.Tx) error) (err error) {
-	if err := checkText("name", name); err != nil {
+	if err := tenure.CheckText("name", name); err != nil {
 		return err
 	}
 	if fence < 0 {
-		return invalidf("fence must be 0 or more, got %d", fence)
+		return tenure.Invalidf("fence must be 0 or more, got %d", fence)
 	}
 	tx, err := database.Begin(ctx)
 	if err != nil {

@@ -2,24 +2,26 @@ package pglease
 
 import (
 	"context"
-	"sync"
 	"time"
 
-	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/notify"
+	"github.com/pglease/pglease/internal/tenure"
 )
+
+// NotifyChannel is the channel the SQL functions NOTIFY on when a lease or
+// slot that someone waits for is released (a refused acquire or claim
+// registers its caller as a waiter until the holder's expiry). The payload
+// is JSON: {"kind": "lease"|"slot", "event": "released", "name": ...,
+// "slot": ..., "fence": ..., "holder": ...}. Releases nobody waits for send
+// nothing: a NOTIFY makes its transaction commit under a cluster-wide lock.
+const NotifyChannel = notify.Channel
 
 // Lease is one tenure of a named lease, identified by its fence. It is safe
 // for concurrent use.
 type Lease struct {
-	c      *Client
-	name   string
-	fence  int64
-	ttl    time.Duration
-	margin time.Duration
-
-	mu       sync.Mutex
-	deadline time.Time // monotonic; see Deadline
+	t  *tenure.Tenure
+	db DB // the client's, for WithFence
 }
 
 // TryAcquire takes the lease name for ttl, or returns at once. It returns a
@@ -28,41 +30,63 @@ type Lease struct {
 // fence) back with its expiry re-pinned to ttl from now: retrying after a
 // lost reply never creates a second tenure.
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
-	if err := checkText("name", name); err != nil {
+	if err := c.check(name, ttl); err != nil {
 		return nil, err
 	}
-	if err := c.checkTTL(ttl); err != nil {
-		return nil, err
-	}
-	return c.tryAcquire(ctx, name, ttl)
+	l, _, err := c.try(ctx, name, ttl)
+	return l, err
 }
 
-func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
+// Acquire takes the lease name for ttl, waiting while another holder has it.
+// It wakes as soon as the holder releases (a NOTIFY, when the client was
+// built on a *pgxpool.Pool) and otherwise sleeps until the holder's reported
+// expiry, then tries again. It returns ctx.Err() unchanged when ctx ends
+// first. Errors other than the lease being held (connection failures, bad
+// arguments) are returned at once.
+func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
+	if err := c.check(name, ttl); err != nil {
+		return nil, err
+	}
+	return tenure.Await(ctx, c.c, func(ctx context.Context) (*Lease, *tenure.Refusal, error) {
+		return c.try(ctx, name, ttl)
+	})
+}
+
+// check validates an acquire's arguments as the SQL does.
+func (c *Client) check(name string, ttl time.Duration) error {
+	if err := tenure.CheckText("name", name); err != nil {
+		return err
+	}
+	return c.c.CheckTTL(ttl)
+}
+
+// try makes one acquire: a lease, or the refusal as a *HeldError and its
+// wait, or another error.
+func (c *Client) try(ctx context.Context, name string, ttl time.Duration) (*Lease, *tenure.Refusal, error) {
 	sent := time.Now()
-	row, err := c.q.LeaseAcquire(ctx, db.LeaseAcquireParams{Name: name, Holder: c.holder, Ttl: ttl})
+	row, err := c.c.Queries().LeaseAcquire(ctx, db.LeaseAcquireParams{Name: name, Holder: c.c.Holder(), Ttl: ttl})
 	if err != nil {
-		return nil, interpretError(ctx, err)
+		return nil, nil, c.c.Interpret(ctx, err)
 	}
 	if !row.Acquired {
-		return nil, &HeldError{Name: name, Holder: row.Holder, Fence: row.Fence, ExpiresIn: row.ExpiresIn}
+		held := &HeldError{Name: name, Holder: row.Holder, Fence: row.Fence, ExpiresIn: row.ExpiresIn}
+		return nil, &tenure.Refusal{Name: name, RetryIn: held.ExpiresIn}, held
 	}
-	l := &Lease{c: c, name: name, fence: row.Fence, ttl: ttl, margin: c.marginFor(ttl)}
-	l.deadline = sent.Add(ttl - l.margin)
-	return l, nil
+	return &Lease{t: c.c.Grant(name, 0, row.Fence, ttl, sent), db: c.db}, nil, nil
 }
 
 // Name returns the lease name.
-func (l *Lease) Name() string { return l.name }
+func (l *Lease) Name() string { return l.t.Name() }
 
 // Fence returns this tenure's fence: larger than that of every earlier
 // tenure of the lease. Pass it along with writes to fence them (WithFence).
-func (l *Lease) Fence() int64 { return l.fence }
+func (l *Lease) Fence() int64 { return l.t.Fence() }
 
 // Holder returns the identity holding this tenure.
-func (l *Lease) Holder() string { return l.c.holder }
+func (l *Lease) Holder() string { return l.t.Holder() }
 
 // TTL returns the time to live each acquire or renew grants.
-func (l *Lease) TTL() time.Duration { return l.ttl }
+func (l *Lease) TTL() time.Duration { return l.t.TTL() }
 
 // Deadline returns the local time after which the lease must be assumed
 // gone: when the last successful acquire or renew request was sent, plus the
@@ -70,11 +94,13 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 // received that request, so it is later than Deadline. Deadline carries Go's
 // monotonic clock reading: compare it with time.Now or time.Until only (wall
 // clock steps do not move it), and do not serialise it.
-func (l *Lease) Deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
-}
+func (l *Lease) Deadline() time.Time { return l.t.Deadline() }
+
+// Done returns a channel that is closed once this tenure can no longer be
+// trusted: Deadline passed without a renewal moving it, a renewal was
+// refused, or the lease was released. Work the lease guards should stop
+// when it closes; Run does that for its workload.
+func (l *Lease) Done() <-chan struct{} { return l.t.Done() }
 
 // Renew extends the tenure by the lease's TTL from now, and moves Deadline.
 // It returns ErrLeaseLost when the server refused: the lease expired, was
@@ -82,57 +108,45 @@ func (l *Lease) Deadline() time.Time {
 // (a connection failure, a timeout) leaves the outcome unknown: the renewal
 // may or may not have happened. Renewing is idempotent, so retry while
 // Deadline allows; only ErrLeaseLost is a verdict.
-func (l *Lease) Renew(ctx context.Context) error {
-	sent := time.Now()
-	row, err := l.c.q.LeaseRenew(ctx, db.LeaseRenewParams{
-		Name: l.name, Holder: l.c.holder, Fence: l.fence, Ttl: l.ttl,
-	})
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	if !row.Renewed {
-		return ErrLeaseLost
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if d := sent.Add(l.ttl - l.margin); d.After(l.deadline) {
-		l.deadline = d
-	}
-	return nil
-}
+func (l *Lease) Renew(ctx context.Context) error { return l.t.Renew(ctx) }
 
 // Release ends the tenure so that others can acquire the lease at once
-// (waiters are notified). The lease keeps its fence: the next tenure gets a
-// larger one. Release returns ErrLeaseLost when the tenure had already ended
-// (expired or taken over): anything done after Deadline was unprotected.
+// (waiters are notified), and closes Done. The lease keeps its fence: the
+// next tenure gets a larger one. Release returns ErrLeaseLost when the
+// tenure had already ended (expired or taken over): anything done after
+// Deadline was unprotected.
 //
 // On a pool, or a connection outside a transaction block, the release
 // commits without waiting for its WAL flush (one flush per tenure instead
 // of two): a release lost in a crash leaves the lease held until its
 // expiry, and every later grant's durable commit carries the release with
 // it. Inside a pgx.Tx it commits with the transaction, as durable as it is.
-func (l *Lease) Release(ctx context.Context) error {
-	var (
-		released bool
-		err      error
-	)
-	if asyncrelease.OK(l.c.db) {
-		released, err = l.c.q.LeaseReleaseAsync(ctx, db.LeaseReleaseAsyncParams{
-			Name: l.name, Holder: l.c.holder, Fence: l.fence,
-		})
-	} else {
-		released, err = l.c.q.LeaseRelease(ctx, db.LeaseReleaseParams{
-			Name: l.name, Holder: l.c.holder, Fence: l.fence,
-		})
-	}
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	if !released {
-		return ErrLeaseLost
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.deadline = time.Now()
-	return nil
+func (l *Lease) Release(ctx context.Context) error { return l.t.Release(ctx) }
+
+// Run keeps the lease while fn runs, renewing it, and releases it once fn
+// has returned. fn must not renew or release the lease.
+//
+// fn's context is cancelled as soon as the lease can no longer be trusted:
+// a renewal is refused, or Deadline passes without a successful renewal
+// (renewals run every Config.RenewInterval; one whose outcome is unknown is
+// retried after Config.RetryDelay while the deadline allows). Its cause
+// (context.Cause) then matches ErrLeaseLost. It is also cancelled when ctx
+// ends, with ctx's error as its cause; the lease is renewed until fn
+// returns, so it does not lapse while fn winds down. Run never releases
+// the lease, nor returns, while fn may still run; if fn has not returned
+// Config.StopTimeout after its context was cancelled, Run logs it (and
+// calls Config.OnStuck) and keeps waiting.
+//
+// Run returns:
+//   - when the lease was lost while fn ran: a *LostError (matching
+//     ErrLeaseLost), whatever fn returned, even nil. It wraps why fn was
+//     cancelled and fn's error unless that is nil or context.Canceled. The
+//     lease is not released: it is not ours any more, or will not be once
+//     it expires;
+//   - otherwise fn's error, unchanged, after releasing the lease on a
+//     context detached from ctx and bounded by the TTL. A failed release
+//     is logged (and passed to Config.OnRelease), not returned: fn
+//     finished within the tenure, and the lease frees when it expires.
+func (l *Lease) Run(ctx context.Context, fn func(ctx context.Context) error) error {
+	return l.t.Run(ctx, fn)
 }

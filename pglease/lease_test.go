@@ -622,3 +622,137 @@ func TestAcquireListensAgain(t *testing.T) {
 		t.Fatal("blocked Acquire not woken 20s after the release")
 	}
 }
+
+// awaitDone waits for Done to close, failing the test after a generous
+// liveness bound.
+func awaitDone(t *testing.T, l *pglease.Lease, what string) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Done not closed: %s", what)
+	}
+}
+
+// TestDone: Done closes when the lease is released, when a renewal is
+// refused, and at the local deadline, never before it.
+func TestDone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	c := newClient(t, pool, "")
+
+	released := mustAcquire(t, c, "released", time.Minute)
+	select {
+	case <-released.Done():
+		t.Fatal("Done closed while the lease is held")
+	default:
+	}
+	if err := released.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitDone(t, released, "after Release")
+
+	refused := mustAcquire(t, c, "refused", time.Minute)
+	if r, err := pglease.ForceRelease(ctx, pool, "refused"); err != nil || !r.Released {
+		t.Fatalf("ForceRelease = %+v, %v", r, err)
+	}
+	if err := refused.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("Renew after a force release = %v, want ErrLeaseLost", err)
+	}
+	awaitDone(t, refused, "after a refused renewal")
+
+	expiring := mustAcquire(t, c, "expiring", 200*time.Millisecond)
+	awaitDone(t, expiring, "at the local deadline")
+	if time.Now().Before(expiring.Deadline()) {
+		t.Fatalf("Done closed %s before the deadline", time.Until(expiring.Deadline()))
+	}
+}
+
+// TestLeaseRun: Run releases after fn returns and returns fn's error; when
+// the lease is lost while fn runs, fn's context ends with a cause matching
+// ErrLeaseLost and Run returns a *LostError naming the lease and fence.
+func TestLeaseRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	c := newClient(t, pool, "")
+
+	l := mustAcquire(t, c, "run", time.Minute)
+	errBoom := errors.New("boom")
+	if err := l.Run(ctx, func(context.Context) error { return errBoom }); err != errBoom {
+		t.Fatalf("Run = %v, want fn's error unchanged", err)
+	}
+	if st := leaseState(t, pool, "run"); st != pglease.StateFree {
+		t.Fatalf("lease after Run is %s, want free (released)", st)
+	}
+
+	l = mustAcquire(t, c, "lost", 900*time.Millisecond)
+	var cause error
+	err := l.Run(ctx, func(fctx context.Context) error {
+		if r, err := pglease.ForceRelease(ctx, pool, "lost"); err != nil || !r.Released {
+			t.Errorf("ForceRelease = %+v, %v", r, err)
+		}
+		select {
+		case <-fctx.Done():
+			cause = context.Cause(fctx)
+		case <-time.After(10 * time.Second):
+			return errors.New("fn's context was not cancelled")
+		}
+		return nil
+	})
+	if !errors.Is(cause, pglease.ErrLeaseLost) {
+		t.Fatalf("fn's context cause = %v, want ErrLeaseLost", cause)
+	}
+	lost, ok := errors.AsType[*pglease.LostError](err)
+	if !ok || !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("Run = %v, want a *LostError matching ErrLeaseLost", err)
+	}
+	if lost.Name != "lost" || lost.Slot != 0 || lost.Fence != l.Fence() || lost.WorkErr != nil {
+		t.Fatalf("LostError = %+v, want lease %q fence %d, no workload error", lost, "lost", l.Fence())
+	}
+}
+
+// leaseState returns the server's state of lease name.
+func leaseState(t *testing.T, pool pglease.DB, name string) pglease.LeaseState {
+	t.Helper()
+	leases, err := pglease.Leases(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases {
+		if l.Name == name {
+			return l.State
+		}
+	}
+	t.Fatalf("no lease %q in %+v", name, leases)
+	return ""
+}
+
+// TestSentinels: a missing schema and a missing grant are reported with
+// ErrNotMigrated and ErrPermissionDenied.
+func TestSentinels(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bare := newClient(t, pgtest.Pool(t, pgtest.NewDatabase(t)), "")
+	if _, err := bare.TryAcquire(ctx, "x", time.Minute); !errors.Is(err, pglease.ErrNotMigrated) {
+		t.Fatalf("TryAcquire without the schema = %v, want ErrNotMigrated", err)
+	}
+	pool := pgtest.NewPool(t)
+	role := fmt.Sprintf("pglease_nogrant_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, `CREATE ROLE `+role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP ROLE `+role) })
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL ROLE `+role); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newClient(t, tx, "").TryAcquire(ctx, "x", time.Minute); !errors.Is(err, pglease.ErrPermissionDenied) {
+		t.Fatalf("TryAcquire without the grant = %v, want ErrPermissionDenied", err)
+	}
+}

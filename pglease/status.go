@@ -3,6 +3,9 @@ package pglease
 import (
 	"context"
 	"time"
+
+	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/tenure"
 )
 
 // LeaseState is the state of a lease as seen by the server.
@@ -29,20 +32,16 @@ type LeaseStatus struct {
 	ExpiresIn time.Duration
 }
 
-// Leases lists every lease the database has ever granted, by name.
-func (c *Client) Leases(ctx context.Context) ([]LeaseStatus, error) {
-	rows, err := c.q.LeaseStatusList(ctx)
-	if err != nil {
-		return nil, interpretError(ctx, err)
-	}
-	out := make([]LeaseStatus, len(rows))
-	for i, r := range rows {
-		out[i] = LeaseStatus{
+// Leases lists every lease database has ever granted, by name. It needs
+// no holder: it is the operator's view (`pglease status`).
+func Leases(ctx context.Context, database DB) ([]LeaseStatus, error) {
+	rows, err := db.New(database).LeaseStatusList(ctx)
+	return tenure.List(ctx, "pglease", rows, err, func(r db.LeaseStatusListRow) LeaseStatus {
+		return LeaseStatus{
 			Name: r.Name, Holder: r.Holder.String, Fence: r.Fence,
 			State: LeaseState(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
 		}
-	}
-	return out, nil
+	})
 }
 
 // ForcedRelease reports what ForceRelease ended.
@@ -54,18 +53,29 @@ type ForcedRelease struct {
 	Fence  int64
 }
 
-// ForceRelease ends the current tenure of lease name, whoever holds it: an
-// operator's override for a holder that is gone but whose TTL is long. The
-// next tenure gets a larger fence, so the old holder's fenced writes are
-// refused; its unfenced work is not stopped. Needs the schema owner's
-// privileges (pglease_client is not granted it).
-func (c *Client) ForceRelease(ctx context.Context, name string) (ForcedRelease, error) {
-	if err := checkText("name", name); err != nil {
+// ForceRelease ends the current tenure of lease name on database, whoever
+// holds it: an operator's override for a holder that is gone but whose TTL
+// is long (`pglease release --force`). The next tenure gets a larger fence,
+// so the old holder's fenced writes are refused; its unfenced work is not
+// stopped. Needs the schema owner's privileges (pglease_client is not
+// granted it); it needs no holder.
+func ForceRelease(ctx context.Context, database DB, name string) (ForcedRelease, error) {
+	if err := tenure.CheckText("name", name); err != nil {
 		return ForcedRelease{}, err
 	}
-	r, err := c.q.LeaseForceRelease(ctx, name)
+	r, err := db.New(database).LeaseForceRelease(ctx, name)
 	if err != nil {
 		return ForcedRelease{}, interpretError(ctx, err)
 	}
 	return ForcedRelease{Released: r.Released, Holder: r.Holder.String, Fence: r.Fence.Int64}, nil
+}
+
+// Leases lists every lease the client's database has ever granted, as the
+// package function Leases does.
+func (c *Client) Leases(ctx context.Context) ([]LeaseStatus, error) { return Leases(ctx, c.db) }
+
+// ForceRelease ends the current tenure of lease name, whoever holds it, as
+// the package function ForceRelease does.
+func (c *Client) ForceRelease(ctx context.Context, name string) (ForcedRelease, error) {
+	return ForceRelease(ctx, c.db, name)
 }

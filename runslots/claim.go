@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/db"
-	"github.com/pglease/pglease/internal/notify"
+	"github.com/pglease/pglease/internal/tenure"
 )
 
 // TryClaim takes one of capacity slots of scope for ttl, or returns at
@@ -24,21 +24,25 @@ func (c *Client) TryClaim(ctx context.Context, scope string, capacity int, ttl t
 	if err := c.checkClaim(scope, capacity, ttl); err != nil {
 		return nil, err
 	}
-	return c.tryClaim(ctx, scope, capacity, ttl)
+	s, _, err := c.tryClaim(ctx, scope, capacity, ttl)
+	return s, err
 }
 
-func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl time.Duration) (*Slot, error) {
+// tryClaim makes one claim: a slot, or the refusal as a *FullError and its
+// wait, or another error.
+func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl time.Duration) (*Slot, *tenure.Refusal, error) {
 	sent := time.Now()
-	row, err := c.q.SlotClaim(ctx, db.SlotClaimParams{
-		Scope: scope, Holder: c.holder, Capacity: int32(capacity), Ttl: ttl,
+	row, err := c.c.Queries().SlotClaim(ctx, db.SlotClaimParams{
+		Scope: scope, Holder: c.c.Holder(), Capacity: int32(capacity), Ttl: ttl,
 	})
 	if err != nil {
-		return nil, interpretError(ctx, err)
+		return nil, nil, c.c.Interpret(ctx, err)
 	}
 	if !row.Claimed {
-		return nil, &FullError{Scope: scope, Capacity: capacity, InUse: int(row.InUse), RetryIn: orZero(row.RetryIn)}
+		full := &FullError{Scope: scope, Capacity: capacity, InUse: int(row.InUse), RetryIn: orZero(row.RetryIn)}
+		return nil, full.refusal(), full
 	}
-	return c.newSlot(scope, row.Slot.Int32, row.Fence.Int64, ttl, sent), nil
+	return &Slot{t: c.c.Grant(scope, int(row.Slot.Int32), row.Fence.Int64, ttl, sent)}, nil, nil
 }
 
 // Claim takes one of capacity slots of scope for ttl, waiting while the
@@ -53,25 +57,9 @@ func (c *Client) Claim(ctx context.Context, scope string, capacity int, ttl time
 	if err := c.checkClaim(scope, capacity, ttl); err != nil {
 		return nil, err
 	}
-	// Try before listening: a free slot needs no LISTEN connection. Once
-	// refused, listen, then try again before waiting, so that a release
-	// between the first try and the LISTEN is not missed.
-	s, err := c.tryClaim(ctx, scope, capacity, ttl)
-	if _, ok := errors.AsType[*FullError](err); !ok {
-		return s, err
-	}
-	w := notify.Listen(ctx, c.pool, "slot", scope)
-	defer w.Close(ctx)
-	for {
-		s, err := c.tryClaim(ctx, scope, capacity, ttl)
-		full, ok := errors.AsType[*FullError](err)
-		if !ok {
-			return s, err
-		}
-		if err := c.wait(ctx, w, full); err != nil {
-			return nil, err
-		}
-	}
+	return tenure.Await(ctx, c.c, func(ctx context.Context) (*Slot, *tenure.Refusal, error) {
+		return c.tryClaim(ctx, scope, capacity, ttl)
+	})
 }
 
 // Want is one scope to claim a slot of with TryClaimAll or ClaimAll.
@@ -95,12 +83,13 @@ func (c *Client) TryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 	if err := c.checkWants(wants, ttl); err != nil {
 		return nil, err
 	}
-	return c.tryClaimAll(ctx, wants, ttl)
+	slots, _, err := c.tryClaimAll(ctx, wants, ttl)
+	return slots, err
 }
 
-func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duration) ([]*Slot, error) {
+func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duration) ([]*Slot, *tenure.Refusal, error) {
 	p := db.SlotClaimManyParams{
-		Holder:     c.holder,
+		Holder:     c.c.Holder(),
 		Scopes:     make([]string, len(wants)),
 		Capacities: make([]int32, len(wants)),
 		Ttl:        ttl,
@@ -109,9 +98,9 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 		p.Scopes[i], p.Capacities[i] = w.Scope, int32(w.Capacity)
 	}
 	sent := time.Now()
-	row, err := c.q.SlotClaimMany(ctx, p)
+	row, err := c.c.Queries().SlotClaimMany(ctx, p)
 	if err != nil {
-		return nil, interpretError(ctx, err)
+		return nil, nil, c.c.Interpret(ctx, err)
 	}
 	if !row.Claimed {
 		full := &FullError{Scope: row.RefusedScope.String, InUse: int(row.RefusedInUse.Int32), RetryIn: orZero(row.RetryIn)}
@@ -120,16 +109,16 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 				full.Capacity = w.Capacity
 			}
 		}
-		return nil, full
+		return nil, full.refusal(), full
 	}
 	if len(row.Slots) != len(wants) || len(row.Fences) != len(wants) {
-		return nil, errors.New("runslots: pglease.claim_slots returned fewer slots than scopes; the schema does not match this client")
+		return nil, nil, errors.New("runslots: pglease.claim_slots returned fewer slots than scopes; the schema does not match this client")
 	}
 	slots := make([]*Slot, len(wants))
 	for i, w := range wants {
-		slots[i] = c.newSlot(w.Scope, row.Slots[i], row.Fences[i], ttl, sent)
+		slots[i] = &Slot{t: c.c.Grant(w.Scope, int(row.Slots[i]), row.Fences[i], ttl, sent)}
 	}
-	return slots, nil
+	return slots, nil, nil
 }
 
 // ClaimAll takes one slot of each wanted scope for ttl, all or nothing,
@@ -143,71 +132,31 @@ func (c *Client) ClaimAll(ctx context.Context, wants []Want, ttl time.Duration) 
 	if err := c.checkWants(wants, ttl); err != nil {
 		return nil, err
 	}
-	var (
-		w         *notify.Waiter
-		listening string // the scope w waits on
-		retried   bool
-	)
-	defer func() {
-		if w != nil {
-			w.Close(ctx)
-		}
-	}()
-	for {
-		slots, err := c.tryClaimAll(ctx, wants, ttl)
-		full, ok := errors.AsType[*FullError](err)
-		if !ok {
-			return slots, err
-		}
-		if w == nil || listening != full.Scope {
-			// Listen to the scope that refused. A release between the
-			// refusal and the subscription would go unheard, so try again
-			// at once, unless that was just done: then wait, at worst until
-			// the earliest expiry.
-			if w != nil {
-				w.Close(ctx)
-			}
-			w, listening = notify.Listen(ctx, c.pool, "slot", full.Scope), full.Scope
-			if !retried {
-				retried = true
-				continue
-			}
-		}
-		retried = false
-		if err := c.wait(ctx, w, full); err != nil {
-			return nil, err
-		}
-	}
+	return tenure.Await(ctx, c.c, func(ctx context.Context) ([]*Slot, *tenure.Refusal, error) {
+		return c.tryClaimAll(ctx, wants, ttl)
+	})
 }
 
 // checkWants validates the arguments of a multi-scope claim as the SQL
 // does.
 func (c *Client) checkWants(wants []Want, ttl time.Duration) error {
 	if n := len(wants); n < 1 || n > MaxWants {
-		return invalidf("wants must name 1 to %d scopes, got %d", MaxWants, n)
+		return tenure.Invalidf("wants must name 1 to %d scopes, got %d", MaxWants, n)
 	}
 	seen := make(map[string]bool, len(wants))
 	for i, w := range wants {
-		if err := checkText(fmt.Sprintf("wants[%d].Scope", i), w.Scope); err != nil {
+		if err := tenure.CheckText(fmt.Sprintf("wants[%d].Scope", i), w.Scope); err != nil {
 			return err
 		}
-		if err := checkCapacity(fmt.Sprintf("wants[%d].Capacity", i), w.Capacity); err != nil {
+		if err := tenure.CheckCapacity(fmt.Sprintf("wants[%d].Capacity", i), w.Capacity); err != nil {
 			return err
 		}
 		if seen[w.Scope] {
-			return invalidf("wants[%d]: scope %q is named twice", i, w.Scope)
+			return tenure.Invalidf("wants[%d]: scope %q is named twice", i, w.Scope)
 		}
 		seen[w.Scope] = true
 	}
-	return c.checkTTL(ttl)
-}
-
-// wait waits on w after the refusal full, for a release or its RetryIn.
-func (c *Client) wait(ctx context.Context, w *notify.Waiter, full *FullError) error {
-	if c.waiting != nil {
-		c.waiting(full.Scope)
-	}
-	return w.Wait(ctx, full.RetryIn)
+	return c.c.CheckTTL(ttl)
 }
 
 // orZero returns *d, or zero when d is nil.

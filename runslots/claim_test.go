@@ -120,8 +120,8 @@ func TestMissingSchema(t *testing.T) {
 	pool := pgtest.Pool(t, pgtest.NewDatabase(t))
 	c := newClient(t, pool, "")
 	_, err := c.TryClaim(context.Background(), "s", 1, time.Minute)
-	if err == nil || !strings.Contains(err.Error(), "apply the migrations") {
-		t.Fatalf("TryClaim without the schema: got %v, want a hint to apply the migrations", err)
+	if !errors.Is(err, pglease.ErrNotMigrated) || !strings.Contains(err.Error(), "apply the migrations") {
+		t.Fatalf("TryClaim without the schema: got %v, want ErrNotMigrated with a hint to apply the migrations", err)
 	}
 	if _, err := c.Scopes(context.Background()); err == nil || !strings.Contains(err.Error(), "apply the migrations") {
 		t.Fatalf("Scopes without the schema: got %v, want a hint to apply the migrations", err)

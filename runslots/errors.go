@@ -1,18 +1,17 @@
 package runslots
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/pglease/pglease/internal/pgerr"
-	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/internal/tenure"
 )
 
-// Sentinel errors, matched with errors.Is. Invalid arguments are reported
-// with pglease.ErrInvalidArgument, as by the pglease package.
+// Sentinel errors, matched with errors.Is. Invalid arguments, a missing
+// schema and a missing grant are reported with pglease.ErrInvalidArgument,
+// pglease.ErrNotMigrated and pglease.ErrPermissionDenied, as by the
+// pglease package.
 var (
 	// ErrFull means the scope already has capacity live holders.
 	// TryClaim and TryClaimAll return it as a *FullError, which says how
@@ -23,18 +22,10 @@ var (
 	// refused because the slot expired, was released, or was taken over
 	// (its fence moved on). Stop the work the slot admitted; claim again
 	// for a new tenure. It also matches pglease.ErrLeaseLost, so code that
-	// keeps leases and slots alike can test for that one.
-	ErrSlotLost error = slotLost{}
+	// keeps leases and slots alike can test for that one. Run reports a
+	// loss as a *pglease.LostError, which matches it.
+	ErrSlotLost = tenure.ErrSlotLost
 )
-
-// slotLost is ErrSlotLost's type: a distinct sentinel that also matches
-// pglease.ErrLeaseLost.
-type slotLost struct{}
-
-func (slotLost) Error() string { return "runslots: slot lost: the tenure is over" }
-
-// Is reports whether target is pglease.ErrLeaseLost.
-func (slotLost) Is(target error) bool { return target == pglease.ErrLeaseLost }
 
 // FullError is returned by TryClaim and TryClaimAll when a scope already
 // has capacity live holders. It matches ErrFull with errors.Is; use
@@ -65,43 +56,7 @@ func (e *FullError) Error() string {
 // Is reports whether target is ErrFull.
 func (e *FullError) Is(target error) bool { return target == ErrFull }
 
-// lostError is how Run reports a slot lost while its workload ran. It
-// matches ErrSlotLost (and so pglease.ErrLeaseLost) and wraps why the
-// workload was cancelled and what the workload returned.
-type lostError struct {
-	scope   string
-	slot    int
-	fence   int64
-	cause   error // why the workload was cancelled
-	workErr error // what it returned, unless context.Canceled or nil
+// refusal is the wait of a claim refused with e.
+func (e *FullError) refusal() *tenure.Refusal {
+	return &tenure.Refusal{Name: e.Scope, RetryIn: e.RetryIn}
 }
-
-func (e *lostError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "runslots: slot %d of scope %q (fence %d) lost while the workload ran", e.slot, e.scope, e.fence)
-	if e.cause != nil {
-		fmt.Fprintf(&b, ": %v", e.cause)
-	}
-	if e.workErr != nil {
-		fmt.Fprintf(&b, "; the workload returned: %v", e.workErr)
-	}
-	return b.String()
-}
-
-// Unwrap returns ErrSlotLost, the cause and the workload's error.
-func (e *lostError) Unwrap() []error {
-	errs := []error{ErrSlotLost}
-	for _, err := range []error{e.cause, e.workErr} {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errs
-}
-
-// errs maps the SQL functions' errors to this package's sentinels.
-var errs = pgerr.Sentinels{Prefix: "runslots", Invalid: pglease.ErrInvalidArgument, Lost: ErrSlotLost}
-
-// interpretError maps errors from the generated queries to the package's
-// errors, and returns ctx.Err() unchanged when ctx has ended.
-func interpretError(ctx context.Context, err error) error { return errs.Interpret(ctx, err) }

@@ -3,6 +3,10 @@ package runslots
 import (
 	"context"
 	"time"
+
+	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/tenure"
+	"github.com/pglease/pglease/pglease"
 )
 
 // SlotState is the state of a slot as seen by the server.
@@ -48,32 +52,31 @@ type ScopeStatus struct {
 	Slots int
 }
 
-// Slots lists every slot ever created, by scope and number.
-func (c *Client) Slots(ctx context.Context) ([]SlotStatus, error) {
-	rows, err := c.q.SlotStatusList(ctx)
-	if err != nil {
-		return nil, interpretError(ctx, err)
-	}
-	out := make([]SlotStatus, len(rows))
-	for i, r := range rows {
-		out[i] = SlotStatus{
+// Slots lists every slot ever created in database, by scope and number. It
+// needs no holder: it is the operator's view (`pglease status`).
+func Slots(ctx context.Context, database pglease.DB) ([]SlotStatus, error) {
+	rows, err := db.New(database).SlotStatusList(ctx)
+	return tenure.List(ctx, "runslots", rows, err, func(r db.SlotStatusListRow) SlotStatus {
+		return SlotStatus{
 			Scope: r.Scope, Slot: int(r.Slot), Holder: r.Holder.String, Fence: r.Fence,
 			State: SlotState(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
 		}
-	}
-	return out, nil
+	})
 }
 
-// Scopes lists every scope that has slot rows, by name, with its number of
-// live holders.
-func (c *Client) Scopes(ctx context.Context) ([]ScopeStatus, error) {
-	rows, err := c.q.SlotScopeStatusList(ctx)
-	if err != nil {
-		return nil, interpretError(ctx, err)
-	}
-	out := make([]ScopeStatus, len(rows))
-	for i, r := range rows {
-		out[i] = ScopeStatus{Scope: r.Scope, InUse: int(r.InUse), Slots: int(r.Slots)}
-	}
-	return out, nil
+// Scopes lists every scope of database that has slot rows, by name, with
+// its number of live holders. It needs no holder.
+func Scopes(ctx context.Context, database pglease.DB) ([]ScopeStatus, error) {
+	rows, err := db.New(database).SlotScopeStatusList(ctx)
+	return tenure.List(ctx, "runslots", rows, err, func(r db.PgleaseSlotScopeStatus) ScopeStatus {
+		return ScopeStatus{Scope: r.Scope, InUse: int(r.InUse), Slots: int(r.Slots)}
+	})
 }
+
+// Slots lists every slot ever created in the client's database, as the
+// package function Slots does.
+func (c *Client) Slots(ctx context.Context) ([]SlotStatus, error) { return Slots(ctx, c.db) }
+
+// Scopes lists the scopes of the client's database, as the package function
+// Scopes does.
+func (c *Client) Scopes(ctx context.Context) ([]ScopeStatus, error) { return Scopes(ctx, c.db) }

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/purge"
+	"github.com/pglease/pglease/internal/tenure"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/runslots"
 )
 
 // ExitPolicy says what the supervisor does when the workload returns on
@@ -121,8 +123,15 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, invalidf("Capacity must be at least 1 with Scope %q, got %d", cfg.Scope, cfg.Capacity)
 	case cfg.Scope == "" && cfg.Capacity != 0:
 		return cfg, invalidf("Capacity is only for the slot variant: set Scope too")
-	case len(cfg.Name) > pglease.MaxNameLen || len(cfg.Scope) > pglease.MaxNameLen:
-		return cfg, invalidf("Name and Scope must be at most %d bytes", pglease.MaxNameLen)
+	case cfg.Capacity > runslots.MaxCapacity:
+		return cfg, invalidf("Capacity must be at most %d, got %d", runslots.MaxCapacity, cfg.Capacity)
+	}
+	if cfg.Name != "" {
+		if err := tenure.CheckText("Name", cfg.Name); err != nil {
+			return cfg, fmt.Errorf("supervisor: %w", err)
+		}
+	} else if err := tenure.CheckText("Scope", cfg.Scope); err != nil {
+		return cfg, fmt.Errorf("supervisor: %w", err)
 	}
 	for _, d := range []struct {
 		name string
@@ -149,6 +158,10 @@ func (cfg Config) withDefaults() (Config, error) {
 			cfg.RenewInterval, cfg.TTL, cfg.SafetyMargin)
 	}
 	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, cfg.RenewInterval/5)
+	if cfg.RetryDelay >= cfg.RenewInterval {
+		return cfg, invalidf("RetryDelay %s must be shorter than RenewInterval %s: retry while the deadline allows",
+			cfg.RetryDelay, cfg.RenewInterval)
+	}
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, cfg.TTL)
 	cfg.RestartDelay = cmp.Or(cfg.RestartDelay, DefaultRestartDelay)
 	cfg.PurgeEvery = cmp.Or(cfg.PurgeEvery, purge.DefaultEvery)
@@ -156,8 +169,18 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, invalidf("OnExit must be Handover, Restart or Return, got %s", cfg.OnExit)
 	}
 	cfg.Holder = cmp.Or(cfg.Holder, pglease.NewHolderID())
+	if err := tenure.CheckText("Holder", cfg.Holder); err != nil {
+		return cfg, fmt.Errorf("supervisor: %w", err)
+	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return cfg, nil
+}
+
+// observe passes e to the Observer, if any.
+func (cfg Config) observe(e Event) {
+	if cfg.Observer != nil {
+		cfg.Observer(e)
+	}
 }
 
 func invalidf(format string, args ...any) error {

@@ -559,6 +559,11 @@ func TestConfigValidation(t *testing.T) {
 		{"margin too big", supervisor.Config{Name: "a", TTL: time.Second, SafetyMargin: time.Second}, "SafetyMargin"},
 		{"ttl too long", supervisor.Config{Name: "a", TTL: 25 * time.Hour}, "TTL must be at most"},
 		{"bad policy", supervisor.Config{Name: "a", OnExit: 7}, "OnExit"},
+		{"name with NUL", supervisor.Config{Name: "a\x00b"}, "Name must not contain NUL"},
+		{"scope not UTF-8", supervisor.Config{Scope: "a\xffb", Capacity: 1}, "Scope must be valid UTF-8"},
+		{"capacity too large", supervisor.Config{Scope: "b", Capacity: 2_000_000}, "Capacity must be at most"},
+		{"retry slower than renewals", supervisor.Config{Name: "a", TTL: time.Second, RetryDelay: time.Hour}, "RetryDelay"},
+		{"holder too long", supervisor.Config{Name: "a", Holder: strings.Repeat("h", 300)}, "Holder must be 1 to"},
 	}
 	for _, tc := range cases {
 		_, err := supervisor.New(pool, tc.cfg)

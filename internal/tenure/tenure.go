@@ -1,0 +1,164 @@
+package tenure
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/pglease/pglease/internal/asyncrelease"
+	"github.com/pglease/pglease/internal/db"
+)
+
+// Tenure is one tenure of a lease, or of one slot of a scope, identified
+// by its fence. It is safe for concurrent use.
+type Tenure struct {
+	c      *Core
+	name   string // lease name or slot scope
+	slot   int    // slot number; 0 for a lease
+	fence  int64
+	ttl    time.Duration
+	margin time.Duration
+
+	mu       sync.Mutex
+	deadline time.Time   // monotonic; see Deadline
+	over     *time.Timer // closes done at the deadline
+	done     chan struct{}
+	ended    bool // done is closed
+}
+
+// Grant returns the tenure granted by a request sent at sent: its deadline
+// is sent + ttl - the safety margin.
+func (c *Core) Grant(name string, slot int, fence int64, ttl time.Duration, sent time.Time) *Tenure {
+	t := &Tenure{c: c, name: name, slot: slot, fence: fence, ttl: ttl, margin: c.marginFor(ttl), done: make(chan struct{})}
+	t.deadline = sent.Add(ttl - t.margin)
+	t.mu.Lock() // expire may run before t.over is set
+	defer t.mu.Unlock()
+	t.over = time.AfterFunc(time.Until(t.deadline), t.expire)
+	return t
+}
+
+// Name returns the lease name or slot scope.
+func (t *Tenure) Name() string { return t.name }
+
+// Slot returns the slot number, 0 for a lease.
+func (t *Tenure) Slot() int { return t.slot }
+
+// Fence returns the tenure's fence.
+func (t *Tenure) Fence() int64 { return t.fence }
+
+// Holder returns the identity holding the tenure.
+func (t *Tenure) Holder() string { return t.c.cfg.Holder }
+
+// TTL returns the time to live each grant or renewal asks for.
+func (t *Tenure) TTL() time.Duration { return t.ttl }
+
+// Deadline returns the local time after which the tenure must be assumed
+// gone.
+func (t *Tenure) Deadline() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.deadline
+}
+
+// Done returns a channel closed once the tenure can no longer be trusted:
+// its deadline passed, a renewal was refused, or it was released.
+func (t *Tenure) Done() <-chan struct{} { return t.done }
+
+// expire closes done if the deadline has passed, else waits for it again
+// (a renewal moved it while the timer fired).
+func (t *Tenure) expire() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if left := time.Until(t.deadline); left > 0 && !t.ended {
+		t.over.Reset(left)
+		return
+	}
+	t.endLocked()
+}
+
+// end closes done.
+func (t *Tenure) end() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.endLocked()
+}
+
+func (t *Tenure) endLocked() {
+	if !t.ended {
+		t.ended = true
+		t.over.Stop()
+		close(t.done)
+	}
+}
+
+// Renew extends the tenure by its TTL from now and moves the deadline. It
+// returns an error matching the kind's lost sentinel when the server
+// refused; any other error leaves the outcome unknown.
+func (t *Tenure) Renew(ctx context.Context) error {
+	sent := time.Now()
+	var (
+		renewed bool
+		err     error
+	)
+	if t.slot == 0 {
+		var row db.LeaseRenewRow
+		row, err = t.c.q.LeaseRenew(ctx, db.LeaseRenewParams{
+			Name: t.name, Holder: t.c.cfg.Holder, Fence: t.fence, Ttl: t.ttl,
+		})
+		renewed = row.Renewed
+	} else {
+		var row db.SlotRenewRow
+		row, err = t.c.q.SlotRenew(ctx, db.SlotRenewParams{
+			Scope: t.name, Slot: int32(t.slot), Holder: t.c.cfg.Holder, Fence: t.fence, Ttl: t.ttl,
+		})
+		renewed = row.Renewed
+	}
+	if err != nil {
+		return t.c.Interpret(ctx, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !renewed {
+		t.endLocked()
+		return t.c.kind.Lost
+	}
+	if d := sent.Add(t.ttl - t.margin); d.After(t.deadline) {
+		t.deadline = d
+	}
+	return nil
+}
+
+// Release ends the tenure on the server, by compare-and-set on holder and
+// fence, and closes Done. It returns the kind's lost sentinel when the
+// tenure had already ended. On a pool, or a connection outside a
+// transaction block, the release commits without waiting for its WAL
+// flush (see package asyncrelease).
+func (t *Tenure) Release(ctx context.Context) error {
+	released, err := t.release(ctx, asyncrelease.OK(t.c.db))
+	if err != nil {
+		return t.c.Interpret(ctx, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.endLocked()
+	if !released {
+		return t.c.kind.Lost
+	}
+	t.deadline = time.Now()
+	return nil
+}
+
+// release runs the release query of the tenure's kind.
+func (t *Tenure) release(ctx context.Context, async bool) (bool, error) {
+	q, h := t.c.q, t.c.cfg.Holder
+	switch {
+	case t.slot == 0 && async:
+		return q.LeaseReleaseAsync(ctx, db.LeaseReleaseAsyncParams{Name: t.name, Holder: h, Fence: t.fence})
+	case t.slot == 0:
+		return q.LeaseRelease(ctx, db.LeaseReleaseParams{Name: t.name, Holder: h, Fence: t.fence})
+	case async:
+		return q.SlotReleaseAsync(ctx, db.SlotReleaseAsyncParams{Scope: t.name, Slot: int32(t.slot), Holder: h, Fence: t.fence})
+	default:
+		return q.SlotRelease(ctx, db.SlotReleaseParams{Scope: t.name, Slot: int32(t.slot), Holder: h, Fence: t.fence})
+	}
+}
