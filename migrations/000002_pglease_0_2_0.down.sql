@@ -6,7 +6,10 @@ BEGIN;
 
 -- pglease 0.2.0 -> 0.1.0: undoes sql/upgrades/0.2.0.up.sql and drops what
 -- 0.2.0 added. Runs before the functions and privileges of 0.1.0 are
--- applied again. Leases, slots and fences stay.
+-- applied again. Leases, slots and fences stay; the role binding and the
+-- capacities of live tenures go (0.1.0 has neither). A call running
+-- 0.2.0's code when this commits fails once (SQLSTATE 42703: the column
+-- went under it); its retry runs 0.1.0's.
 
 -- 0.1.0 has no fence floor: once a row was purged, a purged name would start
 -- again at fence 1 there. Refuse rather than let a fence go backwards.
@@ -31,6 +34,7 @@ DROP FUNCTION pglease.purge_due(interval, interval);
 DROP FUNCTION pglease.purge(interval);
 DROP FUNCTION pglease.version();
 DROP TABLE pglease.fence_floor;
+DROP FUNCTION pglease._lease_take(text, text, text, interval, timestamptz, text, text, bigint, timestamptz);
 
 -- Views of sql/schema/10_schema.sql
 

@@ -53,13 +53,19 @@ type ServerEvent struct {
 	// Clock is the server's clock_timestamp() in the trigger, or for a
 	// write the start of its transaction (before assert_held).
 	Clock time.Time
+	// Capacity is the capacity a slot's tenure was claimed with (0 when
+	// not recorded: the capacity map of CheckServer applies).
+	Capacity int
 }
 
 // ServerReport is what CheckServer found.
 type ServerReport struct {
 	Events, Grants, Extends, Releases, Writes, Purged int
-	Counts                                            map[string]int
-	Violations                                        []Violation
+	// Intervals is the number of tenures whose interval on the server's
+	// clock was checked against the others of their lease or scope.
+	Intervals  int
+	Counts     map[string]int
+	Violations []Violation
 }
 
 // OK reports whether no rule was broken.
@@ -71,8 +77,8 @@ func (r *ServerReport) Summary() string {
 	for _, c := range r.Counts {
 		n += c
 	}
-	return fmt.Sprintf("%d server events (%d grants, %d renewals, %d releases, %d fenced writes, %d rows purged), %d violations",
-		r.Events, r.Grants, r.Extends, r.Releases, r.Writes, r.Purged, n)
+	return fmt.Sprintf("%d server events (%d grants, %d renewals, %d releases, %d fenced writes, %d rows purged), %d tenure intervals on the server's clock, %d violations",
+		r.Events, r.Grants, r.Extends, r.Releases, r.Writes, r.Purged, r.Intervals, n)
 }
 
 func (r *ServerReport) add(rule, detail string) {
@@ -106,15 +112,35 @@ const (
 	RuleServerWrite = "server-write"
 	// RuleServerSlot: a slot numbered above the scope's capacity.
 	RuleServerSlot = "server-slot"
+	// RuleServerInterval: on the server's clock, a tenure began before the
+	// previous tenure of its lease or slot ended (its release, or its
+	// expiry as last recorded), also across a purge.
+	RuleServerInterval = "server-interval"
+	// RuleServerCapacity: in commit order (at a grant, the tenures of the
+	// scope the replay has live at its start) or on the server's clock (at
+	// any instant, the tenures whose recorded interval contains it), more
+	// live tenures of a scope than the smallest capacity any of them was
+	// claimed with.
+	RuleServerCapacity = "server-capacity"
 	// RuleAgree: the client history and the server's disagree.
 	RuleAgree = "client-server"
 )
 
 // state is a row's current tenure while replaying the server history.
 type state struct {
-	fence   int64
-	holder  string
-	current time.Time // the row's expiry now (a re-pin may shorten it)
+	fence    int64
+	holder   string
+	current  time.Time // the row's expiry now (a re-pin may shorten it)
+	acquired time.Time // when the tenure began, on the server's clock
+	capacity int       // the capacity a slot's tenure was claimed with
+}
+
+// interval is one tenure of a slot on the server's clock: from its grant
+// to its end as last recorded (release or expiry).
+type interval struct {
+	start, end time.Time
+	capacity   int
+	what       string
 }
 
 // CheckServer replays the server's history in Seq order and checks it.
@@ -124,8 +150,23 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 	slices.SortFunc(evs, func(a, b ServerEvent) int { return cmp.Compare(a.Seq, b.Seq) })
 	rep := ServerReport{Events: len(evs)}
 	rows := map[key]*state{}
-	purgedFence := map[key]int64{} // the fence a purged row had
-	purgedAny := map[bool]bool{}   // a row of the table (slot or not) was purged
+	purgedFence := map[key]int64{}   // the fence a purged row had
+	purgedEnd := map[key]time.Time{} // when the purged row's last tenure ended
+	purgedAny := map[bool]bool{}     // a row of the table (slot or not) was purged
+	tenures := map[string][]interval{}
+	capOf := func(e ServerEvent) int {
+		if e.Capacity > 0 {
+			return e.Capacity
+		}
+		return capacity[e.Name]
+	}
+	// closeTenure records the tenure a row had, once it is over.
+	closeTenure := func(k key, st *state) {
+		if k.slot && st != nil && !st.acquired.IsZero() {
+			tenures[k.name] = append(tenures[k.name], interval{st.acquired, st.current, st.capacity,
+				fmt.Sprintf("%s fence %d", k, st.fence)})
+		}
+	}
 	for _, e := range evs {
 		k := key{e.Row == SlotRow, e.Name, e.Slot}
 		st := rows[k]
@@ -143,7 +184,9 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 					k, e.Seq, st.fence, st.holder, st.current.Format(time.StampMicro), e.Clock.Format(time.StampMicro)))
 			}
 			purgedFence[k] = max(purgedFence[k], e.Fence)
+			purgedEnd[k] = e.OldExpiresAt
 			purgedAny[k.slot] = true
+			closeTenure(k, st)
 			delete(rows, k)
 			continue
 		}
@@ -178,8 +221,15 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 			case e.Fence < 1:
 				rep.add(RuleServerFence, fmt.Sprintf("%s: first fence %d, want 1 or more (#%d)", k, e.Fence, e.Seq))
 			}
+			if end, purged := purgedEnd[k]; purged && e.AcquiredAt.Before(end) {
+				rep.add(RuleServerInterval, fmt.Sprintf("%s: fence %d began at %s, before the purged row's last tenure ended at %s (#%d)",
+					k, e.Fence, e.AcquiredAt.Format(time.StampMicro), end.Format(time.StampMicro), e.Seq))
+			}
 			rep.Grants++
-			rows[k] = &state{fence: e.Fence, holder: e.Holder, current: e.ExpiresAt}
+			if k.slot {
+				checkLive(&rep, rows, k, e, capOf(e))
+			}
+			rows[k] = &state{fence: e.Fence, holder: e.Holder, current: e.ExpiresAt, acquired: e.AcquiredAt, capacity: capOf(e)}
 			continue
 		}
 		if st == nil || st.fence != e.OldFence || st.holder != e.OldHolder {
@@ -201,10 +251,19 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 				rep.add(RuleServerTakeover, fmt.Sprintf("%s: %s took fence %d at %s while fence %d of %s was live until %s (#%d)",
 					k, e.Holder, e.Fence, e.AcquiredAt.Format(time.StampMicro), e.OldFence, e.OldHolder, e.OldExpiresAt.Format(time.StampMicro), e.Seq))
 			}
+			if e.OldHolder == "" && e.OldExpiresAt.After(e.AcquiredAt) {
+				rep.add(RuleServerInterval, fmt.Sprintf("%s: %s took fence %d at %s, before fence %d was released at %s (#%d)",
+					k, e.Holder, e.Fence, e.AcquiredAt.Format(time.StampMicro), e.OldFence, e.OldExpiresAt.Format(time.StampMicro), e.Seq))
+			}
 			if e.AcquiredAt.After(e.Clock) {
 				rep.add(RuleServerTakeover, fmt.Sprintf("%s: fence %d acquired at %s, after the commit-time clock %s (#%d)", k, e.Fence, e.AcquiredAt, e.Clock, e.Seq))
 			}
-			*st = state{fence: e.Fence, holder: e.Holder, current: e.ExpiresAt}
+			if k.slot {
+				st.current = e.OldExpiresAt
+				closeTenure(k, st)
+				checkLive(&rep, rows, k, e, capOf(e))
+			}
+			*st = state{fence: e.Fence, holder: e.Holder, current: e.ExpiresAt, acquired: e.AcquiredAt, capacity: capOf(e)}
 		case e.Holder == "" && e.OldHolder != "": // released
 			rep.Releases++
 			st.holder = ""
@@ -215,7 +274,80 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 			rep.Extends++
 		}
 	}
+	for k, st := range rows {
+		closeTenure(k, st)
+	}
+	for scope, ivs := range tenures {
+		rep.Intervals += len(ivs)
+		checkIntervals(&rep, scope, ivs)
+	}
 	return rep
+}
+
+// checkLive checks a slot grant e in commit order: with the tenures of its
+// scope the replay has live at its start, the scope must not hold more
+// than the smallest capacity any of them (and e) was claimed with.
+func checkLive(rep *ServerReport, rows map[key]*state, k key, e ServerEvent, capacity int) {
+	live, smallest := 1, capacity
+	for ok, st := range rows {
+		if ok.slot && ok.name == k.name && ok != k && st.holder != "" && st.current.After(e.AcquiredAt) {
+			live++
+			if st.capacity > 0 && (smallest == 0 || st.capacity < smallest) {
+				smallest = st.capacity
+			}
+		}
+	}
+	if smallest > 0 && live > smallest {
+		rep.add(RuleServerCapacity, fmt.Sprintf("%s: fence %d granted at %s with %d tenures of the scope live (commit order), capacity %d (#%d)",
+			k, e.Fence, e.AcquiredAt.Format(time.StampMicro), live, smallest, e.Seq))
+	}
+}
+
+// checkIntervals sweeps the tenures of one scope on the server's clock: at
+// no instant may more of them be live than the smallest capacity any live
+// one was claimed with. Intervals are half-open, [start, end).
+func checkIntervals(rep *ServerReport, scope string, ivs []interval) {
+	type point struct {
+		at    time.Time
+		start bool
+		i     int
+	}
+	points := make([]point, 0, 2*len(ivs))
+	for i, iv := range ivs {
+		if iv.end.After(iv.start) {
+			points = append(points, point{iv.start, true, i}, point{iv.end, false, i})
+		}
+	}
+	slices.SortFunc(points, func(a, b point) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		switch { // ends before starts at the same instant
+		case a.start == b.start:
+			return 0
+		case a.start:
+			return 1
+		}
+		return -1
+	})
+	live := map[int]bool{}
+	for _, p := range points {
+		if !p.start {
+			delete(live, p.i)
+			continue
+		}
+		live[p.i] = true
+		smallest := 0
+		for i := range live {
+			if c := ivs[i].capacity; c > 0 && (smallest == 0 || c < smallest) {
+				smallest = c
+			}
+		}
+		if smallest > 0 && len(live) > smallest {
+			rep.add(RuleServerCapacity, fmt.Sprintf("scope %q: %d tenures live at %s on the server's clock (%s began), capacity %d",
+				scope, len(live), p.at.Format(time.StampMicro), ivs[p.i].what, smallest))
+		}
+	}
 }
 
 // Agree checks the client history ops against the server's events: every

@@ -173,3 +173,65 @@ func TestCheckSpans(t *testing.T) {
 		t.Fatalf("capacity 2: %v", vs)
 	}
 }
+
+// slotGrant is a new tenure of slot n of scope S, claimed with capacity,
+// live on the server's clock from acquired to expires.
+func slotGrant(seq int64, n int, holder string, fence int64, capacity int, acquired, expires float64) ServerEvent {
+	return ServerEvent{Seq: seq, Row: SlotRow, Name: "S", Slot: n, Inserted: fence == 1, Holder: holder, Fence: fence,
+		OldFence: fence - 1, AcquiredAt: at(acquired), ExpiresAt: at(expires), Clock: at(acquired + 0.1), Capacity: capacity}
+}
+
+// slotRelease ends slot n's tenure at now.
+func slotRelease(seq int64, n int, holder string, fence int64, acquired, prevExpires, now float64) ServerEvent {
+	return ServerEvent{Seq: seq, Row: SlotRow, Name: "S", Slot: n, OldHolder: holder, OldFence: fence, Fence: fence,
+		AcquiredAt: at(acquired), OldExpiresAt: at(prevExpires), ExpiresAt: at(now), Clock: at(now)}
+}
+
+// TestCheckServerClock: the rules on the server's clock, which commit
+// order alone does not see (issue 14: grants stamped before the release
+// they waited for, a slot scope over capacity for half a millisecond).
+func TestCheckServerClock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		evs  []ServerEvent
+		rule string // "" when the history is correct
+	}{{
+		name: "takeover after the release",
+		evs:  []ServerEvent{grant(1, "a", 1, 0, "", 0), release(2, "a", 1, 0, 100, 50), grant(3, "b", 2, 50, "", 50)},
+	}, {
+		name: "takeover stamped before the release it waited for",
+		evs:  []ServerEvent{grant(1, "a", 1, 0, "", 0), release(2, "a", 1, 0, 100, 50), grant(3, "b", 2, 49.8, "", 50)},
+		rule: RuleServerInterval,
+	}, {
+		name: "recreated after a purge, stamped before the purged tenure ended",
+		evs:  []ServerEvent{grant(1, "a", 1, 0, "", 0), purged(2, "a", 1, 100, 400), recreated(3, "b", 2, 90)},
+		rule: RuleServerInterval,
+	}, {
+		name: "slots within capacity on the server's clock",
+		evs: []ServerEvent{
+			slotGrant(1, 1, "a", 1, 1, 0, 100), slotRelease(2, 1, "a", 1, 0, 100, 50),
+			slotGrant(3, 2, "b", 1, 1, 50, 150),
+		},
+	}, {
+		name: "a claim counted a slot free that was released after its clock reading",
+		evs: []ServerEvent{
+			slotGrant(1, 1, "a", 1, 1, 0, 100), slotRelease(2, 1, "a", 1, 0, 100, 50.5),
+			slotGrant(3, 2, "b", 1, 1, 50, 150),
+		},
+		rule: RuleServerCapacity,
+	}, {
+		name: "one capacity per scope: a claim with capacity 3 beside a holder of capacity 1",
+		evs:  []ServerEvent{slotGrant(1, 1, "a", 1, 1, 0, 100), slotGrant(2, 2, "b", 1, 3, 10, 110)},
+		rule: RuleServerCapacity,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := CheckServer(tc.evs, nil)
+			switch {
+			case tc.rule == "" && !rep.OK():
+				t.Fatalf("correct history rejected: %v", rep.Violations)
+			case tc.rule != "" && rep.Counts[tc.rule] == 0:
+				t.Fatalf("violation of %s not found: %s, %v", tc.rule, rep.Summary(), rep.Violations)
+			}
+		})
+	}
+}

@@ -86,6 +86,7 @@ CREATE TABLE proof.events (
     fence          bigint      NOT NULL,
     acquired_at    timestamptz NOT NULL,
     expires_at     timestamptz NOT NULL,
+    capacity       integer,
     clock          timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE proof.writes (
     seq    bigint      PRIMARY KEY DEFAULT nextval('proof.seq'),
@@ -118,18 +119,18 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         INSERT INTO proof.events (tbl, name, slot, inserted, deleted, old_holder, old_fence, old_expires_at,
-                                  holder, fence, acquired_at, expires_at)
+                                  holder, fence, acquired_at, expires_at, capacity)
         VALUES ('slot', OLD.scope, OLD.slot, false, true, OLD.holder, OLD.fence, OLD.expires_at,
-                NULL, OLD.fence, OLD.acquired_at, OLD.expires_at);
+                NULL, OLD.fence, OLD.acquired_at, OLD.expires_at, OLD.capacity);
         RETURN NULL;
     END IF;
     INSERT INTO proof.events (tbl, name, slot, inserted, old_holder, old_fence, old_expires_at,
-                              holder, fence, acquired_at, expires_at)
+                              holder, fence, acquired_at, expires_at, capacity)
     VALUES ('slot', NEW.scope, NEW.slot, TG_OP = 'INSERT',
             CASE WHEN TG_OP = 'UPDATE' THEN OLD.holder END,
             CASE WHEN TG_OP = 'UPDATE' THEN OLD.fence END,
             CASE WHEN TG_OP = 'UPDATE' THEN OLD.expires_at END,
-            NEW.holder, NEW.fence, NEW.acquired_at, NEW.expires_at);
+            NEW.holder, NEW.fence, NEW.acquired_at, NEW.expires_at, NEW.capacity);
     RETURN NULL;
 END $$;
 CREATE TRIGGER proof_audit AFTER INSERT OR UPDATE OR DELETE ON pglease.leases
@@ -163,7 +164,8 @@ func readAudit(t testing.TB, pool *pgxpool.Pool) []history.ServerEvent {
 	var evs []history.ServerEvent
 	rows, err := pool.Query(ctx, `
 		SELECT seq, tbl, name, slot, inserted, deleted, coalesce(old_holder, ''), coalesce(old_fence, 0),
-		       coalesce(old_expires_at, 'epoch'), coalesce(holder, ''), fence, acquired_at, expires_at, clock
+		       coalesce(old_expires_at, 'epoch'), coalesce(holder, ''), fence, acquired_at, expires_at, clock,
+		       coalesce(capacity, 0)
 		FROM proof.events`)
 	if err != nil {
 		t.Fatalf("read audit: %v", err)
@@ -174,7 +176,7 @@ func readAudit(t testing.TB, pool *pgxpool.Pool) []history.ServerEvent {
 			tbl string
 		)
 		if err := rows.Scan(&e.Seq, &tbl, &e.Name, &e.Slot, &e.Inserted, &e.Deleted, &e.OldHolder, &e.OldFence,
-			&e.OldExpiresAt, &e.Holder, &e.Fence, &e.AcquiredAt, &e.ExpiresAt, &e.Clock); err != nil {
+			&e.OldExpiresAt, &e.Holder, &e.Fence, &e.AcquiredAt, &e.ExpiresAt, &e.Clock, &e.Capacity); err != nil {
 			t.Fatalf("read audit: %v", err)
 		}
 		e.Row = history.LeaseRow

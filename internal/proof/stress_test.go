@@ -34,6 +34,8 @@ const (
 	stressMinTTL   = 100 * time.Millisecond
 	stressMaxTTL   = 300 * time.Millisecond
 	stressPauseMax = 400 * time.Millisecond // a client's occasional stall, past its TTL
+	stressKillMin  = 100 * time.Millisecond // the killer terminates a backend every 100-300 ms
+	stressKillMax  = 300 * time.Millisecond
 )
 
 var (
@@ -52,7 +54,12 @@ var (
 // fences increasing in real-time order and never reused, every successful
 // renewal, release and fenced write inside its tenure, every refusal
 // explained. The server's own history (an audit trigger and the write
-// log) is checked too, and against the clients'.
+// log) is checked too, and against the clients': in commit order and on
+// the server's clock (no tenure starts before the previous one of its
+// lease or slot ended, no instant with more live tenures of a scope than
+// the smallest capacity any of them claimed with). Throughout, a killer
+// terminates one of the clients' backends every 100-300 ms: calls cut off
+// have an unknown outcome, and the histories must hold all the same.
 func TestStress(t *testing.T) {
 	dur := envDuration(t, EnvStressDuration, 20*time.Second)
 	url := pgtest.NewMigrated(t)
@@ -61,6 +68,7 @@ func TestStress(t *testing.T) {
 	// subject (TestFaultServerRestart's, with the default), and the shared
 	// server's disk is the bottleneck otherwise.
 	pool := openPool(t, url, stressConns, "pglease-proof-stress", map[string]string{"synchronous_commit": "off"})
+	admin := openPool(t, url, 1, "pglease-proof-killer")
 	rec := history.NewRecorder()
 
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
@@ -74,16 +82,32 @@ func TestStress(t *testing.T) {
 	// A purger deletes every free lease and scope as fast as it can, so
 	// that names are purged and used again throughout: their fences must
 	// still never go backwards nor repeat.
-	var purged, purges int64
+	// (A purge cut off by the killer has an unknown outcome: counted.)
+	var purged, purges, purgesCut int64
 	wg.Go(func() {
 		for ctx.Err() == nil {
 			n, err := pglease.Purge(ctx, pool, 0)
-			if err != nil && ctx.Err() == nil {
-				t.Errorf("purge: %v", err)
-				return
+			if err != nil {
+				purgesCut++
+				continue
 			}
 			purged += n
 			purges++
+		}
+	})
+	var killed int64
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 14))
+		for ctx.Err() == nil {
+			sleep(ctx, stressKillMin+time.Duration(rng.Int64N(int64(stressKillMax-stressKillMin))))
+			var n int64
+			if admin.QueryRow(ctx, `
+				SELECT count(pg_terminate_backend(pid)) FROM (
+					SELECT pid FROM pg_stat_activity
+					WHERE datname = current_database() AND application_name = 'pglease-proof-stress'
+					ORDER BY random() LIMIT 1) AS victim`).Scan(&n) == nil {
+				killed += n
+			}
 		}
 	})
 	wg.Wait()
@@ -104,7 +128,8 @@ func TestStress(t *testing.T) {
 	t.Logf("stress: %d clients, %s, %d ops (%.0f/s), checked in %s", stressClients, elapsed, len(ops),
 		float64(len(ops))/elapsed.Seconds(), checkTime.Round(time.Millisecond))
 	t.Logf("stress: %s", total)
-	t.Logf("purge: %d purges deleted %d rows while the clients ran", purges, purged)
+	t.Logf("purge: %d purges deleted %d rows while the clients ran (%d cut off)", purges, purged, purgesCut)
+	t.Logf("killer: %d backends terminated", killed)
 	t.Logf("latency: %s", latencies(ops))
 	t.Logf("history: %s", rep.Summary())
 	t.Logf("server: %s", srep.Summary())
@@ -113,8 +138,8 @@ func TestStress(t *testing.T) {
 	failViolations(t, "server history", srep.Violations)
 	failViolations(t, "client/server agreement", agree.Violations)
 	// Liveness, generously: the run did something of everything.
-	if total.grants < 20 || total.writesOK < 10 || total.claims < 20 || total.takeovers < 5 || purged < 10 {
-		t.Errorf("too little happened to prove much: %s; %d rows purged", total, purged)
+	if total.grants < 20 || total.writesOK < 10 || total.claims < 20 || total.takeovers < 5 || purged < 10 || killed < 10 {
+		t.Errorf("too little happened to prove much: %s; %d rows purged, %d backends terminated", total, purged, killed)
 	}
 	if len(ops) < 100_000 {
 		t.Logf("note: %d ops, below the 100,000 aimed at; run longer with %s=2m", len(ops), EnvStressDuration)
