@@ -209,10 +209,10 @@ type traffic struct {
 	renews    int
 	tolerated int
 	errs      []error
-	events  []supervisor.Event
-	stop    context.CancelFunc
-	stopped chan struct{}
-	supDone chan error
+	events    []supervisor.Event
+	stop      context.CancelFunc
+	stopped   chan struct{}
+	supDone   chan error
 }
 
 func startTraffic(ctx context.Context, t *testing.T, pool *pgxpool.Pool, downgrade bool) *traffic {
