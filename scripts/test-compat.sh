@@ -27,4 +27,11 @@ trap 'git worktree remove --force "$dir" >/dev/null 2>&1 || rm -rf "$dir"' EXIT
 git worktree add -q --detach "$dir" "$tag"
 echo "test-compat: the $tag clients and SQL contract against the head schema (CREATE EXTENSION pglease, $(sed -n "s/^default_version = '\(.*\)'/\1/p" extension/pglease.control))" >&2
 cd "$dir"
-PGLEASE_TEST_SCHEMA=extension go test -race -count=1 ./internal/contract/ ./pglease/ ./runslots/ ./supervisor/
+# Skipped: the v0.1.0 SQL contract tests of what 0.2.0 changed on purpose
+# (issue 14; docs/security.md): the NOTIFY payload no longer names the
+# holder and fence, and the internals the privilege test calls by name
+# (_wait_lock, the five-argument _wake) are gone. The v0.1.0 clients, which
+# read the payload's kind and name only, run in full.
+PGLEASE_TEST_SCHEMA=extension go test -race -count=1 \
+    -skip '^(TestLeases|TestPrivileges)$/^(NotifyLease|LeastPrivilege)$/^client_cannot_touch_tables_or_internals$' \
+    ./internal/contract/ ./pglease/ ./runslots/ ./supervisor/
