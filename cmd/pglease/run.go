@@ -49,27 +49,48 @@ releases it once COMMAND has exited. COMMAND gets in its environment:
   PGLEASE_SLOT_FENCE  the slot's fence for this tenure  (with --slot)
 
 so that it can fence its own writes (pglease.assert_held(NAME, FENCE) in
-the transaction that writes).
+the transaction that writes). The rest of pglease's environment passes
+through unchanged, PGLEASE_DATABASE_URL, DATABASE_URL and PGPASSWORD
+included, so that COMMAND can reach the same database. "--" ends pglease's
+flags; it may be left out when COMMAND does not begin with "-".
 
 By default (--no-wait, for cron) it exits at once with status 75 when the
 lease is held elsewhere or the scope is full, saying who holds it and for
-how long. With --wait it waits until it gets them.
+how long. With --wait it says once on stderr whom it waits for, and waits.
 
 SIGINT, SIGTERM and SIGHUP are forwarded to COMMAND's process group; the
 lease is released after COMMAND exits, and pglease exits with COMMAND's
-status (128+n when it died of signal n).
+status (128+n when it died of signal n). Whatever COMMAND left running
+(background jobs, daemons) gets SIGTERM, then SIGKILL after --grace, before
+the release.
 
-When the lease or slot is lost (a renewal refused, or no renewal succeeded
-before the local deadline, TTL minus a tenth), pglease sends SIGTERM to
-COMMAND's process group at once, SIGKILL after --grace, and exits with
-status 69. COMMAND runs in a process group of its own, so it cannot read
-from the terminal; on Linux it is killed if pglease itself dies.
+Nothing COMMAND started outlives the tenure. The local deadline is the
+last successful renewal's send time plus TTL minus a tenth: SIGKILL lands
+by then, before the server's expiry. The rule for --grace:
 
-Exit status: COMMAND's own; 1 when pglease failed (database error); 2 usage
-error; 69 lease or slot lost, command stopped; 75 held elsewhere or full
-(--no-wait), command not run; 126 command not executable; 127 command not
-found; 128+n killed by signal n (also when pglease got signal n while
-waiting, before COMMAND started).`,
+  when no renewal has succeeded by then, SIGTERM comes --grace before the
+  local deadline and SIGKILL at it; so --grace must be at most half the
+  TTL (the other half is for renewals, every TTL/3, retried).
+
+When a renewal is refused, SIGTERM comes at once and SIGKILL --grace later
+(by the local deadline at the latest). Either way pglease exits 69.
+
+On Linux, COMMAND runs under a keeper: a small process (pglease itself)
+that stays with it when pglease dies (SIGKILL, OOM, a panic), is the
+subreaper of everything COMMAND starts (setsid'd and double-forked
+processes included), puts it in a cgroup of its own where cgroup v2 is
+writable, and enforces the deadline itself, even while pglease is stopped
+or hung. See 'go doc github.com/pglease/pglease/cmd/pglease' for what it
+cannot catch, and for other systems, where only COMMAND's process group is
+stopped, by pglease, and nothing stops it if pglease dies. COMMAND runs in
+a process group of its own, so it cannot read from the terminal.
+
+Exit status: COMMAND's own; 1 when pglease failed (database error, or the
+keeper died: everything was killed); 2 usage error; 69 lease or slot lost,
+or no renewal in time: COMMAND and all it started stopped; 75 held
+elsewhere or full (--no-wait), command not run; 126 command not
+executable; 127 command not found; 128+n killed by signal n (also when
+pglease got signal n while waiting, before COMMAND started).`,
 	signals: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
@@ -84,7 +105,7 @@ waiting, before COMMAND started).`,
 		fs.DurationVar(&o.ttl, "ttl", defaultRunTTL, "time to live of the lease and slot on the server; renewed every TTL/3")
 		fs.BoolVar(&o.wait, "wait", false, "wait until the lease (and slot) can be taken")
 		fs.BoolVar(&noWait, "no-wait", false, "exit with status 75 at once when held elsewhere (the default)")
-		fs.DurationVar(&o.grace, "grace", defaultRunGrace, "after losing the lease: time between SIGTERM and SIGKILL")
+		fs.DurationVar(&o.grace, "grace", defaultRunGrace, "time between SIGTERM and SIGKILL when stopping the command; at most TTL/2")
 		fs.StringVar(&o.holder, "holder", "", "holder `ID` to take the lease as (default host/pid/random, unique)")
 		fs.BoolVar(&o.verbose, "v", false, "log acquisitions, renewal problems and releases to standard error")
 		return func(ctx context.Context, args []string) error {

@@ -108,8 +108,9 @@ func (tr *tree) waitGone(t *testing.T, timeout time.Duration) time.Time {
 	t.Helper()
 	select {
 	case at := <-tr.gone:
+		// The FIFO closes as a process exits: wait for the rest of its exit.
 		for role, pid := range tr.pids {
-			if alive(pid) {
+			if !dead(t, pid, 10*time.Second) {
 				t.Fatalf("the %s (pid %d) of the command still runs", role, pid)
 			}
 		}
@@ -120,15 +121,29 @@ func (tr *tree) waitGone(t *testing.T, timeout time.Duration) time.Time {
 	}
 }
 
-// alive reports whether process pid exists and is not a zombie: a process
-// that has exited but is not reaped yet is dead.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
+// dead waits until process pid has exited (a zombie not yet reaped is
+// dead: its files are closed, its work is over), and reports whether it did
+// within timeout. It waits on a pidfd, which turns readable at the exit.
+func dead(t *testing.T, pid int, timeout time.Duration) bool {
+	t.Helper()
+	const sysPidfdOpen = 434 // the same on every architecture
+	fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(pid), 0, 0)
+	if errno == syscall.ESRCH {
+		return true // reaped already
 	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || !strings.HasPrefix(string(b[i+1:]), " Z")
+	if errno != 0 {
+		t.Fatalf("pidfd_open(%d): %v", pid, errno)
+	}
+	defer syscall.Close(int(fd))
+	tv := syscall.NsecToTimeval(timeout.Nanoseconds())
+	for {
+		var readable syscall.FdSet
+		readable.Bits[fd/64] |= 1 << (fd % 64)
+		n, err := syscall.Select(int(fd)+1, &readable, nil, nil, &tv)
+		if err != syscall.EINTR {
+			return err == nil && n == 1
+		}
+	}
 }
 
 // expiresAt reads when the server ends the tenure of lease name.
