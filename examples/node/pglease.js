@@ -99,7 +99,8 @@ export async function acquire(client, name, holder, ttl, { signal, onRefused } =
 
 // fenced runs fn(client) in a transaction that commits only while lease's
 // tenure is current: assert_held locks the lease row until COMMIT, so no
-// takeover commits in between, however long the transaction is paused.
+// takeover commits in between: a transaction paused past the TTL commits
+// before the next tenure, or, ended by the server's timeouts, not at all.
 // Throws LostError when the fence is stale.
 export async function fenced(client, lease, fn) {
   await client.query('BEGIN');

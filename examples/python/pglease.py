@@ -40,7 +40,7 @@ class Lease:
     fence: int
     ttl: float
     deadline: float
-    slot: int = None  # set for slots: the lease's name is then the scope
+    slot: int | None = None  # set for slots: the lease's name is then the scope
     ended: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
 
     def live(self):
@@ -107,7 +107,8 @@ def acquire(conn, name, holder, ttl, timeout, on_refused=None):
                 left = end - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"{name}: still held by {held.holder} after {timeout}s") from held
-                if not woke.is_set() and select.select([conn.fileno()], [], [], min(held.retry_in, left))[0]:
+                wait = max(0, min(held.retry_in, left))
+                if not woke.is_set() and select.select([conn.fileno()], [], [], wait)[0]:
                     conn.execute("SELECT")  # reads the notification
     finally:
         conn.execute("UNLISTEN pglease")
@@ -118,8 +119,9 @@ def acquire(conn, name, holder, ttl, timeout, on_refused=None):
 def fenced(conn, lease):
     """A transaction whose writes commit only while lease's tenure is current.
 
-    assert_held locks the lease row until COMMIT, so a takeover cannot commit
-    in between, however long this transaction is paused; Lost when stale.
+    assert_held locks the lease row until COMMIT, so no takeover commits in
+    between: a transaction paused past the TTL commits before the next tenure,
+    or, ended by the server's timeouts, not at all. Lost when stale.
     """
     with conn.transaction():
         conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
