@@ -88,6 +88,15 @@ func testUsage(t *testing.T, c cli) {
 	}
 	r = c.mustRun(2, "migrate", "down")
 	requireContains(t, "migrate down without --yes", r.stderr, "--yes")
+	r = c.mustRun(2, "run", "--lease", "", "--", "true")
+	requireContains(t, "run --lease ''", r.stderr, "--lease is empty")
+	r = c.mustRun(2, "run", "--slot", "", "--", "true")
+	requireContains(t, "run --slot ''", r.stderr, "--slot is empty")
+	r = c.mustRun(2, "run", "--slot", strings.Repeat("s", 300), "--", "true")
+	requireContains(t, "run --slot with a long bad value", r.stderr, "(300 bytes)")
+	if strings.Contains(r.stderr, strings.Repeat("s", 100)) {
+		t.Fatalf("a long --slot is echoed in full: %q", r.stderr)
+	}
 }
 
 func testMigrate(t *testing.T, c cli) {
@@ -291,6 +300,14 @@ func testRunExitCodes(t *testing.T, c cli) {
 		t.Fatalf("fence of lease env: got %d, want 1", fence)
 	}
 
+	long := strings.Repeat("x", 300)
+	r = c.mustRun(2, "run", "--lease", long, "--", "true")
+	requireOneLine(t, "stderr for a too-long name", r.stderr)
+	requireContains(t, "stderr for a too-long name", r.stderr, "(300 bytes)", "1 to 256 bytes")
+	if strings.Contains(r.stderr, long[:100]) {
+		t.Fatalf("a too-long name is echoed in full: %q", r.stderr)
+	}
+
 	r = c.mustRun(127, "run", "--lease", "missing", "--", "no-such-command-pglease")
 	requireOneLine(t, "stderr for a missing command", r.stderr)
 	requireContains(t, "stderr for a missing command", r.stderr, "no-such-command-pglease: command not found")
@@ -360,8 +377,9 @@ func testRunNoWaitAndWait(t *testing.T, c cli) {
 	requireContains(t, "stderr on a full scope", r.stderr, `scope "pool" is full`)
 
 	// A signal while waiting stops the waiting; the command never runs.
-	waiter := c.start("run", "-v", "--lease", "cron", "--wait", "--", "sh", "-c", "echo ran")
-	waiter.waitStderr("waiting for the lease", 30*time.Second)
+	// Without -v, pglease says once what it waits for, and on whom.
+	waiter := c.start("run", "--lease", "cron", "--wait", "--", "sh", "-c", "echo ran")
+	waiter.waitStderr(`waiting for the lease "cron", held by "`+holderID+`" (fence 1)`, 30*time.Second)
 	if err := waiter.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -623,7 +641,14 @@ func testNoPasswordInOutput(t *testing.T, c cli) {
 			if strings.Contains(r.stdout+r.stderr, secret) {
 				t.Fatalf("pglease %v with the password in the %s: the password is printed\n%s", args, how, r)
 			}
-			requireOneLine(t, "stderr of pglease "+strings.Join(args, " "), r.stderr)
+			stderr := r.stderr
+			if how == "flag" {
+				// Once, before anything else: the password shows in ps.
+				warning, rest, _ := strings.Cut(stderr, "\n")
+				requireContains(t, "first line of stderr with a password in --database", warning, "warning", "ps", "PGLEASE_DATABASE_URL", ".pgpass")
+				stderr = rest
+			}
+			requireOneLine(t, "stderr of pglease "+strings.Join(args, " "), stderr)
 		}
 	}
 }

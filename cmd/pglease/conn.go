@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -77,6 +78,11 @@ func (a *app) connString(d *dbFlag) (connString, from string) {
 func (a *app) parseTarget(d *dbFlag, cmd string) (*target, error) {
 	s, from := a.connString(d)
 	a.rememberPassword(s)
+	if from == "--database" && hasPassword(s) && !a.warnedPassword {
+		a.warnedPassword = true
+		fmt.Fprintf(a.stderr, "pglease: warning: the password in --database can be read by other local users (ps); "+
+			"set %s or use a .pgpass file instead\n", envDatabaseURL)
+	}
 	cfg, err := pgxpool.ParseConfig(s)
 	if err != nil {
 		return nil, &exitError{code: exitUsage, msg: fmt.Sprintf(
@@ -91,6 +97,24 @@ func (a *app) parseTarget(d *dbFlag, cmd string) (*target, error) {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "pglease " + cmd
 	}
 	return &target{connString: s, from: from, cfg: cfg}, nil
+}
+
+// dsnPasswordKey matches the password keyword of a key=value connection
+// string.
+var dsnPasswordKey = regexp.MustCompile(`(?i)(^|\s)password\s*=`)
+
+// hasPassword reports whether connString carries a password, parsed or not.
+func hasPassword(connString string) bool {
+	scheme, rest, isURL := strings.Cut(connString, "://")
+	if !isURL || scheme != "postgres" && scheme != "postgresql" {
+		return dsnPasswordKey.MatchString(connString)
+	}
+	if u, err := url.Parse(connString); err == nil {
+		_, ok := u.User.Password()
+		return ok || u.Query().Has("password")
+	}
+	userinfo, _, hasAt := strings.Cut(rest, "@")
+	return hasAt && strings.Contains(userinfo, ":") || strings.Contains(rest, "password=")
 }
 
 // rememberPassword records the password of connString as a secret, as far as

@@ -58,6 +58,9 @@ type app struct {
 	// secrets are strings never to print (the password of the connection
 	// string in use), scrubbed from every error message.
 	secrets []string
+	// warnedPassword records that the warning about a password in
+	// --database was printed.
+	warnedPassword bool
 }
 
 func main() {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -116,9 +117,17 @@ pglease got signal n while waiting, before COMMAND started).`,
 				i := strings.LastIndexByte(slot, ':')
 				capacity, err := strconv.Atoi(slot[i+1:])
 				if i <= 0 || err != nil || capacity < 1 {
-					return usagef("run", "--slot %q: want SCOPE:CAPACITY with CAPACITY a whole number of at least 1", slot)
+					return usagef("run", "--slot %s: want SCOPE:CAPACITY with CAPACITY a whole number of at least 1", quoteName(slot))
 				}
 				o.scope, o.capacity = slot[:i], capacity
+			}
+			set := map[string]bool{}
+			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+			switch {
+			case set["lease"] && o.lease == "":
+				return usagef("run", "--lease is empty: give the name of the lease to hold")
+			case set["slot"] && slot == "":
+				return usagef("run", "--slot is empty: give SCOPE:CAPACITY")
 			}
 			if o.lease == "" && o.scope == "" {
 				return usagef("run", "name a --lease, a --slot, or both")
@@ -312,21 +321,22 @@ func (r *runner) steps() ([]step, error) {
 				if held, ok := errors.AsType[*pglease.HeldError](err); ok {
 					if !r.o.wait {
 						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
-							"lease %q is held by %q (fence %d) for another %s: not running the command (exit %d; --wait to wait)",
-							name, held.Holder, held.Fence, held.ExpiresIn.Round(time.Millisecond), exitHeld)}
+							"lease %s is held by %q (fence %d) for another %s: not running the command (exit %d; --wait to wait)",
+							quoteName(name), held.Holder, held.Fence, held.ExpiresIn.Round(time.Millisecond), exitHeld)}
 					}
-					r.log.Info("waiting for the lease", "lease", name, "holder", held.Holder, "fence", held.Fence, "expires_in", held.ExpiresIn)
+					fmt.Fprintf(r.a.stderr, "pglease: waiting for the lease %s, held by %q (fence %d) for another %s (--wait)\n",
+						quoteName(name), held.Holder, held.Fence, held.ExpiresIn.Round(time.Millisecond))
 					l, err = c.Acquire(ctx, name, r.o.ttl)
 				}
 				if err != nil {
-					return nil, r.takeError(ctx, fmt.Sprintf("acquire lease %q", name), err)
+					return nil, r.takeError(ctx, fmt.Sprintf("acquire lease %s", quoteName(name)), err)
 				}
 				return l, nil
 			},
 			env: func(t tenure) []string {
 				return []string{"PGLEASE_LEASE=" + name, "PGLEASE_FENCE=" + strconv.FormatInt(t.Fence(), 10)}
 			},
-			describe: func(t tenure) string { return fmt.Sprintf("lease %q (fence %d)", name, t.Fence()) },
+			describe: func(t tenure) string { return fmt.Sprintf("lease %s (fence %d)", quoteName(name), t.Fence()) },
 		})
 	}
 	if r.o.scope != "" {
@@ -341,14 +351,15 @@ func (r *runner) steps() ([]step, error) {
 				if full, ok := errors.AsType[*runslots.FullError](err); ok {
 					if !r.o.wait {
 						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
-							"scope %q is full: %d holders for capacity %d, the earliest expires in %s: not running the command (exit %d; --wait to wait)",
-							scope, full.InUse, capacity, full.RetryIn.Round(time.Millisecond), exitHeld)}
+							"scope %s is full: %d holders for capacity %d, the earliest expires in %s: not running the command (exit %d; --wait to wait)",
+							quoteName(scope), full.InUse, capacity, full.RetryIn.Round(time.Millisecond), exitHeld)}
 					}
-					r.log.Info("waiting for a slot", "scope", scope, "in_use", full.InUse, "capacity", capacity, "retry_in", full.RetryIn)
+					fmt.Fprintf(r.a.stderr, "pglease: waiting for a slot of scope %s: %d holders for capacity %d, the earliest expires in %s (--wait)\n",
+						quoteName(scope), full.InUse, capacity, full.RetryIn.Round(time.Millisecond))
 					s, err = c.Claim(ctx, scope, capacity, r.o.ttl)
 				}
 				if err != nil {
-					return nil, r.takeError(ctx, fmt.Sprintf("claim a slot of scope %q", scope), err)
+					return nil, r.takeError(ctx, fmt.Sprintf("claim a slot of scope %s", quoteName(scope)), err)
 				}
 				return s, nil
 			},
@@ -358,7 +369,7 @@ func (r *runner) steps() ([]step, error) {
 					"PGLEASE_SLOT_FENCE=" + strconv.FormatInt(s.Fence(), 10)}
 			},
 			describe: func(t tenure) string {
-				return fmt.Sprintf("slot %d of scope %q (fence %d)", t.(*runslots.Slot).Number(), scope, t.Fence())
+				return fmt.Sprintf("slot %d of scope %s (fence %d)", t.(*runslots.Slot).Number(), quoteName(scope), t.Fence())
 			},
 		})
 	}
@@ -462,6 +473,22 @@ func (r *runner) lossCause() (what string, cause error) {
 		}
 	}
 	return "the lease", errors.New("unknown cause")
+}
+
+// maxQuoted is the longest name messages quote in full.
+const maxQuoted = 64
+
+// quoteName quotes a lease or scope name for a message, cut short when too
+// long to read (names may be up to 256 bytes).
+func quoteName(name string) string {
+	if len(name) <= maxQuoted {
+		return strconv.Quote(name)
+	}
+	cut := 48
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(name[:cut]), len(name))
 }
 
 // causeText says in a few words why a tenure was lost.
