@@ -26,7 +26,7 @@ const keeperArg = "--pglease-keeper"
 
 // Fds of the keeper's pipes.
 const (
-	keeperCtlFd    = 3 // pglease -> keeper: deadline NS | signal N | stop
+	keeperCtlFd    = 3 // pglease -> keeper: deadline NS | stop
 	keeperReportFd = 4 // keeper -> pglease: started PID CGROUP | error CODE MSG | stopping WHY KILL_IN_NS N | done STATUS WHY
 )
 
@@ -167,10 +167,6 @@ func (k *keeper) run() int {
 				if d, err := strconv.ParseInt(strings.TrimPrefix(m, "deadline "), 10, 64); err == nil && k.stopping == "" {
 					k.deadline = d
 					term.Reset(k.untilTerm())
-				}
-			case strings.HasPrefix(m, "signal "):
-				if n, err := strconv.Atoi(strings.TrimPrefix(m, "signal ")); err == nil && !k.exited {
-					_ = syscall.Kill(-k.cmdPid, syscall.Signal(n))
 				}
 			}
 		case <-chld:

@@ -425,14 +425,15 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 			// try to hand the tenure back, for as long as it is ours.
 			r.release(parent, t, desc, log, time.Until(t.Deadline()))
 		}
+		// The cause was said when the stopping began.
 		what, _ := r.nearest()
-		reason := "no renewal succeeded in time"
+		reason := ": no renewal succeeded in time"
 		if stopped.why != whyDeadline {
-			var cause error
-			what, cause = r.lossCause()
-			reason = "lost (" + causeText(cause) + ")"
+			what, _ = r.lossCause()
+			reason = " lost"
 		}
-		return &exitError{code: exitLost, msg: fmt.Sprintf("%s %s: the command and everything it started were stopped (exit %d)", what, reason, exitLost)}
+		return &exitError{code: exitLost, msg: fmt.Sprintf("%s%s: the command and everything it started were stopped (exit %d); "+
+			"hint: `pglease status` shows who holds it now", what, reason, exitLost)}
 	}
 	if res.Lost {
 		r.mu.Lock()
