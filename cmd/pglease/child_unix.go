@@ -100,6 +100,8 @@ func signalName(sig syscall.Signal) string {
 		return "SIGHUP"
 	case syscall.SIGKILL:
 		return "SIGKILL"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
 	}
 	return sig.String()
 }

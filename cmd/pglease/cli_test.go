@@ -343,12 +343,13 @@ func testRunForwardsSignals(t *testing.T, c cli) {
 // standard error (a state only it can tell), or fails after timeout.
 func (b *background) waitStderr(want string, timeout time.Duration) {
 	b.t.Helper()
-	deadline := time.Now().Add(timeout)
+	expired := time.After(timeout)
 	for !strings.Contains(b.stderr.String(), want) {
-		if time.Now().After(deadline) {
+		select {
+		case <-b.stderr.written:
+		case <-expired:
 			b.t.Fatalf("pglease did not write %q to stderr within %v; stderr:\n%s", want, timeout, b.stderr)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

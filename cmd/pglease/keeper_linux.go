@@ -180,6 +180,9 @@ func (k *keeper) run() int {
 		case <-term.C:
 			kill = k.stop(whyDeadline, kill)
 		case <-kill:
+			if k.cg != nil {
+				k.cg.kill() // all at once, before walking /proc
+			}
 			k.say("killing %d", signalAll(os.Getpid(), k.cg, syscall.SIGKILL))
 			killAll(os.Getpid(), k.cg, k.reaped)
 			k.finish()

@@ -138,15 +138,23 @@ type background struct {
 	code   int           // exit code, once done
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use.
+// syncBuffer is a bytes.Buffer safe for concurrent use, which signals
+// each write on written.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written chan struct{} // capacity 1: a write happened since the last receive
 }
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{written: make(chan struct{}, 1)} }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	select {
+	case s.written <- struct{}{}:
+	default:
+	}
 	return s.b.Write(p)
 }
 
@@ -162,7 +170,7 @@ func (c cli) start(args ...string) *background {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	cmd := c.command(ctx, args...)
-	b := &background{t: c.t, cmd: cmd, lines: make(chan string, 1000), stderr: &syncBuffer{}, done: make(chan struct{})}
+	b := &background{t: c.t, cmd: cmd, lines: make(chan string, 1000), stderr: newSyncBuffer(), done: make(chan struct{})}
 	cmd.Stderr = b.stderr
 	inR, inW, err := os.Pipe()
 	if err != nil {

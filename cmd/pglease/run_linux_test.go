@@ -19,6 +19,7 @@ import (
 // nothing the command started outlives its tenure.
 var keeperCases = []cliCase{
 	{"RunKill9", testRunKill9},
+	{"RunCrash", testRunCrash},
 	{"RunLeftovers", testRunLeftovers},
 	{"RunKeeperKilled", testRunKeeperKilled},
 	{"RunStopped", testRunStopped},
@@ -169,16 +170,29 @@ func requireBefore(t *testing.T, what string, died, expiry time.Time) {
 }
 
 func testRunKill9(t *testing.T, c cli) {
+	testRunDeath(t, c, syscall.SIGKILL, -1) // killed by a signal
+}
+
+// testRunCrash crashes pglease as a panic or the OOM killer would end it:
+// SIGQUIT makes the Go runtime dump its goroutines and exit 2.
+func testRunCrash(t *testing.T, c cli) {
+	testRunDeath(t, c, syscall.SIGQUIT, 2)
+}
+
+// testRunDeath ends pglease with sig: all the command started must die,
+// long before the server ends the tenure.
+func testRunDeath(t *testing.T, c cli, sig syscall.Signal, code int) {
 	url := pgtest.NewMigrated(t)
-	tr := startTree(t, c.with("PGLEASE_DATABASE_URL="+url), nil, "run", "--lease", "k9", "--ttl", "30s", "--grace", "5s")
+	tr := startTree(t, c.with("PGLEASE_DATABASE_URL="+url), nil, "run", "--lease", "dies", "--ttl", "30s", "--grace", "5s")
 	killedAt := time.Now()
-	if err := tr.b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := tr.b.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	died := tr.waitGone(t, 20*time.Second)
-	t.Logf("kill -9 of pglease: the command, its child, its setsid'd child and its daemon were dead %v later", died.Sub(killedAt).Round(time.Microsecond))
-	requireBefore(t, "kill -9 of pglease", died, expiresAt(t, url, "k9"))
-	tr.b.waitExit(10*time.Second, -1) // killed by a signal
+	what := signalName(sig) + " to pglease"
+	t.Logf("%s: the command, its child, its setsid'd child and its daemon were dead %v later", what, died.Sub(killedAt).Round(time.Microsecond))
+	requireBefore(t, what, died, expiresAt(t, url, "dies"))
+	tr.b.waitExit(10*time.Second, code)
 }
 
 func testRunLeftovers(t *testing.T, c cli) {
