@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pglease/pglease/internal/notify"
 	"github.com/pglease/pglease/internal/tenure"
 )
 
@@ -20,15 +21,38 @@ const (
 )
 
 // DB is what a Client runs its queries on. A *pgxpool.Pool, a *pgx.Conn and
-// a pgx.Tx all satisfy it. Only a *pgxpool.Pool lets Acquire wake up on
-// release notifications (it takes a connection to LISTEN on); with the others
-// Acquire waits until the holder's reported expiry.
+// a pgx.Tx all satisfy it.
+//
+// Blocking calls (Acquire, runslots' Claim, ClaimAll and Run, the
+// supervisor's standby) wake at a release NOTIFY when the client can open a
+// dedicated connection to LISTEN on: when the DB is a *pgxpool.Pool (the
+// connection is made as the pool makes its own, with its BeforeConnect and
+// AfterConnect hooks, but outside the pool, so waiting never takes a pool
+// connection) or implements Listener (a wrapped pool, say). The waiters of
+// one client share that connection; it is opened by the first waiter and
+// closed DefaultNotifyLinger after the last one left. Without it, or when it
+// cannot be opened (logged once at warn), they wait until the expiry the
+// server reported: correct, only slower after a release.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
+
+// Listener is implemented by a DB that can open a dedicated connection for
+// release notifications (see DB). A *pgxpool.Pool needs not implement it.
+type Listener interface {
+	// ListenConn opens a new connection that nothing else uses, with the
+	// settings and credentials of the DB's own connections. The client
+	// runs LISTEN on it and closes it.
+	ListenConn(ctx context.Context) (*pgx.Conn, error)
+}
+
+// DefaultNotifyLinger is how long a client keeps its LISTEN connection
+// open after its last waiter left, so that the next one does not pay a new
+// connection.
+const DefaultNotifyLinger = notify.DefaultLinger
 
 // Config configures a Client of leases (pglease.New) or of slots
 // (runslots.New). The zero value is usable: zero fields mean their

@@ -2,14 +2,20 @@
 // channel "pglease") with a timeout, so that blocked acquires and claims wake
 // at a release and otherwise at the holder's expiry.
 //
-// All waiters on one pool share one dedicated connection (opened with the
-// pool's connection settings, outside the pool, so waiting never starves
-// the pool). It is opened by the first waiter and closed by the last.
+// Each client owns a Hub: all its waiters share one dedicated connection,
+// opened by a Dial (for a *pgxpool.Pool: with the pool's connection
+// settings and its BeforeConnect and AfterConnect hooks, outside the pool,
+// so that waiting never starves it). The connection is opened by the first
+// waiter and kept for a linger after the last one leaves, so that the next
+// waiter does not pay a new connection; while nobody waits, no goroutine
+// reads it. When no connection can be opened, waiters fall back to waiting
+// for the expiry the server reported, and the hub logs that once at warn.
 package notify
 
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -23,6 +29,10 @@ import (
 
 // Channel is the channel the SQL functions NOTIFY on.
 const Channel = "pglease"
+
+// DefaultLinger is how long a hub keeps its connection open after its last
+// waiter left.
+const DefaultLinger = 30 * time.Second
 
 // Payload is the JSON payload of a NOTIFY on Channel.
 type Payload struct {
@@ -38,24 +48,85 @@ type Payload struct {
 // waiters from retrying in the same instant.
 const maxJitter = 20 * time.Millisecond
 
+// connectTimeout bounds opening the LISTEN connection: a standby whose
+// network hangs must fall back to sleeping, not hang.
+const connectTimeout = 5 * time.Second
+
+// Dial opens a new connection of the caller's own, which the hub LISTENs
+// on and closes.
+type Dial func(ctx context.Context) (*pgx.Conn, error)
+
+// DialPool returns a Dial that connects as pool does: with its ConnConfig,
+// BeforeConnect (where rotating passwords are set) and AfterConnect.
+func DialPool(pool *pgxpool.Pool) Dial {
+	return func(ctx context.Context) (*pgx.Conn, error) {
+		cfg := pool.Config()
+		cc := cfg.ConnConfig.Copy()
+		if cfg.BeforeConnect != nil {
+			if err := cfg.BeforeConnect(ctx, cc); err != nil {
+				return nil, err
+			}
+		}
+		conn, err := pgx.ConnectConfig(ctx, cc)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.AfterConnect != nil {
+			if err := cfg.AfterConnect(ctx, conn); err != nil {
+				_ = conn.Close(ctx)
+				return nil, err
+			}
+		}
+		return conn, nil
+	}
+}
+
+// Hub shares one LISTEN connection among the waiters of one client.
+type Hub struct {
+	dial   Dial // nil: no notifications, expiry waits only
+	linger time.Duration
+	log    *slog.Logger
+	warned atomic.Bool
+
+	mu   sync.Mutex
+	link *link // the current connection; nil when none
+}
+
+// NewHub returns a hub that opens its connection with dial (nil: waiters
+// only sleep until the reported expiry) and keeps it linger after its last
+// waiter left.
+func NewHub(dial Dial, linger time.Duration, log *slog.Logger) *Hub {
+	return &Hub{dial: dial, linger: linger, log: log}
+}
+
+// link is one LISTEN connection. Its fields other than conn and dead are
+// guarded by the hub's mu.
+type link struct {
+	h       *Hub
+	conn    *pgx.Conn
+	dead    atomic.Bool // the connection broke; waiters must listen anew
+	waiters map[*Waiter]struct{}
+	stop    context.CancelFunc // stops the reader; nil while none runs
+	stopped chan struct{}      // closed when the last reader returned
+	idle    *time.Timer        // closes the connection after the linger
+}
+
 // Waiter waits for a release of one lease or slot scope, or for a timeout.
 type Waiter struct {
 	kind, name string
-	pool       *pgxpool.Pool // nil: no notifications, timeouts only
-	hub        *hub          // nil while not listening
-	wake       chan struct{} // buffered 1: a release of kind/name, or the hub broke
+	h          *Hub
+	link       *link         // nil while not listening
+	wake       chan struct{} // buffered 1: a release of kind/name, or the link broke
 }
 
-// Listen subscribes to releases of kind ("lease" or "slot") name. With a
-// nil pool, or when listening fails, the waiter only sleeps: waking at
-// expiry stays correct, only slower after a release. Call it before checking
-// whether the lease is free, so that a release in between is not missed,
-// and Close the waiter when done.
-func Listen(ctx context.Context, pool *pgxpool.Pool, kind, name string) *Waiter {
-	w := &Waiter{kind: kind, name: name, pool: pool, wake: make(chan struct{}, 1)}
-	if pool != nil {
-		w.hub = subscribe(ctx, pool, w)
-	}
+// Listen subscribes to releases of kind ("lease" or "slot") name. When the
+// hub has no Dial, or listening fails, the waiter only sleeps: waking at
+// expiry stays correct, only slower after a release. Call it before
+// checking whether the lease is free, so that a release in between is not
+// missed, and Close the waiter when done.
+func (h *Hub) Listen(ctx context.Context, kind, name string) *Waiter {
+	w := &Waiter{kind: kind, name: name, h: h, wake: make(chan struct{}, 1)}
+	w.link = h.subscribe(ctx, w)
 	return w
 }
 
@@ -66,11 +137,9 @@ func Listen(ctx context.Context, pool *pgxpool.Pool, kind, name string) *Waiter 
 // that works, returns at once so that the caller looks again before
 // waiting. It returns ctx.Err() unchanged when ctx ends first.
 func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
-	if w.pool != nil && (w.hub == nil || w.hub.dead.Load()) {
-		if w.hub != nil {
-			w.hub.unsubscribe(w)
-		}
-		if w.hub = subscribe(ctx, w.pool, w); w.hub != nil {
+	if w.h.dial != nil && (w.link == nil || w.link.dead.Load()) {
+		w.Close(ctx)
+		if w.link = w.h.subscribe(ctx, w); w.link != nil {
 			return ctx.Err()
 		}
 	}
@@ -86,117 +155,155 @@ func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Close unsubscribes; the last waiter of a pool closes the shared
-// connection and waits for its goroutine to end.
+// Close unsubscribes. The last waiter of a connection stops its reader and
+// leaves it open for the hub's linger.
 func (w *Waiter) Close(context.Context) {
-	if w.hub != nil {
-		w.hub.unsubscribe(w)
-		w.hub = nil
+	if w.link != nil {
+		w.link.remove(w)
+		w.link = nil
 	}
 }
 
-// hub is one LISTEN connection shared by the waiters of one pool.
-type hub struct {
-	pool   *pgxpool.Pool
-	conn   *pgx.Conn
-	cancel context.CancelFunc
-	done   chan struct{}
-	dead   atomic.Bool // the connection broke; waiters must listen anew
-
-	mu      sync.Mutex // guards waiters; registryMu is taken first
-	waiters map[*Waiter]struct{}
+// subscribe adds w to the hub's connection, opening one when needed. It
+// returns nil when there is none and none can be opened. The connection is
+// made without holding the hub's lock, so a hanging network delays only
+// the waiter that opens it.
+func (h *Hub) subscribe(ctx context.Context, w *Waiter) *link {
+	if h.dial == nil {
+		return nil
+	}
+	if l := h.join(w); l != nil {
+		return l
+	}
+	conn, err := h.connect(ctx)
+	if err != nil {
+		if ctx.Err() == nil && h.warned.CompareAndSwap(false, true) {
+			h.log.Warn("pglease: cannot LISTEN for release notifications; blocked calls wait for the holder's expiry instead (logged once)",
+				"err", err)
+		}
+		return nil
+	}
+	h.mu.Lock()
+	if l := h.link; l != nil && !l.dead.Load() { // another waiter won the race
+		h.mu.Unlock()
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return h.subscribe(ctx, w)
+	}
+	l := &link{h: h, conn: conn, waiters: map[*Waiter]struct{}{}}
+	h.link = l
+	l.addLocked(w)
+	h.mu.Unlock()
+	return l
 }
 
-var (
-	registryMu sync.Mutex
-	registry   = map[*pgxpool.Pool]*hub{}
-)
-
-// connectTimeout bounds opening the shared LISTEN connection: a standby
-// whose network hangs must fall back to sleeping, not hang.
-const connectTimeout = 5 * time.Second
-
-// subscribe adds w to the pool's hub, starting the hub when needed. It
-// returns nil when no LISTEN connection can be made. The connection is made
-// without holding registryMu, so a hanging network for one pool never
-// delays waiters of another.
-func subscribe(ctx context.Context, pool *pgxpool.Pool, w *Waiter) *hub {
-	if h := join(pool, w); h != nil {
-		return h
-	}
+// connect opens and LISTENs on a new connection.
+func (h *Hub) connect(ctx context.Context) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, pool.Config().ConnConfig.Copy())
+	conn, err := h.dial(cctx)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	if err := db.New(conn).NotifyListen(cctx); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
-		return nil
+		return nil, err
 	}
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	if h := registry[pool]; h != nil { // another waiter won the race
-		_ = conn.Close(context.WithoutCancel(ctx))
-		h.add(w)
-		return h
-	}
-	hctx, stop := context.WithCancel(context.Background())
-	h := &hub{pool: pool, conn: conn, cancel: stop, done: make(chan struct{}), waiters: map[*Waiter]struct{}{}}
-	registry[pool] = h
-	h.add(w)
-	go h.run(hctx)
-	return h
+	return conn, nil
 }
 
-// join adds w to the pool's running hub, if there is one.
-func join(pool *pgxpool.Pool, w *Waiter) *hub {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	h := registry[pool]
-	if h != nil {
-		h.add(w)
-	}
-	return h
-}
-
-func (h *hub) add(w *Waiter) {
-	h.mu.Lock()
-	h.waiters[w] = struct{}{}
-	h.mu.Unlock()
-}
-
-// unsubscribe removes w; the last waiter stops the hub.
-func (h *hub) unsubscribe(w *Waiter) {
-	registryMu.Lock()
-	h.mu.Lock()
-	delete(h.waiters, w)
-	last := len(h.waiters) == 0
-	h.mu.Unlock()
-	if last && registry[h.pool] == h {
-		delete(registry, h.pool)
-	} else {
-		last = false
-	}
-	registryMu.Unlock()
-	if last {
-		h.cancel()
-		<-h.done
-	}
-}
-
-// run reads notifications and wakes the waiters they concern. When the
-// connection breaks it wakes every waiter (they retry, and fall back to
-// sleeping until expiry) and leaves the registry, so the next Listen opens
-// a new connection.
-func (h *hub) run(ctx context.Context) {
-	defer close(h.done)
-	defer func() { _ = h.conn.Close(context.Background()) }()
+// join adds w to the hub's live connection, if there is one, once a reader
+// that is stopping has returned.
+func (h *Hub) join(w *Waiter) *link {
 	for {
-		n, err := h.conn.WaitForNotification(ctx)
+		h.mu.Lock()
+		l := h.link
+		if l == nil || l.dead.Load() {
+			h.mu.Unlock()
+			return nil
+		}
+		if l.stop == nil && l.stopped != nil {
+			select {
+			case <-l.stopped:
+			default: // the reader is stopping: wait for it outside the lock
+				stopped := l.stopped
+				h.mu.Unlock()
+				<-stopped
+				continue
+			}
+		}
+		l.addLocked(w)
+		h.mu.Unlock()
+		return l
+	}
+}
+
+// addLocked adds w, and starts the reader when none runs.
+func (l *link) addLocked(w *Waiter) {
+	l.waiters[w] = struct{}{}
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
+	}
+	if l.stop == nil {
+		ctx, stop := context.WithCancel(context.Background())
+		l.stop, l.stopped = stop, make(chan struct{})
+		go l.read(ctx, l.stopped)
+	}
+}
+
+// remove removes w. The last waiter stops the reader, waits for it, and
+// arms the linger.
+func (l *link) remove(w *Waiter) {
+	h := l.h
+	h.mu.Lock()
+	delete(l.waiters, w)
+	if l.dead.Load() && l.stop != nil { // the reader has returned or is returning
+		l.stop()
+		l.stop = nil
+	}
+	if len(l.waiters) > 0 || l.stop == nil {
+		h.mu.Unlock()
+		return
+	}
+	stop, stopped := l.stop, l.stopped
+	l.stop = nil
+	h.mu.Unlock()
+	stop()
+	<-stopped
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(l.waiters) == 0 && l.stop == nil && l.idle == nil {
+		l.idle = time.AfterFunc(h.linger, l.expire)
+	}
+}
+
+// expire closes the connection once the linger has passed with no waiter.
+func (l *link) expire() {
+	h := l.h
+	h.mu.Lock()
+	if len(l.waiters) > 0 || l.stop != nil {
+		h.mu.Unlock()
+		return
+	}
+	l.idle = nil
+	if h.link == l {
+		h.link = nil
+	}
+	h.mu.Unlock()
+	_ = l.conn.Close(context.Background())
+}
+
+// read reads notifications and wakes the waiters they concern, until ctx
+// is cancelled (no waiter left) or the connection breaks: then it wakes
+// every waiter (they listen again, or fall back to sleeping until expiry)
+// and detaches the link from the hub.
+func (l *link) read(ctx context.Context, stopped chan struct{}) {
+	defer close(stopped)
+	for {
+		n, err := l.conn.WaitForNotification(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				h.broken()
+			if ctx.Err() == nil || l.conn.IsClosed() {
+				l.broken(err)
 			}
 			return
 		}
@@ -204,29 +311,30 @@ func (h *hub) run(ctx context.Context) {
 		if json.Unmarshal([]byte(n.Payload), &p) != nil || p.Event != "released" {
 			continue
 		}
-		h.mu.Lock()
-		for w := range h.waiters {
+		l.h.mu.Lock()
+		for w := range l.waiters {
 			if w.kind == p.Kind && w.name == p.Name {
 				w.signal()
 			}
 		}
-		h.mu.Unlock()
+		l.h.mu.Unlock()
 	}
 }
 
-// broken detaches the hub from the registry and wakes all its waiters.
-func (h *hub) broken() {
-	h.dead.Store(true)
-	registryMu.Lock()
-	if registry[h.pool] == h {
-		delete(registry, h.pool)
-	}
-	registryMu.Unlock()
+// broken marks the link dead, detaches it and wakes all its waiters.
+func (l *link) broken(err error) {
+	l.dead.Store(true)
+	h := l.h
 	h.mu.Lock()
-	for w := range h.waiters {
+	if h.link == l {
+		h.link = nil
+	}
+	for w := range l.waiters {
 		w.signal()
 	}
 	h.mu.Unlock()
+	h.log.Debug("pglease: the LISTEN connection broke; waiters listen again", "err", err)
+	_ = l.conn.Close(context.Background())
 }
 
 func (w *Waiter) signal() {

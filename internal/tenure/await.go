@@ -42,7 +42,7 @@ func Await[T any](ctx context.Context, c *Core, try func(ctx context.Context) (T
 			if w != nil {
 				w.Close(ctx)
 			}
-			w, listening = notify.Listen(ctx, c.pool, c.kind.Noun, ref.Name), ref.Name
+			w, listening = c.hub.Listen(ctx, c.kind.Noun, ref.Name), ref.Name
 			if !retried {
 				retried = true
 				continue

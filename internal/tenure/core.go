@@ -16,6 +16,7 @@ import (
 
 	"github.com/pglease/pglease/internal/check"
 	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/notify"
 	"github.com/pglease/pglease/internal/purge"
 )
 
@@ -38,6 +39,12 @@ type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Listener is a DB that can open a dedicated connection for release
+// notifications (pglease.Listener documents it).
+type Listener interface {
+	ListenConn(ctx context.Context) (*pgx.Conn, error)
 }
 
 // Kind is what differs between leases and slots in the words of the
@@ -74,7 +81,8 @@ type Core struct {
 	kind  Kind
 	db    DB
 	q     *db.Queries
-	pool  *pgxpool.Pool // non-nil when db is a pool: it LISTENs and purges
+	pool  *pgxpool.Pool // non-nil when db is a pool: it purges
+	hub   *notify.Hub   // release notifications for the blocking calls
 	cfg   Config        // with defaults applied
 	purge time.Duration
 
@@ -109,9 +117,14 @@ func New(database DB, kind Kind, cfg Config) (*Core, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	c := &Core{kind: kind, db: database, q: db.New(database), cfg: cfg, purge: cmp.Or(cfg.PurgeEvery, purge.DefaultEvery)}
-	if pool, ok := database.(*pgxpool.Pool); ok {
-		c.pool = pool
+	var dial notify.Dial
+	switch d := database.(type) {
+	case *pgxpool.Pool:
+		c.pool, dial = d, notify.DialPool(d)
+	case Listener:
+		dial = d.ListenConn
 	}
+	c.hub = notify.NewHub(dial, notify.DefaultLinger, cfg.Logger)
 	if cfg.OnWait != nil {
 		c.OnWait = func(_ string, refusal error) { cfg.OnWait(refusal) }
 	}

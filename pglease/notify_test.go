@@ -1,0 +1,185 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/pglease"
+)
+
+// listener is a wrapped pool: a DB that is not a *pgxpool.Pool but opens
+// dedicated connections for notifications (pglease.Listener).
+type listener struct {
+	*pgxpool.Pool
+	dials atomic.Int32
+	fail  error // when set, ListenConn fails with it
+}
+
+func (l *listener) ListenConn(ctx context.Context) (*pgx.Conn, error) {
+	l.dials.Add(1)
+	if l.fail != nil {
+		return nil, l.fail
+	}
+	return pgx.ConnectConfig(ctx, l.Config().ConnConfig.Copy())
+}
+
+// blockedAcquire starts an Acquire of name by waiter while owner holds it,
+// waits until the Acquire listens, releases, and returns how long the
+// Acquire took after the release.
+func blockedAcquire(t *testing.T, owner, waiter *pglease.Client, waiting <-chan string, name string, ttl time.Duration) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	l := mustAcquire(t, owner, name, ttl)
+	done := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, name, time.Minute)
+		if err == nil {
+			err = wl.Release(ctx)
+		}
+		done <- err
+	}()
+	awaitWaiting(t, waiting, "the blocked Acquire to wait")
+	released := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("blocked Acquire did not return")
+	}
+	return time.Since(released)
+}
+
+// TestNotifyListener: a DB that implements Listener gets NOTIFY wake-ups,
+// and the waiters of one client share one connection, kept open between
+// waits (the linger).
+func TestNotifyListener(t *testing.T) {
+	t.Parallel()
+	db := &listener{Pool: pgtest.NewDirectPool(t)}
+	owner := newClient(t, db, "owner")
+	waiter := newClient(t, db, "waiter")
+	waiting := waitingHook(waiter)
+	for i := range 2 {
+		took := blockedAcquire(t, owner, waiter, waiting, "jobs", 30*time.Second)
+		t.Logf("wait %d: woken %s after the release", i+1, took)
+		if took > 10*time.Second {
+			t.Fatalf("woken %s after the release: at the expiry, not by the NOTIFY", took)
+		}
+	}
+	if n := db.dials.Load(); n != 1 {
+		t.Fatalf("%d LISTEN connections opened for two waits in a row, want 1 (kept for the linger)", n)
+	}
+}
+
+// TestNotifyPoolHooks: the LISTEN connection of a pool is made with the
+// pool's BeforeConnect and AfterConnect hooks.
+func TestNotifyPoolHooks(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewMigrated(t)) // direct: NOTIFY needs a session
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after atomic.Int32
+	cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error {
+		before.Add(1)
+		cc.RuntimeParams["application_name"] = "pglease-hooked"
+		return nil
+	}
+	cfg.AfterConnect = func(context.Context, *pgx.Conn) error {
+		after.Add(1)
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	owner := newClient(t, pool, "owner")
+	waiter := newClient(t, pool, "waiter")
+	waiting := waitingHook(waiter)
+	l := mustAcquire(t, owner, "jobs", 30*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(ctx, "jobs", time.Minute)
+		done <- err
+	}()
+	awaitWaiting(t, waiting, "the blocked Acquire to wait")
+	var listening int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'pglease-hooked' AND query LIKE '%LISTEN pglease%' AND pid <> pg_backend_pid()`).Scan(&listening); err != nil {
+		t.Fatal(err)
+	}
+	if listening != 1 {
+		t.Fatalf("%d LISTEN sessions made through BeforeConnect, want 1", listening)
+	}
+	if before.Load() != after.Load() {
+		t.Fatalf("BeforeConnect ran %d times, AfterConnect %d: want both for every connection", before.Load(), after.Load())
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+}
+
+// TestNotifyFallbackWarnsOnce: when no LISTEN connection can be opened,
+// blocked calls wait for the expiry, and the fallback is logged once at
+// warn.
+func TestNotifyFallbackWarnsOnce(t *testing.T) {
+	t.Parallel()
+	db := &listener{Pool: pgtest.NewPool(t), fail: errors.New("no dedicated connections here")}
+	var mu sync.Mutex
+	var warnings int
+	logger := slog.New(handlerFunc(func(r slog.Record) {
+		if r.Level == slog.LevelWarn {
+			mu.Lock()
+			warnings++
+			mu.Unlock()
+		}
+	}))
+	owner := newClient(t, db, "owner")
+	waiter, err := pglease.New(db, pglease.Config{Holder: "waiter", Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 2 {
+		mustAcquire(t, owner, "jobs", 200*time.Millisecond)
+		l, err := waiter.Acquire(ctx, "jobs", time.Minute)
+		if err != nil {
+			t.Fatalf("Acquire falling back to the expiry: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if warnings != 1 || db.dials.Load() < 2 {
+		t.Fatalf("%d warnings over %d failed LISTEN attempts, want exactly 1", warnings, db.dials.Load())
+	}
+}
+
+// handlerFunc is a slog.Handler that passes each record to a function.
+type handlerFunc func(slog.Record)
+
+func (f handlerFunc) Enabled(context.Context, slog.Level) bool      { return true }
+func (f handlerFunc) Handle(_ context.Context, r slog.Record) error { f(r); return nil }
+func (f handlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return f }
+func (f handlerFunc) WithGroup(string) slog.Handler                 { return f }
