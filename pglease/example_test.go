@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pglease"
 )
 
@@ -18,7 +18,7 @@ import (
 // release it.
 func Example() {
 	ctx := context.Background()
-	databaseURL := pgtest.ExampleURL() // in a service: os.Getenv("DATABASE_URL")
+	databaseURL := os.Getenv("DATABASE_URL")
 
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
@@ -50,7 +50,7 @@ func Example() {
 // gets it as soon as that holder releases.
 func ExampleClient_Acquire() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.ExampleURL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -75,4 +75,38 @@ func ExampleClient_Acquire() {
 	fmt.Println(lease.Holder(), "holds it with fence", lease.Fence())
 	_ = lease.Release(ctx)
 	// Output: second holds it with fence 2
+}
+
+// ExampleLease_Run runs a job while holding a lease: the job's context ends
+// the moment the lease is no longer certain, and the lease is released once
+// the job returns.
+func ExampleLease_Run() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := pglease.New(pool, pglease.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := client.Acquire(ctx, "compaction", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = lease.Run(ctx, func(ctx context.Context) error {
+		fmt.Println("compacting under fence", lease.Fence())
+		return nil // a real job returns when done, or when ctx ends
+	})
+	if lost, ok := errors.AsType[*pglease.LostError](err); ok {
+		log.Fatalf("lease %s lost (fence %d): %v", lost.Name, lost.Fence, lost.Cause)
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	<-lease.Done() // closed by the release
+	fmt.Println("released")
+	// Output:
+	// compacting under fence 1
+	// released
 }

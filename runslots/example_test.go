@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -18,7 +18,7 @@ import (
 // database.
 func Example() {
 	ctx := context.Background()
-	databaseURL := pgtest.ExampleURL() // in a service: os.Getenv("DATABASE_URL")
+	databaseURL := os.Getenv("DATABASE_URL")
 
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
@@ -47,7 +47,7 @@ func Example() {
 // ExampleClient_TryClaim shows three workers competing for two slots.
 func ExampleClient_TryClaim() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.ExampleURL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func ExampleClient_TryClaim() {
 // as soon as that holder releases.
 func ExampleClient_Claim() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.ExampleURL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func ExampleClient_Claim() {
 // together, or neither.
 func ExampleClient_TryClaimAll() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, pgtest.ExampleURL())
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}

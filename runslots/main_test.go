@@ -16,7 +16,8 @@ import (
 	"github.com/pglease/pglease/runslots"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain points DATABASE_URL at a migrated database for the examples.
+func TestMain(m *testing.M) { pgtest.MainWithExamples(m) }
 
 // callTimeout bounds each database call of the helpers, so that a test that
 // wrongly blocks fails with a message instead of hanging.

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/supervisor"
 )
 
@@ -17,7 +17,7 @@ import (
 // dies.
 func Example() {
 	ctx, stop := context.WithCancel(context.Background())
-	pool, err := pgxpool.New(ctx, pgtest.ExampleURL()) // your DATABASE_URL
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}

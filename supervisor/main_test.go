@@ -6,4 +6,5 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain points DATABASE_URL at a migrated database for the examples.
+func TestMain(m *testing.M) { pgtest.MainWithExamples(m) }

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"sync"
+	"testing"
 
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/schema"
@@ -50,6 +52,18 @@ func ExampleURL() string {
 		panic(fmt.Sprintf("pgtest: example database: %v", e.err))
 	}
 	return e.url
+}
+
+// MainWithExamples is Main for a package whose Example functions read
+// DATABASE_URL, as a service would: before the tests run, it points
+// DATABASE_URL at the examples' database (ExampleURL), in this test
+// process only.
+func MainWithExamples(m *testing.M) {
+	mainCalled.Store(true)
+	if err := os.Setenv("DATABASE_URL", ExampleURL()); err != nil {
+		panic(fmt.Sprintf("pgtest: set DATABASE_URL: %v", err))
+	}
+	os.Exit(run(m))
 }
 
 // dropExampleDatabase drops the examples' database, if one was made.
