@@ -899,8 +899,8 @@ BEGIN
             PERFORM set_config(v_setting, v_ms::text, true);
         END IF;
     END LOOP;
-    IF current_setting('server_version_num')::integer >= 170000
-       AND current_setting('transaction_timeout')::interval = interval '0' THEN
+    -- transaction_timeout exists from PostgreSQL 17 on (NULL before).
+    IF current_setting('transaction_timeout', true)::interval = interval '0' THEN
         PERFORM set_config('transaction_timeout', v_ms::text, true);
     END IF;
 END
