@@ -26,10 +26,12 @@ awk '/^From psql/ { found = 1 } found && /^```sql$/ { on = 1; next } on && /^```
 
 psql -X -q -v ON_ERROR_STOP=1 -d "$admin" -c "CREATE DATABASE $db" >/dev/null ||
     { echo "test-readme-psql: cannot create a scratch database (the user needs CREATEDB)" >&2; exit 2; }
-trap 'rm -f "$block"; psql -X -q -d "$admin" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null' EXIT
+trap 'rm -f "$block"; for d in $db ${db}_fresh; do psql -X -q -d "$admin" -c "DROP DATABASE IF EXISTS $d WITH (FORCE)" >/dev/null; done' EXIT
 for f in migrations/*.up.sql; do
     psql -X -q -v ON_ERROR_STOP=1 -d "$scratch" -f "$f" >/dev/null || { echo "test-readme-psql: cannot apply $f" >&2; exit 2; }
 done
+# A copy with the fresh schema, the template of the guide's blocks below.
+psql -X -q -v ON_ERROR_STOP=1 -d "$admin" -c "CREATE DATABASE ${db}_fresh TEMPLATE $db" >/dev/null
 
 for want in 1 2; do
     out=$(psql -X -v ON_ERROR_STOP=1 -d "$scratch" -f "$block" 2>&1) || fail "the README's psql block failed (run $want):
@@ -51,9 +53,7 @@ done=$(psql -X -A -t -d "$scratch" -c "SELECT done FROM reports WHERE day = curr
 [ "$done" = f ] || fail "the block wrote without the lease"
 echo "test-readme-psql: the README's psql block ran as pasted (granted twice, refused once)"
 
-# The guide's blocks: the scratch database, back to a fresh schema, is the
-# template of one database per block.
-psql -X -q -v ON_ERROR_STOP=1 -d "$scratch" -c "DROP TABLE reports; TRUNCATE pglease.leases" >/dev/null
+# The guide's blocks, each on a fresh copy of the schema.
 guide=docs/sql-clients.md
 n=0
 while :; do
@@ -61,7 +61,7 @@ while :; do
     awk -v want="$n" '/^```sql$/ { i++; on = (i == want); next } /^```$/ { on = 0 } on' "$guide" >"$block"
     [ -s "$block" ] || break
     copy="${db}_$n"
-    psql -X -q -v ON_ERROR_STOP=1 -d "$admin" -c "CREATE DATABASE $copy TEMPLATE $db" >/dev/null
+    psql -X -q -v ON_ERROR_STOP=1 -d "$admin" -c "CREATE DATABASE $copy TEMPLATE ${db}_fresh" >/dev/null
     out=$(psql -X -v ON_ERROR_STOP=1 -d "$(printf '%s' "$scratch" | sed "s#/$db#/$copy#")" -f "$block" 2>&1) || st=$?
     psql -X -q -d "$admin" -c "DROP DATABASE $copy WITH (FORCE)" >/dev/null
     [ "${st:-0}" -eq 0 ] || fail "$guide: sql block $n failed:
