@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -21,6 +22,8 @@ type keeperProc struct {
 	child *child
 	cg    *cgroup // the command's cgroup, if the keeper made one
 	why   string  // why everything stopped (a keeper's why, or keeperDied), once child.done
+	// stopBegun is set once the keeper has begun stopping everything.
+	stopBegun atomic.Bool
 }
 
 // keeperDied is keeperProc.why when the keeper died before reporting.
@@ -61,9 +64,11 @@ func (r *runner) runChild(ctx context.Context, env []string) error {
 			k.send("deadline %d", monoDeadline(r.deadline()))
 		case <-lost:
 			lost = nil
-			what, cause := r.lossCause()
-			fmt.Fprintf(r.a.stderr, "pglease: %s lost (%v): sending SIGTERM to the command and everything it started, SIGKILL in %s\n",
-				what, causeText(cause), killIn(r.o.grace, r.deadline()))
+			if !k.stopBegun.Load() { // else it said why already
+				what, cause := r.lossCause()
+				fmt.Fprintf(r.a.stderr, "pglease: %s lost (%v): sending SIGTERM to the command and everything it started, SIGKILL in %s\n",
+					what, causeText(cause), killIn(r.o.grace, r.deadline()))
+			}
 			k.send("stop")
 		}
 	}
@@ -171,6 +176,7 @@ func (k *keeperProc) watch(lines *bufio.Scanner, rep *os.File) {
 		f := strings.Fields(rest)
 		switch {
 		case verb == "stopping" && len(f) == 3:
+			k.stopBegun.Store(true)
 			killIn, _ := strconv.ParseInt(f[1], 10, 64)
 			n, _ := strconv.Atoi(f[2])
 			k.stopping(f[0], time.Duration(killIn).Round(time.Millisecond), n)
