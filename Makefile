@@ -11,7 +11,7 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 .DEFAULT_GOAL := help
 .PHONY: help demo generate verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
 	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover \
-	test-clients test-sharded
+	test-clients test-sharded test-run-margins
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -107,3 +107,7 @@ test-failover: ## Failover tests on a pg_auto_failover formation (root; ~4 min; 
 
 test-sharded: ## PL/Proxy proxy over four partitions on two throwaway clusters: contract, Go clients, role binding, faults (~90 s)
 	./scripts/test-sharded.sh
+
+test-run-margins: ## pglease run: margin between the command's last process dying and the server's expiry, RUNS=10 per fault (~3 min)
+	@out=$$(mktemp); $(GO) test -race -count=$${RUNS:-10} -run 'TestCLI/Run(Kill9|Crash|Stopped|LeaseLostBlackhole)$$' -v \
+		./cmd/pglease/ >$$out 2>&1; rc=$$?; grep -E 'before the server|dead .* later|^(ok|FAIL)|--- FAIL' $$out; rm -f $$out; exit $$rc
