@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/testsignal"
 	"github.com/pglease/pglease/pglease"
 )
 
@@ -183,7 +184,7 @@ func TestAcquireWokenByRelease(t *testing.T) {
 		wl, err := waiter.Acquire(ctx, "jobs", 30*time.Second)
 		done <- result{wl, err, time.Now()}
 	}()
-	awaitWaiting(t, waiting, "the blocked Acquire to listen")
+	waiting.Await(t, "the blocked Acquire to listen")
 	released := time.Now()
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -206,29 +207,13 @@ func TestAcquireWokenByRelease(t *testing.T) {
 	}
 }
 
-// waitingHook returns a channel that receives the lease name each time one
-// of c's blocking acquires has been refused and is about to wait: by then
-// it listens, so a release is not sent before the waiter subscribed.
-func waitingHook(c *pglease.Client) <-chan string {
-	ch := make(chan string, 64)
-	pglease.SetWaitingHook(c, func(name string) {
-		select {
-		case ch <- name:
-		default: // nobody is reading: the test has what it needs
-		}
-	})
-	return ch
-}
-
-// awaitWaiting waits for the next signal of a waitingHook channel, failing
-// the test after a generous liveness bound.
-func awaitWaiting(t *testing.T, waiting <-chan string, what string) {
-	t.Helper()
-	select {
-	case <-waiting:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-	}
+// waitingHook returns a signal of the lease name each time one of c's
+// blocking acquires has been refused and is about to wait: by then it
+// listens, so a release is not sent before the waiter subscribed.
+func waitingHook(c *pglease.Client) testsignal.Signal[string] {
+	s := testsignal.New[string]()
+	pglease.SetWaitingHook(c, s.Send)
+	return s
 }
 
 // TestAcquireWaitsForExpiry: without a release, a blocked Acquire gets the
@@ -594,7 +579,7 @@ func TestAcquireListensAgain(t *testing.T) {
 		_, err := waiter.Acquire(ctx, "jobs", 30*time.Second)
 		done <- err
 	}()
-	awaitWaiting(t, waiting, "the blocked Acquire to listen")
+	waiting.Await(t, "the blocked Acquire to listen")
 	var killed bool
 	if err := pool.QueryRow(ctx, `SELECT bool_or(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE datname = current_database() AND query LIKE '%LISTEN pglease%' AND pid <> pg_backend_pid()`).Scan(&killed); err != nil || !killed {
@@ -603,8 +588,8 @@ func TestAcquireListensAgain(t *testing.T) {
 	// The broken connection wakes the waiter, which tries again and waits
 	// (listening again inside that wait); the wait after that is on the
 	// new connection, so a release is heard from then on.
-	awaitWaiting(t, waiting, "the waiter to wake at the broken connection")
-	awaitWaiting(t, waiting, "the waiter to listen again")
+	waiting.Await(t, "the waiter to wake at the broken connection")
+	waiting.Await(t, "the waiter to listen again")
 	released := time.Now()
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

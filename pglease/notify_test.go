@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/testsignal"
 	"github.com/pglease/pglease/pglease"
 )
 
@@ -35,7 +36,7 @@ func (l *listener) ListenConn(ctx context.Context) (*pgx.Conn, error) {
 // blockedAcquire starts an Acquire of name by waiter while owner holds it,
 // waits until the Acquire listens, releases, and returns how long the
 // Acquire took after the release.
-func blockedAcquire(t *testing.T, owner, waiter *pglease.Client, waiting <-chan string, name string, ttl time.Duration) time.Duration {
+func blockedAcquire(t *testing.T, owner, waiter *pglease.Client, waiting testsignal.Signal[string], name string, ttl time.Duration) time.Duration {
 	t.Helper()
 	ctx := context.Background()
 	l := mustAcquire(t, owner, name, ttl)
@@ -47,7 +48,7 @@ func blockedAcquire(t *testing.T, owner, waiter *pglease.Client, waiting <-chan 
 		}
 		done <- err
 	}()
-	awaitWaiting(t, waiting, "the blocked Acquire to wait")
+	waiting.Await(t, "the blocked Acquire to wait")
 	released := time.Now()
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -118,7 +119,7 @@ func TestNotifyPoolHooks(t *testing.T) {
 		_, err := waiter.Acquire(ctx, "jobs", time.Minute)
 		done <- err
 	}()
-	awaitWaiting(t, waiting, "the blocked Acquire to wait")
+	waiting.Await(t, "the blocked Acquire to wait")
 	var listening int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 		WHERE datname = current_database() AND application_name = 'pglease-hooked' AND query LIKE '%LISTEN pglease%' AND pid <> pg_backend_pid()`).Scan(&listening); err != nil {

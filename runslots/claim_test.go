@@ -385,7 +385,7 @@ func TestClaimAllWokenByRelease(t *testing.T) {
 		slots, err := c.ClaimAll(ctx, []runslots.Want{{"a", 1}, {"b", 1}}, time.Minute)
 		done <- result{slots, err, time.Now()}
 	}()
-	if scope := <-waiting; scope != "b" {
+	if scope := waiting.Await(t, "ClaimAll to wait"); scope != "b" {
 		t.Fatalf("ClaimAll waits on %q, want b", scope)
 	}
 	released := time.Now()
@@ -424,7 +424,7 @@ func TestClaimWokenByRelease(t *testing.T) {
 		s, err := c.Claim(ctx, "jobs", 1, time.Minute)
 		done <- result{s, err, time.Now()}
 	}()
-	<-waiting // refused after LISTEN: only the release can wake it early
+	waiting.Await(t, "Claim to wait") // refused after LISTEN: only the release can wake it early
 	released := time.Now()
 	mustRelease(t, held)
 	r := <-done
@@ -455,7 +455,7 @@ func TestClaimCancel(t *testing.T) {
 		_, err := c.Claim(ctx, "jobs", 1, time.Minute)
 		done <- err
 	}()
-	<-waiting
+	waiting.Await(t, "Claim to wait")
 	cancel()
 	if err := <-done; err != context.Canceled {
 		t.Fatalf("cancelled Claim = %v, want context.Canceled unchanged", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/testsignal"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/runslots"
 )
@@ -165,17 +166,12 @@ func bumpFence(t testing.TB, pool *pgxpool.Pool, scope string, number int) {
 	}
 }
 
-// waitingHook returns a channel that receives the scope each time one of
-// c's blocking claims has been refused and is about to wait.
-func waitingHook(c *runslots.Client) <-chan string {
-	ch := make(chan string, 64)
-	runslots.SetWaitingHook(c, func(scope string) {
-		select {
-		case ch <- scope:
-		default: // nobody is reading: the test has what it needs
-		}
-	})
-	return ch
+// waitingHook returns a signal of the scope each time one of c's blocking
+// claims has been refused and is about to wait.
+func waitingHook(c *runslots.Client) testsignal.Signal[string] {
+	s := testsignal.New[string]()
+	runslots.SetWaitingHook(c, s.Send)
+	return s
 }
 
 // noDB is a database that fails the test when it is used: arguments that

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pglease/pglease/internal/faultproxy"
 	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/testsignal"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/supervisor"
 )
@@ -39,6 +40,13 @@ type recorder struct {
 	mu      sync.Mutex
 	running atomic.Int32
 	runs    []interval
+	want    int           // runs to record before enough closes
+	enough  chan struct{} // closed once want runs are recorded
+}
+
+// newRecorder returns a recorder that signals once want runs are recorded.
+func newRecorder(t *testing.T, want int) *recorder {
+	return &recorder{t: t, want: want, enough: make(chan struct{})}
 }
 
 func (r *recorder) workload(s *supervisor.Supervisor, d time.Duration) func(context.Context) error {
@@ -55,6 +63,9 @@ func (r *recorder) workload(s *supervisor.Supervisor, d time.Duration) func(cont
 		r.running.Add(-1)
 		r.mu.Lock()
 		r.runs = append(r.runs, iv)
+		if len(r.runs) == r.want {
+			close(r.enough)
+		}
 		r.mu.Unlock()
 		return nil
 	}
@@ -109,7 +120,7 @@ func TestCompeting(t *testing.T) {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.NewPool(t)
-			rec := &recorder{t: t}
+			rec := newRecorder(t, 4*n)
 			var sups []*supervisor.Supervisor
 			for range n {
 				sups = append(sups, newSupervisor(t, pool, supervisor.Config{
@@ -120,15 +131,9 @@ func TestCompeting(t *testing.T) {
 			wg := runAll(t, ctx, sups, func(s *supervisor.Supervisor) func(context.Context) error {
 				return rec.workload(s, 30*time.Millisecond)
 			})
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				rec.mu.Lock()
-				done := len(rec.runs) >= 4*n
-				rec.mu.Unlock()
-				if done || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
+			select {
+			case <-rec.enough:
+			case <-time.After(20 * time.Second):
 			}
 			cancel()
 			wg.Wait()
@@ -171,13 +176,8 @@ func TestGracefulHandover(t *testing.T) {
 		}()
 		<-leading
 		standby := newSupervisor(t, pool, supervisor.Config{Name: fmt.Sprint("handover-", i), TTL: 30 * time.Second})
-		waiting := make(chan struct{}, 1)
-		supervisor.SetWaitingHook(standby, func() {
-			select {
-			case waiting <- struct{}{}:
-			default:
-			}
-		})
+		waiting := testsignal.New[struct{}]()
+		supervisor.SetWaitingHook(standby, func() { waiting.Send(struct{}{}) })
 		standbyCtx, stopStandby := context.WithCancel(context.Background())
 		standbyDone := make(chan error, 1)
 		go func() {
@@ -187,11 +187,7 @@ func TestGracefulHandover(t *testing.T) {
 				return nil
 			})
 		}()
-		select {
-		case <-waiting: // refused once, listening for the release
-		case <-time.After(10 * time.Second):
-			t.Fatal("the standby never stood by")
-		}
+		waiting.Await(t, "the standby to stand by, listening for the release")
 		stopLeader()
 		if err := <-leaderDone; !errors.Is(err, context.Canceled) {
 			t.Fatalf("leader Run = %v, want context.Canceled", err)
@@ -219,18 +215,6 @@ func TestGracefulHandover(t *testing.T) {
 		rounds, latencies[0], latencies[rounds/2], latencies[rounds-1])
 	if latencies[rounds/2] > time.Second {
 		t.Fatalf("median handover %s, want far below the 30s TTL (woken by NOTIFY)", latencies[rounds/2])
-	}
-}
-
-// waitFor polls cond until true or fails after 10 s.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -354,11 +338,17 @@ func TestCrashCancelsBeforeExpiry(t *testing.T) {
 func TestRefusedRenewalCancels(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	var events []supervisor.Event
-	var mu sync.Mutex
+	lostEvent := make(chan struct{}, 1)
 	s := newSupervisor(t, pool, supervisor.Config{
 		Name: "refused", TTL: 3 * time.Second, RenewInterval: 100 * time.Millisecond,
-		Observer: func(e supervisor.Event) { mu.Lock(); events = append(events, e); mu.Unlock() },
+		Observer: func(e supervisor.Event) {
+			if e.Kind == supervisor.EventLost {
+				select {
+				case lostEvent <- struct{}{}:
+				default:
+				}
+			}
+		},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -401,16 +391,11 @@ func TestRefusedRenewalCancels(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("workload not cancelled after a refused renewal")
 	}
-	waitFor(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, e := range events {
-			if e.Kind == supervisor.EventLost {
-				return true
-			}
-		}
-		return false
-	}, "EventLost")
+	select {
+	case <-lostEvent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no EventLost")
+	}
 	cancel()
 	<-done
 }
@@ -580,6 +565,7 @@ func TestSlotVariant(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	var running, peak atomic.Int32
 	var runs atomic.Int32
+	enough := make(chan struct{}) // closed at the 20th run
 	var sups []*supervisor.Supervisor
 	for range 5 {
 		sups = append(sups, newSupervisor(t, pool, supervisor.Config{
@@ -596,7 +582,9 @@ func TestSlotVariant(t *testing.T) {
 			if n > 2 {
 				t.Errorf("%d workloads running in a scope of capacity 2", n)
 			}
-			runs.Add(1)
+			if runs.Add(1) == 20 {
+				close(enough)
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(50 * time.Millisecond):
@@ -604,7 +592,11 @@ func TestSlotVariant(t *testing.T) {
 			return nil
 		}
 	})
-	waitFor(t, func() bool { return runs.Load() >= 20 }, "20 slot-guarded runs")
+	select {
+	case <-enough:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out waiting for 20 slot-guarded runs")
+	}
 	cancel()
 	wg.Wait()
 	if peak.Load() != 2 {
