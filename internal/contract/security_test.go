@@ -256,28 +256,89 @@ func testForgedNotificationCostsARetry(t *testing.T, db *testDB) {
 	}
 }
 
-// TestExactACL installs pglease into a database whose default privileges
-// grant everything to another role, and where that role and pglease_client
-// already hold grants: afterwards every pglease object carries exactly the
-// documented ACL (docs/security.md), and that role can write nothing.
+// TestExactACL installs pglease where other roles would get privileges on
+// its objects, and checks that every pglease object then carries exactly
+// the documented ACL (docs/security.md) and that those roles can write
+// nothing:
+//   - default privileges: ALTER DEFAULT PRIVILEGES grants everything to
+//     another role (and tables to PUBLIC) before pglease is installed;
+//   - earlier grants: on the released schema (migration 1, or extension
+//     0.1.0), table, column and function grants to another role and extra
+//     grants to pglease_client, then the upgrade to head.
 func TestExactACL(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDatabase(t)
-	adminURL := pgtest.AdminURL(t)
-	appRW := createLoginRole(t, adminURL, url, false)
-	ctx := testContext(t)
-	owner := connect(t, url)
-	rw := pgx.Identifier{appRW.name}.Sanitize()
-	mustExec(t, owner, `ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO `+rw)
-	mustExec(t, owner, `ALTER DEFAULT PRIVILEGES GRANT ALL ON FUNCTIONS TO `+rw)
-	mustExec(t, owner, `ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO `+rw)
-	mustExec(t, owner, `ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO PUBLIC`)
-	if pgtest.UsesExtension(t) {
-		pgtest.CreateExtension(t, url)
-	} else if err := schema.Up(ctx, url); err != nil {
-		t.Fatal(err)
-	}
+	for _, tc := range []struct {
+		name    string
+		install func(t *testing.T, ctx context.Context, owner *pgx.Conn, url, rw string)
+	}{{
+		name: "DefaultPrivileges",
+		install: func(t *testing.T, ctx context.Context, owner *pgx.Conn, url, rw string) {
+			mustExec(t, owner, `ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO `+rw)
+			mustExec(t, owner, `ALTER DEFAULT PRIVILEGES GRANT ALL ON FUNCTIONS TO `+rw)
+			mustExec(t, owner, `ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO `+rw)
+			mustExec(t, owner, `ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO PUBLIC`)
+			if pgtest.UsesExtension(t) {
+				pgtest.CreateExtension(t, url)
+			} else if err := schema.Up(ctx, url); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}, {
+		name: "EarlierGrants",
+		install: func(t *testing.T, ctx context.Context, owner *pgx.Conn, url, rw string) {
+			if pgtest.UsesExtension(t) {
+				mustExec(t, owner, `CREATE EXTENSION pglease VERSION '0.1.0'`)
+			} else if err := schema.Goto(ctx, url, 1); err != nil {
+				t.Fatal(err)
+			}
+			for _, sql := range []string{
+				`GRANT ALL ON SCHEMA pglease TO ` + rw,
+				`GRANT ALL ON ALL TABLES IN SCHEMA pglease TO ` + rw,
+				`GRANT UPDATE (fence) ON pglease.leases TO ` + rw,
+				`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA pglease TO ` + rw + ` WITH GRANT OPTION`,
+				`GRANT ALL ON pglease.leases, pglease.slots TO pglease_client`,
+				`GRANT EXECUTE ON FUNCTION pglease.force_release(text) TO pglease_client, PUBLIC`,
+			} {
+				mustExec(t, owner, sql)
+			}
+			if pgtest.UsesExtension(t) {
+				mustExec(t, owner, `ALTER EXTENSION pglease UPDATE`)
+			} else if err := schema.Up(ctx, url); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.NewDatabase(t)
+			appRW := createLoginRole(t, pgtest.AdminURL(t), url, false)
+			ctx := testContext(t)
+			owner := connect(t, url)
+			tc.install(t, ctx, owner, url, pgx.Identifier{appRW.name}.Sanitize())
+			requireDocumentedACL(t, ctx, owner)
 
+			// The role the grants favoured can neither write nor reset a
+			// fence.
+			mustAcquire(t, owner, "acl", "owner", time.Hour, 1)
+			conn := connectAs(t, url, appRW)
+			for _, sql := range []string{
+				`UPDATE pglease.leases SET fence = 1`,
+				`DELETE FROM pglease.leases`,
+				`SELECT * FROM pglease.force_release('acl')`,
+				`CREATE TABLE pglease.mine (id int)`,
+			} {
+				if _, err := conn.Exec(ctx, sql); pgCode(err) != "42501" {
+					t.Errorf("%s as a role that had privileges: got %v, want SQLSTATE 42501", sql, err)
+				}
+			}
+		})
+	}
+}
+
+// requireDocumentedACL fails unless the grants on pglease's objects to
+// roles other than their owner are exactly those docs/security.md lists.
+func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
+	t.Helper()
 	rows, err := owner.Query(ctx, `
 		SELECT g.object || ' ' || coalesce(r.rolname, 'PUBLIC') || ' ' || g.privilege
 		FROM (
@@ -329,21 +390,6 @@ func TestExactACL(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("ACL of schema pglease (grants to roles other than the owner):\n got: %s\nwant: %s",
 			strings.Join(got, "\n      "), strings.Join(want, "\n      "))
-	}
-
-	// The role the default privileges favoured can neither write nor reset
-	// a fence.
-	mustAcquire(t, owner, "acl", "owner", time.Hour, 1)
-	conn := connectAs(t, url, appRW)
-	for _, sql := range []string{
-		`UPDATE pglease.leases SET fence = 1`,
-		`DELETE FROM pglease.leases`,
-		`SELECT * FROM pglease.force_release('acl')`,
-		`CREATE TABLE pglease.mine (id int)`,
-	} {
-		if _, err := conn.Exec(ctx, sql); pgCode(err) != "42501" {
-			t.Errorf("%s as a role with default privileges: got %v, want SQLSTATE 42501", sql, err)
-		}
 	}
 }
 
