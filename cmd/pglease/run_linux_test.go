@@ -224,12 +224,42 @@ func testRunKeeperKilled(t *testing.T, c cli) {
 	if keeper == 0 {
 		t.Fatalf("no keeper among the processes of pglease %d", tr.b.cmd.Process.Pid)
 	}
+	// Where this process can make a cgroup, the keeper made one for the
+	// command; pglease removes it after killing what the keeper left.
+	cg := cgroupOf(t, tr.pids["command"])
+	if probe := newCgroup(); probe != nil {
+		probe.remove()
+		if !strings.Contains(filepath.Base(cg), "pglease-run-") {
+			t.Fatalf("cgroup of the command: got %q, want one of its own (pglease-run-*)", cg)
+		}
+	}
+	t.Logf("cgroup of the command: %s", cg)
 	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	tr.waitGone(t, 20*time.Second)
 	tr.b.waitExit(10*time.Second, 1)
 	requireContains(t, "stderr", tr.b.stderr.String(), "keeper of the command died", "killed the command and everything it started")
+	if strings.Contains(cg, "pglease-run-") {
+		if _, err := os.Stat(filepath.Join(cgroup2Mount(), cg)); !os.IsNotExist(err) {
+			t.Fatalf("cgroup %s after pglease exited: %v, want it removed", cg, err)
+		}
+	}
+}
+
+// cgroupOf returns the cgroup v2 path of process pid.
+func cgroupOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			return rest
+		}
+	}
+	return ""
 }
 
 // testRunStopped stops pglease (SIGSTOP): nobody renews, and the keeper
