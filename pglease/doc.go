@@ -11,16 +11,23 @@
 //	client, err := pglease.New(pool, pglease.Config{})
 //	lease, err := client.TryAcquire(ctx, "outbox-dispatcher", 30*time.Second)
 //	if errors.Is(err, pglease.ErrLeaseHeld) { ... } // someone else has it
-//	defer lease.Release(ctx)
-//	err = lease.Renew(ctx)       // every TTL/3 or so, before lease.Deadline()
-//	err = lease.WithFence(ctx, func(tx pgx.Tx) error { ... }) // fenced write
+//	err = lease.Run(ctx, func(ctx context.Context) error {
+//		// renewed meanwhile; ctx ends the moment the lease is not certain
+//		return lease.WithFence(ctx, func(tx pgx.Tx) error { ... }) // fenced write
+//	})
 //
-// Acquire blocks until the lease is free (woken by the release NOTIFY, else
-// at the holder's expiry). Each tenure has a fence, a number larger than
-// that of every earlier tenure of the lease, also across release and
-// expiry. The supervisor package runs a workload while a lease is held and
-// cancels it when that is no longer certain; most services want that rather
-// than calling Renew themselves.
+// A lease and a slot (package runslots) are two kinds of one concept, a
+// tenure, with one API: TryAcquire returns at once, Acquire blocks until the
+// lease is free (woken by the release NOTIFY, else at the holder's expiry);
+// a Lease has a Fence, a Deadline, Done (closed once it can no longer be
+// trusted), Renew, Release, and Run, which keeps it while a function runs.
+// Each tenure's fence is larger than that of every earlier tenure of the
+// lease, also across release and expiry. The supervisor package runs a
+// workload under a lease in a loop, standing by while another instance has
+// it; most services want that or Run rather than calling Renew themselves.
+//
+// Leases, ForceRelease and Purge are the operator's view: they take the
+// database, not a holder.
 //
 // Apply the schema first with Migrate (or the migrate CLI, or `pglease
 // migrate up`).
@@ -71,9 +78,12 @@
 // refused: that is the verdict that the tenure is over. Any other error from
 // Renew (connection reset, timeout) leaves the outcome unknown; renewing is
 // idempotent, so retry while Deadline allows, and stop the work when it
-// passes. Errors wrapping ErrInvalidArgument mean a bad argument and that
-// nothing changed. Every call takes a context and returns ctx.Err()
-// unchanged when it ends first.
+// passes (Run does all of this). Run reports a loss as a *LostError naming
+// the lease and fence. Errors wrapping ErrInvalidArgument mean a bad
+// argument or Config field (New names it) and that nothing changed;
+// ErrNotMigrated means the schema is missing or too old, ErrPermissionDenied
+// that the role lacks the pglease_client grant. Every call takes a context
+// and returns ctx.Err() unchanged when it ends first.
 //
 // Behind PgBouncer in transaction pooling mode, use pgx's
 // QueryExecModeExec or QueryExecModeSimpleProtocol. LISTEN does not work

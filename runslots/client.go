@@ -47,10 +47,10 @@ var slots = tenure.Kind{
 }
 
 // New returns a Client that runs its queries on database. It does not take
-// ownership: closing database stays the caller's job. Only a *pgxpool.Pool
-// lets Claim, ClaimAll and Run wake up on release notifications (they share
-// one LISTEN connection per pool, opened with the pool's settings); with a
-// *pgx.Conn or a pgx.Tx they wait until the earliest expiry the server
+// ownership: closing database stays the caller's job. Claim, ClaimAll and
+// Run wake up on release notifications when database is a *pgxpool.Pool or
+// a pglease.Listener (the client's waiters share one LISTEN connection; see
+// pglease.DB); otherwise they wait until the earliest expiry the server
 // reported. It returns an error matching pglease.ErrInvalidArgument, naming
 // the field, when cfg is invalid.
 func New(database pglease.DB, cfg Config) (*Client, error) {

@@ -26,9 +26,16 @@
 //     the earliest expiry).
 //   - TryClaimAll and ClaimAll take one slot in each of several scopes, all
 //     or nothing ("a tenant slot and a GPU slot").
-//   - Slot.Renew extends a tenure, Slot.Release ends it early; Slot.Deadline
-//     says until when the caller may rely on it.
-//   - Slots and Scopes list the occupancy the server sees.
+//   - Slot.Run keeps a claimed slot while a function runs, as
+//     pglease.Lease.Run keeps a lease; Slot.Renew extends a tenure,
+//     Slot.Release ends it early; Slot.Deadline says until when the caller
+//     may rely on it, and Slot.Done closes when it can no longer be trusted.
+//   - Slots and Scopes list the occupancy the server sees; they take the
+//     database, not a holder (the operator's view).
+//
+// Slots and leases are two kinds of one tenure: the same Config
+// (pglease.Config), the same deadline rule, the same keep policy in Run,
+// and the same errors (a loss is a *pglease.LostError, matching ErrSlotLost).
 //
 // A Client is one holder and holds at most one slot per scope: claiming a
 // scope it already holds returns the same tenure. To occupy several slots

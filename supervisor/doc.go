@@ -10,11 +10,11 @@
 //		return dispatchUntil(ctx) // must return soon after ctx is cancelled
 //	})
 //
-// Standing by, a supervisor tries to take the lease; while another instance
-// holds it, it waits for the release NOTIFY or until the holder's reported
-// expiry (plus jitter), never a blind fixed-interval poll. Holding, it runs
-// the workload with a context of its own and renews every RenewInterval
-// (TTL/3 by default). With Scope and Capacity set instead of Name, up to
+// Standing by, a supervisor takes the lease with pglease's Acquire: while
+// another instance holds it, it waits for the release NOTIFY or until the
+// holder's reported expiry (plus jitter), never a blind fixed-interval poll.
+// Holding, it runs the workload under pglease.Lease.Run, with a context of
+// its own, renewing every RenewInterval (TTL/3 by default). With Scope and Capacity set instead of Name, up to
 // Capacity instances run at once, each guarded by one slot (package
 // runslots).
 //

@@ -1,6 +1,7 @@
 // Package keep runs a workload while a lease or slot tenure is held, renewing
 // it, and cancels the workload the moment the tenure is no longer certain.
-// It is the shared core of the supervisor and runslots.Run.
+// It is the timer logic of internal/tenure's Run (so of Lease.Run,
+// Slot.Run and the supervisor).
 package keep
 
 import (
