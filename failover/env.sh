@@ -325,9 +325,18 @@ set_mode() { # true (sync) | false (async)
 	# settings for display; the setting itself is applied by its own call
 	# (checked below through synchronous_standby_names), and the keepers
 	# never make it. So its output goes to $DIR/env.log.
+	# Each node's setting is made on a settled formation, and retried: the
+	# monitor of pg_auto_failover 2.0 can fail it with "deadlock detected"
+	# (set_node_replication_quorum against the primary's node_active while
+	# it applies the other node's setting).
 	for n in 1 2; do
-		autoctl set node replication-quorum "$1" --pgdata "$(pgdata_of "node$n")" >>"$DIR/env.log" 2>&1 ||
-			die "pg_autoctl set node replication-quorum $1 failed on node $n (see $DIR/env.log)"
+		tries=1
+		until wait_ready 120 &&
+			autoctl set node replication-quorum "$1" --pgdata "$(pgdata_of "node$n")" >>"$DIR/env.log" 2>&1; do
+			[ $tries -lt 5 ] || die "pg_autoctl set node replication-quorum $1 failed $tries times on node $n (see $DIR/env.log)"
+			log "pg_autoctl set node replication-quorum $1 failed on node $n (see $DIR/env.log); trying again"
+			tries=$((tries + 1))
+		done
 	done
 	end=$(($(date +%s) + 60))
 	while :; do
