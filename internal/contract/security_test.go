@@ -456,10 +456,55 @@ func testFencedStall(t *testing.T, db *testDB, stall string) {
 // is true when it returns.
 func TestServerClockAfterWaits(t *testing.T) {
 	t.Parallel()
-	runGroup(t, 4, []subtest{
+	runGroup(t, 6, []subtest{
 		{"Lease", testLeaseClockAfterWait},
 		{"Slot", testSlotClockAfterWait},
+		{"RenewalsWaitingPastTheEnd", testRenewalsWaitingPastTheEnd},
 	})
+}
+
+// testRenewalsWaitingPastTheEnd: renew and renew_holder, called while the
+// tenure is live but waiting for the holder's own fenced transaction until
+// after the tenure ended, are refused (decided on the clock after the
+// wait), and a takeover then gets the lease.
+func testRenewalsWaitingPastTheEnd(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	for _, call := range []string{
+		`SELECT renewed FROM pglease.renew($1, $2, 1, '1 min')`,
+		`SELECT $1 = ANY (leases) FROM pglease.renew_holder($2, '1 min')`,
+	} {
+		name, holder := n(fmt.Sprint(len(call))), n("holder-"+fmt.Sprint(len(call)))
+		fenced, renewer, taker := connect(t, db.url), connect(t, db.url), connect(t, db.url)
+		mustAcquire(t, fenced, name, holder, time.Second, 1)
+		tx, err := fenced.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := assertHeld(ctx, tx, name, 1); err != nil {
+			t.Fatal(err)
+		}
+		// Hold the lock past the end (lift assert_held's bound).
+		mustExec(t, tx, `SET LOCAL idle_in_transaction_session_timeout = 0`)
+		pidF, pidR := backendPID(t, tx), backendPID(t, renewer)
+		got := make(chan bool, 1)
+		go func() {
+			var renewed bool
+			if err := renewer.QueryRow(ctx, call, name, holder).Scan(&renewed); err != nil {
+				t.Errorf("%s: %v", call, err)
+			}
+			got <- renewed
+		}()
+		waitBlockedBy(t, db.pool, pidR, pidF)
+		waitLeaseState(t, db.pool, name, "expired")
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if <-got {
+			t.Fatalf("%s waited past the tenure's end: got renewed, want refused", call)
+		}
+		mustAcquire(t, taker, name, "taker", time.Minute, 2)
+	}
 }
 
 func testLeaseClockAfterWait(t *testing.T, db *testDB) {

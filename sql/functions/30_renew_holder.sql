@@ -10,8 +10,12 @@
 --     had expired before this call (lost; acquire or claim again for a new
 --     fence). Empty arrays, never NULL, when there is nothing.
 -- now is the server clock read once when the call starts: expires_at =
--- now + p_ttl and expires_in = p_ttl for everything renewed; a tenure is
--- renewed only when it is live when its row is checked (after any wait).
+-- now + p_ttl and expires_in = p_ttl for everything renewed. As with
+-- pglease.renew, a tenure is renewed only when it is live on the clock
+-- read after any wait for its row lock: one whose row another transaction
+-- holds (the holder's own fenced write, say) is waited for, in a
+-- subtransaction, and then renewed to that later clock + p_ttl, or left
+-- alone when it ended meanwhile.
 -- A lease or slot the caller believes it holds but that appears nowhere was
 -- released or taken over by another holder: it is lost too.
 -- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
@@ -25,9 +29,12 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now  timestamptz := clock_timestamp();
-    v_role text := session_user::text;
-    v_ttl  interval;
+    v_now   timestamptz := clock_timestamp();
+    v_role  text := session_user::text;
+    v_ttl   interval;
+    v_name  text;
+    v_slot  integer;
+    v_fence bigint;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
@@ -38,36 +45,102 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_holder', p_ttl);
     END IF;
 
-    -- One statement per table. A row another transaction changed while
-    -- this one waited for it is checked again, on the clock read again (a
-    -- takeover makes it another holder's; a claim that counted the slot
-    -- free touched it, see pglease._scope_lock, and it is over). A row only
-    -- locked, by the holder's own fenced transaction, is renewed as it was
-    -- read; pglease.renew decides on the clock after such a wait.
-    WITH renewed AS (
-        UPDATE pglease.leases AS l
-        SET expires_at = v_now + v_ttl, holder_role = v_role
+    -- Fast path, one statement per table: the rows of the caller's live
+    -- tenures that nobody else has locked, decided when locked.
+    WITH mine AS (
+        SELECT l.name FROM pglease.leases AS l
         WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
           AND l.expires_at > clock_timestamp()
+        FOR NO KEY UPDATE SKIP LOCKED
+    ), renewed AS (
+        UPDATE pglease.leases AS l
+        SET expires_at = v_now + v_ttl, holder_role = v_role
+        FROM mine AS m
+        WHERE l.name = m.name
         RETURNING l.name, l.fence
     )
-    SELECT coalesce(array_agg(r.name ORDER BY r.name), '{}'),
-           coalesce(array_agg(r.fence ORDER BY r.name), '{}')
+    SELECT coalesce(array_agg(r.name), '{}'), coalesce(array_agg(r.fence), '{}')
     INTO leases, lease_fences
     FROM renewed AS r;
 
-    WITH renewed AS (
-        UPDATE pglease.slots AS s
-        SET expires_at = v_now + v_ttl, holder_role = v_role
+    WITH mine AS (
+        SELECT s.scope, s.slot FROM pglease.slots AS s
         WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp()
+        FOR NO KEY UPDATE SKIP LOCKED
+    ), renewed AS (
+        UPDATE pglease.slots AS s
+        SET expires_at = v_now + v_ttl, holder_role = v_role
+        FROM mine AS m
+        WHERE (s.scope, s.slot) = (m.scope, m.slot)
         RETURNING s.scope, s.slot, s.fence
     )
+    SELECT coalesce(array_agg(r.scope), '{}'), coalesce(array_agg(r.slot), '{}'),
+           coalesce(array_agg(r.fence), '{}')
+    INTO slot_scopes, slots, slot_fences
+    FROM renewed AS r;
+
+    -- Slow path: live tenures of the caller whose row was locked. Wait for
+    -- each in a subtransaction and decide on the clock read after the
+    -- wait; a lock taken for nothing goes with the subtransaction.
+    FOR v_name, v_fence IN
+        SELECT l.name, l.fence FROM pglease.leases AS l
+        WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
+          AND l.expires_at > clock_timestamp() AND NOT (l.name = ANY (leases))
+    LOOP
+        BEGIN
+            PERFORM 1 FROM pglease.leases AS l
+            WHERE l.name = v_name AND l.holder = p_holder AND l.fence = v_fence
+            FOR NO KEY UPDATE;
+            UPDATE pglease.leases AS l
+            SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+            WHERE l.name = v_name AND l.holder = p_holder AND l.fence = v_fence
+              AND coalesce(l.holder_role = v_role, true) AND l.expires_at > clock_timestamp();
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+            END IF;
+            leases := leases || v_name;
+            lease_fences := lease_fences || v_fence;
+        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+            NULL;
+        END;
+    END LOOP;
+    FOR v_name, v_slot, v_fence IN
+        SELECT s.scope, s.slot, s.fence FROM pglease.slots AS s
+        WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp()
+          AND NOT EXISTS (SELECT 1 FROM unnest(slot_scopes, slots) AS r(scope, slot)
+                          WHERE (r.scope, r.slot) = (s.scope, s.slot))
+    LOOP
+        BEGIN
+            PERFORM 1 FROM pglease.slots AS s
+            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder = p_holder AND s.fence = v_fence
+            FOR NO KEY UPDATE;
+            UPDATE pglease.slots AS s
+            SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder = p_holder AND s.fence = v_fence
+              AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp();
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+            END IF;
+            slot_scopes := slot_scopes || v_name;
+            slots := slots || v_slot;
+            slot_fences := slot_fences || v_fence;
+        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+            NULL;
+        END;
+    END LOOP;
+
+    -- In the documented order: by name, and by scope and slot.
+    SELECT coalesce(array_agg(r.name ORDER BY r.name), '{}'),
+           coalesce(array_agg(r.fence ORDER BY r.name), '{}')
+    INTO leases, lease_fences
+    FROM unnest(leases, lease_fences) AS r(name, fence);
     SELECT coalesce(array_agg(r.scope ORDER BY r.scope, r.slot), '{}'),
            coalesce(array_agg(r.slot ORDER BY r.scope, r.slot), '{}'),
            coalesce(array_agg(r.fence ORDER BY r.scope, r.slot), '{}')
     INTO slot_scopes, slots, slot_fences
-    FROM renewed AS r;
+    FROM unnest(slot_scopes, slots, slot_fences) AS r(scope, slot, fence);
 
     -- Lost: what is still ours but over by now.
     SELECT coalesce(array_agg(l.name ORDER BY l.name), '{}')
