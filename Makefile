@@ -54,7 +54,7 @@ N ?= 30
 test-repeat: ## Run the suite N times (N=30) beside two CPU-bound processes; prints passes/N, keeps failing logs
 	@logs=$$(mktemp -d); pass=0; \
 	sh -c 'while :; do :; done' & b1=$$!; sh -c 'while :; do :; done' & b2=$$!; \
-	trap 'kill $$b1 $$b2 2>/dev/null' EXIT INT TERM; \
+	trap 'kill $$b1 $$b2 2>/dev/null' EXIT; trap 'exit 130' INT TERM; \
 	for i in $$(seq 1 $(N)); do \
 		if $(GO) test -race -count=1 $(PKGS) >$$logs/run-$$i.log 2>&1; then \
 			pass=$$((pass + 1)); rm $$logs/run-$$i.log; echo "test-repeat: run $$i passed"; \
