@@ -37,6 +37,7 @@ func TestCLI(t *testing.T) {
 		{"Migrate", testMigrate},
 		{"Status", testStatus},
 		{"RunExitCodes", testRunExitCodes},
+		{"RunRenews", testRunRenews},
 		{"RunForwardsSignals", testRunForwardsSignals},
 		{"RunNoWaitAndWait", testRunNoWaitAndWait},
 		{"RunLeaseLostRefused", testRunLeaseLostRefused},
@@ -313,6 +314,19 @@ func testRunExitCodes(t *testing.T, c cli) {
 	requireContains(t, "stderr for a missing command", r.stderr, "no-such-command-pglease: command not found")
 	if state, _ := leaseState(t, pool, "missing"); state != "free" {
 		t.Fatalf("lease after a missing command: got %s, want free", state)
+	}
+}
+
+// testRunRenews runs a command for several TTLs: each renewal must move
+// the deadline by which the command is stopped (on Linux, the keeper's).
+func testRunRenews(t *testing.T, c cli) {
+	url := pgtest.NewMigrated(t)
+	r := c.with("PGLEASE_DATABASE_URL="+url).run("run", "--lease", "long", "--ttl", "1s", "--grace", "300ms", "--", "sleep", "4")
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("a command running 4 TTLs: got exit %d, want 0 and no stderr\n%s", r.code, r)
+	}
+	if state, _ := leaseState(t, pgtest.Pool(t, url), "long"); state != "free" {
+		t.Fatalf("lease after the run: got %s, want free (released)", state)
 	}
 }
 
