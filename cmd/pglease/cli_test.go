@@ -317,13 +317,15 @@ func testRunExitCodes(t *testing.T, c cli) {
 	}
 }
 
-// testRunRenews runs a command for several TTLs: each renewal must move
+// testRunRenews runs a command for three TTLs: each renewal must move
 // the deadline by which the command is stopped (on Linux, the keeper's).
 func testRunRenews(t *testing.T, c cli) {
 	url := pgtest.NewMigrated(t)
-	r := c.with("PGLEASE_DATABASE_URL="+url).run("run", "--lease", "long", "--ttl", "1s", "--grace", "300ms", "--", "sleep", "4")
+	// Renewals every 667 ms, each with 0.9 s to succeed before SIGTERM
+	// would be due: room for a loaded machine.
+	r := c.with("PGLEASE_DATABASE_URL="+url).run("run", "--lease", "long", "--ttl", "2s", "--grace", "200ms", "--", "sleep", "6")
 	if r.code != 0 || r.stderr != "" {
-		t.Fatalf("a command running 4 TTLs: got exit %d, want 0 and no stderr\n%s", r.code, r)
+		t.Fatalf("a command running 3 TTLs: got exit %d, want 0 and no stderr\n%s", r.code, r)
 	}
 	if state, _ := leaseState(t, pgtest.Pool(t, url), "long"); state != "free" {
 		t.Fatalf("lease after the run: got %s, want free (released)", state)
