@@ -13,8 +13,9 @@
 //
 // The database is the one --database names, else PGLEASE_DATABASE_URL, else
 // DATABASE_URL, else libpq's environment defaults (PGHOST, PGPORT, PGUSER,
-// PGPASSWORD, PGDATABASE, ... as pgx reads them); only demo looks further. A postgres:// URL and a
-// key=value connection string are both accepted. Connection strings are
+// PGPASSWORD, PGDATABASE, ... as pgx reads them); only demo looks further
+// (see `pglease help`). A postgres:// URL and a key=value connection string
+// are both accepted. Connection strings are
 // printed with any password masked, and the password is scrubbed from every
 // error message. Unless the connection string sets them, connect_timeout is
 // 10 s and application_name is "pglease COMMAND".
@@ -43,7 +44,8 @@
 // # Safety
 //
 // The promise: every process COMMAND started is dead before its tenure can
-// end on the server. The local deadline is the last successful acquire or
+// end on the server by expiry (an operator's force-release ends it at once:
+// see the second point). The local deadline is the last successful acquire or
 // renewal request's send time plus the TTL minus a tenth of it; the server's
 // expiry comes at least a tenth of the TTL later. The schedule:
 //
