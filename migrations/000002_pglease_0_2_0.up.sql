@@ -171,6 +171,11 @@ ALTER TABLE pglease.leases ADD COLUMN holder_role text;
 ALTER TABLE pglease.slots ADD COLUMN holder_role text;
 ALTER TABLE pglease.slots ADD COLUMN capacity integer CHECK (capacity BETWEEN 1 AND 1000000);
 
+-- No VACUUM truncation of the tables renewals write (see
+-- sql/schema/10_schema.sql).
+ALTER TABLE pglease.leases SET (vacuum_truncate = false);
+ALTER TABLE pglease.slots SET (vacuum_truncate = false);
+
 -- The advisory wait lock is gone (its keys were guessable, so any role
 -- could take it and stall pglease calls); registration and release now
 -- agree through row locks of pglease's own rows (see pglease._wake).
@@ -655,10 +660,16 @@ BEGIN
         v_ttl := pglease._check_ttl('renew', p_ttl);
     END IF;
 
+    -- Every statement finds the row by its primary key, whatever the
+    -- planner's statistics say (right after a purge and VACUUM they say the
+    -- table is empty): the holder is compared with IS NOT DISTINCT FROM,
+    -- which leases_holder_idx cannot serve, so no plan walks that index's
+    -- entries of p_holder (one per tenure it ever took, dead ones too).
+    -- The result is the same as with =, p_holder being NOT NULL.
     -- Fast path: lock the row when this is the caller's live tenure and
     -- nobody else has it locked; decided then, on the clock read then.
     PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
@@ -678,7 +689,7 @@ BEGIN
     -- so it never delays a takeover or another holder's renewals.
     renewed := false;
     PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp();
     IF NOT FOUND THEN
@@ -686,12 +697,12 @@ BEGIN
     END IF;
     BEGIN
         PERFORM 1 FROM pglease.leases AS l
-        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
           AND coalesce(l.holder_role = v_role, true)
         FOR NO KEY UPDATE;
         UPDATE pglease.leases AS l
         SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
           AND coalesce(l.holder_role = v_role, true)
           AND l.expires_at > clock_timestamp()
         RETURNING l.expires_at INTO expires_at;
@@ -740,10 +751,12 @@ BEGIN
         PERFORM pglease._check_fence('release', p_fence);
     END IF;
 
+    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
+    -- every statement finds the row by its primary key.
     -- Fast path: the lock refused acquires wait for (FOR UPDATE, see
     -- pglease._wake), when nobody else has the row locked; decided then.
     PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
     FOR UPDATE SKIP LOCKED;
@@ -761,7 +774,7 @@ BEGIN
     -- pglease.renew does.
     released := false;
     PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp();
     IF NOT FOUND THEN
@@ -769,12 +782,12 @@ BEGIN
     END IF;
     BEGIN
         PERFORM 1 FROM pglease.leases AS l
-        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
           AND coalesce(l.holder_role = v_role, true)
         FOR NO KEY UPDATE;
         UPDATE pglease.leases AS l
         SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
-        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
           AND coalesce(l.holder_role = v_role, true)
           AND l.expires_at > clock_timestamp();
         IF NOT FOUND THEN
@@ -1008,6 +1021,8 @@ DECLARE
     v_role text := session_user::text;
     v_cap  integer;
 BEGIN
+    -- The outer statement finds the slot by its scope, never by the holder
+    -- (compared with IS NOT DISTINCT FROM, as in pglease.renew).
     -- Re-entrant: our own live slot comes back.
     UPDATE pglease.slots AS s
     SET expires_at = p_now + p_ttl, holder_role = v_role
@@ -1016,7 +1031,7 @@ BEGIN
             WHERE o.holder = p_holder AND o.scope = p_scope AND o.expires_at > p_now
               AND coalesce(o.holder_role = v_role, true)
             ORDER BY o.slot LIMIT 1)
-      AND s.holder = p_holder AND s.expires_at > p_now
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.expires_at > p_now
     RETURNING s.slot, s.fence INTO slot, fence;
     IF FOUND THEN
         claimed := true;
@@ -1304,12 +1319,16 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_slot', p_ttl);
     END IF;
 
+    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
+    -- every statement finds the row by its scope (the primary key, or
+    -- slots_scope_expires_idx when the statistics say the table is empty),
+    -- never by slots_holder_idx.
     -- As pglease.renew: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait
     -- (see also pglease._scope_lock).
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder = p_holder AND s.fence = p_fence
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
@@ -1325,7 +1344,7 @@ BEGIN
     renewed := false;
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder = p_holder AND s.fence = p_fence
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp();
     IF NOT FOUND THEN
@@ -1334,13 +1353,13 @@ BEGIN
     BEGIN
         PERFORM 1 FROM pglease.slots AS s
         WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder = p_holder AND s.fence = p_fence
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
         FOR NO KEY UPDATE;
         UPDATE pglease.slots AS s
         SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
         WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder = p_holder AND s.fence = p_fence
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp()
         RETURNING s.expires_at INTO expires_at;
@@ -1388,11 +1407,15 @@ BEGIN
         PERFORM pglease._check_fence('release_slot', p_fence);
     END IF;
 
+    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
+    -- every statement finds the row by its scope (the primary key, or
+    -- slots_scope_expires_idx when the statistics say the table is empty),
+    -- never by slots_holder_idx.
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder = p_holder AND s.fence = p_fence
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
@@ -1405,7 +1428,7 @@ BEGIN
         released := false;
         PERFORM 1 FROM pglease.slots AS s
         WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder = p_holder AND s.fence = p_fence
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp();
         IF NOT FOUND THEN
@@ -1414,13 +1437,13 @@ BEGIN
         BEGIN
             PERFORM 1 FROM pglease.slots AS s
             WHERE s.scope = p_scope AND s.slot = p_slot
-              AND s.holder = p_holder AND s.fence = p_fence
+              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
               AND coalesce(s.holder_role = v_role, true)
             FOR NO KEY UPDATE;
             UPDATE pglease.slots AS s
             SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
             WHERE s.scope = p_scope AND s.slot = p_slot
-              AND s.holder = p_holder AND s.fence = p_fence
+              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
               AND coalesce(s.holder_role = v_role, true)
               AND s.expires_at > clock_timestamp();
             IF NOT FOUND THEN
@@ -1528,7 +1551,9 @@ BEGIN
 
     -- Slow path: live tenures of the caller whose row was locked. Wait for
     -- each in a subtransaction and decide on the clock read after the
-    -- wait; a lock taken for nothing goes with the subtransaction.
+    -- wait; a lock taken for nothing goes with the subtransaction. Each
+    -- row is found again by its name or scope, never by the holder
+    -- (compared with IS NOT DISTINCT FROM, as in pglease.renew).
     FOR v_name, v_fence IN
         SELECT l.name, l.fence FROM pglease.leases AS l
         WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
@@ -1536,11 +1561,11 @@ BEGIN
     LOOP
         BEGIN
             PERFORM 1 FROM pglease.leases AS l
-            WHERE l.name = v_name AND l.holder = p_holder AND l.fence = v_fence
+            WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
             FOR NO KEY UPDATE;
             UPDATE pglease.leases AS l
             SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-            WHERE l.name = v_name AND l.holder = p_holder AND l.fence = v_fence
+            WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
               AND coalesce(l.holder_role = v_role, true) AND l.expires_at > clock_timestamp();
             IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
@@ -1560,11 +1585,11 @@ BEGIN
     LOOP
         BEGIN
             PERFORM 1 FROM pglease.slots AS s
-            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder = p_holder AND s.fence = v_fence
+            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = v_fence
             FOR NO KEY UPDATE;
             UPDATE pglease.slots AS s
             SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder = p_holder AND s.fence = v_fence
+            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = v_fence
               AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp();
             IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';

@@ -36,10 +36,16 @@ BEGIN
         v_ttl := pglease._check_ttl('renew', p_ttl);
     END IF;
 
+    -- Every statement finds the row by its primary key, whatever the
+    -- planner's statistics say (right after a purge and VACUUM they say the
+    -- table is empty): the holder is compared with IS NOT DISTINCT FROM,
+    -- which leases_holder_idx cannot serve, so no plan walks that index's
+    -- entries of p_holder (one per tenure it ever took, dead ones too).
+    -- The result is the same as with =, p_holder being NOT NULL.
     -- Fast path: lock the row when this is the caller's live tenure and
     -- nobody else has it locked; decided then, on the clock read then.
     PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
@@ -59,7 +65,7 @@ BEGIN
     -- so it never delays a takeover or another holder's renewals.
     renewed := false;
     PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp();
     IF NOT FOUND THEN
@@ -67,12 +73,12 @@ BEGIN
     END IF;
     BEGIN
         PERFORM 1 FROM pglease.leases AS l
-        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
           AND coalesce(l.holder_role = v_role, true)
         FOR NO KEY UPDATE;
         UPDATE pglease.leases AS l
         SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
           AND coalesce(l.holder_role = v_role, true)
           AND l.expires_at > clock_timestamp()
         RETURNING l.expires_at INTO expires_at;

@@ -30,10 +30,12 @@ BEGIN
         PERFORM pglease._check_fence('release', p_fence);
     END IF;
 
+    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
+    -- every statement finds the row by its primary key.
     -- Fast path: the lock refused acquires wait for (FOR UPDATE, see
     -- pglease._wake), when nobody else has the row locked; decided then.
     PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
     FOR UPDATE SKIP LOCKED;
@@ -51,7 +53,7 @@ BEGIN
     -- pglease.renew does.
     released := false;
     PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp();
     IF NOT FOUND THEN
@@ -59,12 +61,12 @@ BEGIN
     END IF;
     BEGIN
         PERFORM 1 FROM pglease.leases AS l
-        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
           AND coalesce(l.holder_role = v_role, true)
         FOR NO KEY UPDATE;
         UPDATE pglease.leases AS l
         SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
-        WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
           AND coalesce(l.holder_role = v_role, true)
           AND l.expires_at > clock_timestamp();
         IF NOT FOUND THEN

@@ -57,6 +57,8 @@ DECLARE
     v_role text := session_user::text;
     v_cap  integer;
 BEGIN
+    -- The outer statement finds the slot by its scope, never by the holder
+    -- (compared with IS NOT DISTINCT FROM, as in pglease.renew).
     -- Re-entrant: our own live slot comes back.
     UPDATE pglease.slots AS s
     SET expires_at = p_now + p_ttl, holder_role = v_role
@@ -65,7 +67,7 @@ BEGIN
             WHERE o.holder = p_holder AND o.scope = p_scope AND o.expires_at > p_now
               AND coalesce(o.holder_role = v_role, true)
             ORDER BY o.slot LIMIT 1)
-      AND s.holder = p_holder AND s.expires_at > p_now
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.expires_at > p_now
     RETURNING s.slot, s.fence INTO slot, fence;
     IF FOUND THEN
         claimed := true;

@@ -33,12 +33,16 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_slot', p_ttl);
     END IF;
 
+    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
+    -- every statement finds the row by its scope (the primary key, or
+    -- slots_scope_expires_idx when the statistics say the table is empty),
+    -- never by slots_holder_idx.
     -- As pglease.renew: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait
     -- (see also pglease._scope_lock).
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder = p_holder AND s.fence = p_fence
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
@@ -54,7 +58,7 @@ BEGIN
     renewed := false;
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder = p_holder AND s.fence = p_fence
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp();
     IF NOT FOUND THEN
@@ -63,13 +67,13 @@ BEGIN
     BEGIN
         PERFORM 1 FROM pglease.slots AS s
         WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder = p_holder AND s.fence = p_fence
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
         FOR NO KEY UPDATE;
         UPDATE pglease.slots AS s
         SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
         WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder = p_holder AND s.fence = p_fence
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp()
         RETURNING s.expires_at INTO expires_at;

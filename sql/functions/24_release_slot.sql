@@ -29,11 +29,15 @@ BEGIN
         PERFORM pglease._check_fence('release_slot', p_fence);
     END IF;
 
+    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
+    -- every statement finds the row by its scope (the primary key, or
+    -- slots_scope_expires_idx when the statistics say the table is empty),
+    -- never by slots_holder_idx.
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder = p_holder AND s.fence = p_fence
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
@@ -46,7 +50,7 @@ BEGIN
         released := false;
         PERFORM 1 FROM pglease.slots AS s
         WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder = p_holder AND s.fence = p_fence
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp();
         IF NOT FOUND THEN
@@ -55,13 +59,13 @@ BEGIN
         BEGIN
             PERFORM 1 FROM pglease.slots AS s
             WHERE s.scope = p_scope AND s.slot = p_slot
-              AND s.holder = p_holder AND s.fence = p_fence
+              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
               AND coalesce(s.holder_role = v_role, true)
             FOR NO KEY UPDATE;
             UPDATE pglease.slots AS s
             SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
             WHERE s.scope = p_scope AND s.slot = p_slot
-              AND s.holder = p_holder AND s.fence = p_fence
+              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
               AND coalesce(s.holder_role = v_role, true)
               AND s.expires_at > clock_timestamp();
             IF NOT FOUND THEN

@@ -82,7 +82,9 @@ BEGIN
 
     -- Slow path: live tenures of the caller whose row was locked. Wait for
     -- each in a subtransaction and decide on the clock read after the
-    -- wait; a lock taken for nothing goes with the subtransaction.
+    -- wait; a lock taken for nothing goes with the subtransaction. Each
+    -- row is found again by its name or scope, never by the holder
+    -- (compared with IS NOT DISTINCT FROM, as in pglease.renew).
     FOR v_name, v_fence IN
         SELECT l.name, l.fence FROM pglease.leases AS l
         WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
@@ -90,11 +92,11 @@ BEGIN
     LOOP
         BEGIN
             PERFORM 1 FROM pglease.leases AS l
-            WHERE l.name = v_name AND l.holder = p_holder AND l.fence = v_fence
+            WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
             FOR NO KEY UPDATE;
             UPDATE pglease.leases AS l
             SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-            WHERE l.name = v_name AND l.holder = p_holder AND l.fence = v_fence
+            WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
               AND coalesce(l.holder_role = v_role, true) AND l.expires_at > clock_timestamp();
             IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
@@ -114,11 +116,11 @@ BEGIN
     LOOP
         BEGIN
             PERFORM 1 FROM pglease.slots AS s
-            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder = p_holder AND s.fence = v_fence
+            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = v_fence
             FOR NO KEY UPDATE;
             UPDATE pglease.slots AS s
             SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder = p_holder AND s.fence = v_fence
+            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = v_fence
               AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp();
             IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';

@@ -12,6 +12,14 @@ CREATE SCHEMA pglease;
 COMMENT ON SCHEMA pglease IS
     'pglease: fenced leases and N-slot concurrency claims decided by the server clock';
 
+-- vacuum_truncate = false on pglease.leases and pglease.slots: a VACUUM
+-- that gives the empty pages at the end of the table back to the system
+-- (after a purge, say) holds an ACCESS EXCLUSIVE lock meanwhile, which every
+-- renewal would wait for. Free pages are reused by the next rows instead.
+-- So right after a purge and VACUUM the statistics say these tables are
+-- empty until the next ANALYZE: the functions find rows by primary key
+-- whatever the statistics say (see pglease.renew).
+
 -- One row per lease name ever acquired. holder_role is the database role
 -- (session_user) that took the tenure: only that role may renew or release
 -- it (NULL: a tenure granted before 0.2.0, bound by its first renewal).
@@ -25,7 +33,7 @@ CREATE TABLE pglease.leases (
     acquired_at timestamptz NOT NULL,
     expires_at  timestamptz NOT NULL,
     holder_role text
-) WITH (fillfactor = 50);
+) WITH (fillfactor = 50, vacuum_truncate = false);
 COMMENT ON TABLE pglease.leases IS
     'pglease leases; change only through the pglease functions';
 
@@ -55,7 +63,7 @@ CREATE TABLE pglease.slots (
     holder_role text,
     capacity    integer     CHECK (capacity BETWEEN 1 AND 1000000),
     PRIMARY KEY (scope, slot)
-) WITH (fillfactor = 50);
+) WITH (fillfactor = 50, vacuum_truncate = false);
 COMMENT ON TABLE pglease.slots IS
     'pglease slots; change only through the pglease functions';
 

@@ -21,6 +21,8 @@ END
 $pglease$;
 
 DROP FUNCTION pglease._wake(text, text, boolean);
+ALTER TABLE pglease.slots RESET (vacuum_truncate);
+ALTER TABLE pglease.leases RESET (vacuum_truncate);
 ALTER TABLE pglease.slots DROP COLUMN capacity;
 ALTER TABLE pglease.slots DROP COLUMN holder_role;
 ALTER TABLE pglease.leases DROP COLUMN holder_role;

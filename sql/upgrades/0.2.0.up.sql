@@ -19,6 +19,11 @@ ALTER TABLE pglease.leases ADD COLUMN holder_role text;
 ALTER TABLE pglease.slots ADD COLUMN holder_role text;
 ALTER TABLE pglease.slots ADD COLUMN capacity integer CHECK (capacity BETWEEN 1 AND 1000000);
 
+-- No VACUUM truncation of the tables renewals write (see
+-- sql/schema/10_schema.sql).
+ALTER TABLE pglease.leases SET (vacuum_truncate = false);
+ALTER TABLE pglease.slots SET (vacuum_truncate = false);
+
 -- The advisory wait lock is gone (its keys were guessable, so any role
 -- could take it and stall pglease calls); registration and release now
 -- agree through row locks of pglease's own rows (see pglease._wake).

@@ -1,0 +1,182 @@
+package contract
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// scanOfTenureTable matches a plan node that reads pglease.leases or
+// pglease.slots, with the way it does.
+var scanOfTenureTable = regexp.MustCompile(`(?m)^.*Scan.* on (leases|slots)\b.*$`)
+
+// nameKeyed matches a statement that names the lease or slot it is about.
+var nameKeyed = regexp.MustCompile(`l\.name = [pv]_name|s\.slot = [pv]_slot`)
+
+// TestNameKeyedCallsUsePrimaryKey checks that every statement of the calls
+// that name their tenure (renew, release, renew_slot, release_slot,
+// renew_holder's second look, on their fast path and on their path that
+// waits for a locked row) finds a lease by its primary key and a slot by
+// its scope, even in the worst case for the planner: the
+// statistics right after a purge and VACUUM say the tables are empty, and
+// the plans are generic (as PL/pgSQL's cached plans become). A plan that
+// used the holder index instead would walk one index entry per tenure the
+// holder string ever took: a process that takes a lease per entity under
+// one holder would pay O(tenures) per call. Each statement's plan is read
+// from auto_explain (nested statements, sent to the client as notices).
+func TestNameKeyedCallsUsePrimaryKey(t *testing.T) {
+	url := pgtest.NewMigrated(t)
+	ctx := testContext(t)
+	admin := connect(t, url)
+
+	// Many tenures of one holder string, all purged; then the statistics
+	// VACUUM leaves: pages, but no rows.
+	mustExec(t, admin, `SELECT count(*) FROM generate_series(1, 5000) AS i,
+		LATERAL pglease.acquire('gone/' || i, 'h', interval '1 hour') AS a,
+		LATERAL pglease.release('gone/' || i, 'h', a.fence) AS r`)
+	mustExec(t, admin, `SELECT count(*) FROM generate_series(1, 2000) AS i,
+		LATERAL pglease.claim_slot('gone/' || i, 'h', 4, interval '1 hour') AS c,
+		LATERAL pglease.release_slot('gone/' || i, c.slot, 'h', c.fence) AS r`)
+	mustExec(t, admin, `SELECT pglease.purge(interval '0')`)
+	mustExec(t, admin, `VACUUM pglease.leases, pglease.slots`)
+	var tuples float64
+	var pages int32
+	if err := admin.QueryRow(ctx, `SELECT reltuples, relpages FROM pg_catalog.pg_class
+		WHERE oid = 'pglease.leases'::regclass`).Scan(&tuples, &pages); err != nil {
+		t.Fatalf("read the statistics: %v", err)
+	}
+	if tuples != 0 || pages == 0 {
+		t.Fatalf("statistics after purge and VACUUM: got reltuples=%v relpages=%d, want 0 rows in pages kept (vacuum_truncate = false)", tuples, pages)
+	}
+	// Tenures of the same holder string in use, as in the purge benchmark.
+	mustExec(t, admin, `SELECT count(*) FROM generate_series(1, 500) AS i,
+		LATERAL pglease.acquire('live/' || i, 'h', interval '1 hour') AS a,
+		LATERAL pglease.release('live/' || i, 'h', a.fence) AS r`)
+
+	var mu sync.Mutex
+	var plans []string
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse config: %v", err)
+	}
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.Contains(n.Message, "plan:") {
+			mu.Lock()
+			plans = append(plans, n.Message)
+			mu.Unlock()
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for _, s := range []string{
+		`LOAD 'auto_explain'`,
+		`SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_nested_statements = on`,
+		`SET auto_explain.log_level = notice`,
+		`SET plan_cache_mode = force_generic_plan`,
+	} {
+		mustExec(t, conn, s)
+	}
+
+	// Each call runs on its fast path, and again while another transaction
+	// holds the row FOR SHARE (as assert_held does), so that it waits on
+	// the path that decides after the wait.
+	watch := connect(t, url)
+	var fence, slotFence int64
+	var slot int32
+	take := func() {
+		t.Helper()
+		if err := admin.QueryRow(ctx, `SELECT fence FROM pglease.acquire('x', 'h', interval '1 hour')`).Scan(&fence); err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		if err := admin.QueryRow(ctx, `SELECT slot, fence FROM pglease.claim_slot('s', 'h', 4, interval '1 hour')`).Scan(&slot, &slotFence); err != nil {
+			t.Fatalf("claim_slot: %v", err)
+		}
+	}
+	const (
+		lockLease = `SELECT 1 FROM pglease.leases WHERE name = 'x' FOR SHARE`
+		lockSlot  = `SELECT 1 FROM pglease.slots WHERE scope = 's' AND slot = $1 FOR SHARE`
+	)
+	callerPID, adminPID := backendPID(t, conn), backendPID(t, admin)
+	take()
+	for _, locked := range []bool{false, true} {
+		for _, c := range []struct {
+			lock     string
+			lockArgs []any
+			sql      string
+			args     []any
+		}{
+			{lockLease, nil, `SELECT renewed FROM pglease.renew('x', 'h', $1, interval '1 hour')`, []any{fence}},
+			{lockSlot, []any{slot}, `SELECT renewed FROM pglease.renew_slot('s', $1, 'h', $2, interval '1 hour')`, []any{slot, slotFence}},
+			{lockLease, nil, `SELECT cardinality(leases) = 1 FROM pglease.renew_holder('h', interval '1 hour')`, nil},
+			{lockLease, nil, `SELECT released FROM pglease.release('x', 'h', $1)`, []any{fence}},
+			{lockSlot, []any{slot}, `SELECT released FROM pglease.release_slot('s', $1, 'h', $2)`, []any{slot, slotFence}},
+		} {
+			if !locked {
+				mustBeTrue(t, conn, c.sql, c.args...)
+				continue
+			}
+			tx, err := admin.Begin(ctx)
+			if err != nil {
+				t.Fatalf("begin: %v", err)
+			}
+			if _, err := tx.Exec(ctx, c.lock, c.lockArgs...); err != nil {
+				t.Fatalf("lock %q: %v", c.lock, err)
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				mustBeTrue(t, conn, c.sql, c.args...)
+			}()
+			waitBlockedBy(t, watch, callerPID, adminPID)
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatalf("commit the lock: %v", err)
+			}
+			<-done
+		}
+		take()
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	var scans int
+	for _, p := range plans {
+		if !nameKeyed.MatchString(p) {
+			continue // renew_holder's statements by holder: the holder index is theirs
+		}
+		for _, m := range scanOfTenureTable.FindAllStringSubmatch(p, -1) {
+			scans++
+			// A slot is found by its scope: the primary key, or the
+			// (scope, expires_at) index, whose walk is bounded by the
+			// scope's slots. Never by the holder, nor by reading the table.
+			if !strings.Contains(m[0], "Index Scan using "+m[1]+"_pkey ") &&
+				!(m[1] == "slots" && strings.Contains(m[0], "Index Scan using slots_scope_expires_idx ")) {
+				t.Errorf("a name-keyed statement does not find its row by name or scope:\n%s\nplan:\n%s", m[0], p)
+			}
+		}
+	}
+	if scans < 10 {
+		t.Fatalf("auto_explain reported %d scans of leases and slots in %d plans, want at least 10", scans, len(plans))
+	}
+}
+
+// mustBeTrue runs sql, which returns one boolean, and fails unless it is
+// true. Safe to call from another goroutine than the test's.
+func mustBeTrue(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
+	ctx, cancel := callContext(t)
+	defer cancel()
+	var ok bool
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&ok); err != nil || !ok {
+		t.Errorf("%s: got %v, %v; want true", sql, ok, err)
+	}
+}
