@@ -96,7 +96,8 @@
 // NFS mount), which dies only when the kernel lets it; pglease and the
 // keeper killed together (kill -9 of both, the OOM killer taking both):
 // COMMAND still dies of PDEATHSIG, but what it started lives on, in its
-// cgroup if it has one, which nobody kills then; a frozen machine or a
+// cgroup if it has one, which nobody kills then (the next keeper removes
+// such a cgroup once it is empty); a frozen machine or a
 // suspended laptop, whose monotonic clock stops while the server's runs on.
 // A process that forks while being killed is found again: the keeper kills
 // and reaps in a loop until it has no child left.

@@ -133,7 +133,9 @@ func newCgroup() *cgroup {
 	if mount == "" || rel == "" {
 		return nil
 	}
-	dir := filepath.Join(mount, rel, "pglease-run-"+strconv.Itoa(os.Getpid()))
+	parent := filepath.Join(mount, rel)
+	removeStaleCgroups(parent)
+	dir := filepath.Join(parent, cgroupPrefix+strconv.Itoa(os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil
 	}
@@ -143,6 +145,23 @@ func newCgroup() *cgroup {
 		return nil
 	}
 	return &cgroup{dir: dir, fd: fd}
+}
+
+// cgroupPrefix starts the name of a keeper's cgroup; the keeper's PID
+// follows.
+const cgroupPrefix = "pglease-run-"
+
+// removeStaleCgroups removes the cgroups under parent left by keepers that
+// are gone (a keeper and its pglease killed together leave theirs behind).
+// Only empty cgroups can be removed: one that still holds processes stays.
+func removeStaleCgroups(parent string) {
+	dirs, _ := filepath.Glob(filepath.Join(parent, cgroupPrefix+"*"))
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(dir), cgroupPrefix))
+		if err == nil && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			_ = os.Remove(dir)
+		}
+	}
 }
 
 // openCgroup returns the cgroup at dir, made by a keeper, for pglease to

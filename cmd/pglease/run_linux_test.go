@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -220,6 +221,19 @@ func testRunLeftovers(t *testing.T, c cli) {
 
 func testRunKeeperKilled(t *testing.T, c cli) {
 	url := pgtest.NewMigrated(t)
+	// A cgroup left by a keeper that is gone: the next keeper removes it.
+	var stale string
+	if probe := newCgroup(); probe != nil {
+		probe.remove()
+		gone := exec.Command("true")
+		if err := gone.Run(); err != nil {
+			t.Fatal(err)
+		}
+		stale = filepath.Join(filepath.Dir(probe.dir), cgroupPrefix+strconv.Itoa(gone.Process.Pid))
+		if err := os.Mkdir(stale, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tr := startTree(t, c.with("PGLEASE_DATABASE_URL="+url), nil, "run", "--lease", "keeper", "--ttl", "30s")
 	var keeper int
 	for _, pid := range descendants(tr.b.cmd.Process.Pid) {
@@ -240,6 +254,9 @@ func testRunKeeperKilled(t *testing.T, c cli) {
 		}
 	}
 	t.Logf("cgroup of the command: %s", cg)
+	if _, err := os.Stat(stale); stale != "" && !os.IsNotExist(err) {
+		t.Fatalf("stale cgroup %s: %v, want it removed by the keeper", stale, err)
+	}
 	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
