@@ -187,3 +187,33 @@ func waitWaiter(t *testing.T, s *Sharded, proxy querier, name string) {
 		return err == nil && n > 0
 	})
 }
+
+// TestRunslotsRunRenewsThroughProxy keeps a slot through the proxy with
+// runslots.Run for two TTLs: the renewals go through PL/Proxy.
+func TestRunslotsRunRenewsThroughProxy(t *testing.T) {
+	t.Parallel()
+	s := newSharded(t, fleet, 4)
+	db := pool(t, s.ProxyURL, newRole(t, fleet, "gorun"))
+	c, err := runslots.New(db, runslots.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 2 * time.Second
+	err = c.Run(testContext(t), "long", 1, ttl, func(ctx context.Context) error {
+		s := runslots.SlotFromContext(ctx)
+		first := s.Deadline()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for s.Deadline().Sub(first) < 2*ttl {
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-tick.C:
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Run through the proxy: %v", err)
+	}
+}

@@ -185,20 +185,28 @@ func (f *Fleet) NewSharded(ctx context.Context, n int) (*Sharded, error) {
 		return nil, errors.Join(err, s.Drop(ctx))
 	}
 	s.ProxyURL = u
-	if err := pglease.MigrateProxy(ctx, u); err != nil {
-		return nil, errors.Join(fmt.Errorf("migrate proxy: %w", err), s.Drop(ctx))
-	}
-	conninfos := make([]string, n)
-	for i, p := range s.Partitions {
-		conninfos[i] = p.ConnInfo()
-	}
-	if err := s.exec(ctx, `CREATE SERVER pglease FOREIGN DATA WRAPPER plproxy OPTIONS (%s)`, conninfos); err != nil {
-		return nil, errors.Join(err, s.Drop(ctx))
-	}
-	if err := s.exec(ctx, `CREATE USER MAPPING FOR PUBLIC SERVER pglease; GRANT USAGE ON FOREIGN SERVER pglease TO pglease_client`, nil); err != nil {
+	if err := InstallProxy(ctx, u, s.Partitions); err != nil {
 		return nil, errors.Join(err, s.Drop(ctx))
 	}
 	return s, nil
+}
+
+// InstallProxy makes the database at url (as a superuser) a proxy over
+// partitions: the proxy migrations, the foreign server pglease listing the
+// partitions, a user mapping for PUBLIC without a user (PL/Proxy connects
+// as the calling role), and USAGE on the server for pglease_client.
+func InstallProxy(ctx context.Context, url string, partitions []*Partition) error {
+	if err := pglease.MigrateProxy(ctx, url); err != nil {
+		return fmt.Errorf("migrate proxy: %w", err)
+	}
+	conninfos := make([]string, len(partitions))
+	for i, p := range partitions {
+		conninfos[i] = p.ConnInfo()
+	}
+	if err := execOn(ctx, url, `CREATE SERVER pglease FOREIGN DATA WRAPPER plproxy OPTIONS (%s)`, conninfos); err != nil {
+		return err
+	}
+	return execOn(ctx, url, `CREATE USER MAPPING FOR PUBLIC SERVER pglease; GRANT USAGE ON FOREIGN SERVER pglease TO pglease_client`, nil)
 }
 
 // SetPartitions points the proxy's foreign server at partitions, replacing
@@ -251,7 +259,12 @@ func (s *Sharded) AddPartitions(ctx context.Context, n int) ([]*Partition, error
 // connection strings quoted by the server (format's %L); an option may
 // start with ADD or SET, and "DROP pN" drops one.
 func (s *Sharded) exec(ctx context.Context, statement string, options []string) error {
-	conn, err := pgx.Connect(ctx, s.ProxyURL)
+	return execOn(ctx, s.ProxyURL, statement, options)
+}
+
+// execOn is [Sharded.exec] on the database at url.
+func execOn(ctx context.Context, url, statement string, options []string) error {
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return fmt.Errorf("connect to the proxy: %w", err)
 	}
