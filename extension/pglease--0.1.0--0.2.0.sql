@@ -1689,15 +1689,17 @@ BEGIN
 
     -- Leases: the row lock taken FOR UPDATE rechecks the condition against
     -- the newest committed version, so a row taken over after this
-    -- statement's snapshot is left alone.
-    WITH doomed AS (
-        SELECT l.name FROM pglease.leases AS l
-        WHERE l.expires_at <= v_cutoff
-        FOR UPDATE SKIP LOCKED
-    ), gone AS (
+    -- statement's snapshot is left alone. The locked names are deleted by
+    -- primary key (= ANY of an array: no join), so the cost stays linear
+    -- whatever the statistics say; a join planned on the statistics left
+    -- by the previous purge and VACUUM (an empty table) was a nested loop,
+    -- quadratic in the rows deleted.
+    WITH gone AS (
         DELETE FROM pglease.leases AS l
-        USING doomed AS d
-        WHERE l.name = d.name AND l.expires_at <= v_cutoff
+        WHERE l.name = ANY (ARRAY(SELECT d.name FROM pglease.leases AS d
+                                  WHERE d.expires_at <= v_cutoff
+                                  FOR UPDATE SKIP LOCKED))
+          AND l.expires_at <= v_cutoff
         RETURNING l.fence
     )
     SELECT count(*), coalesce(max(g.fence), 0) INTO v_leases, v_lease_max FROM gone AS g;
@@ -1725,17 +1727,25 @@ BEGIN
         v_slot_max := greatest(v_slot_max, v_max);
     END LOOP;
 
-    WITH doomed AS (
-        SELECT w.kind, w.name FROM pglease.waiters AS w
-        WHERE w.until < v_now
-        FOR UPDATE SKIP LOCKED
-    ), gone AS (
+    -- Waiters likewise, by kind and then name.
+    WITH gone AS (
         DELETE FROM pglease.waiters AS w
-        USING doomed AS d
-        WHERE (w.kind, w.name) = (d.kind, d.name) AND w.until < v_now
+        WHERE w.kind = 'lease'
+          AND w.name = ANY (ARRAY(SELECT d.name FROM pglease.waiters AS d
+                                  WHERE d.kind = 'lease' AND d.until < v_now
+                                  FOR UPDATE SKIP LOCKED))
+          AND w.until < v_now
+        RETURNING 1
+    ), gone_slots AS (
+        DELETE FROM pglease.waiters AS w
+        WHERE w.kind = 'slot'
+          AND w.name = ANY (ARRAY(SELECT d.name FROM pglease.waiters AS d
+                                  WHERE d.kind = 'slot' AND d.until < v_now
+                                  FOR UPDATE SKIP LOCKED))
+          AND w.until < v_now
         RETURNING 1
     )
-    SELECT count(*) INTO v_waiters FROM gone;
+    SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_slots) INTO v_waiters;
 
     IF v_leases + v_slots > 0 THEN
         INSERT INTO pglease.fence_floor AS f (id, lease_fence, slot_fence, purged)

@@ -31,6 +31,7 @@ var nameKeyed = regexp.MustCompile(`l\.name = [pv]_name|s\.slot = [pv]_slot`)
 // holder string ever took: a process that takes a lease per entity under
 // one holder would pay O(tenures) per call. Each statement's plan is read
 // from auto_explain (nested statements, sent to the client as notices).
+// Likewise purge, which must delete by primary key, not through a join.
 func TestNameKeyedCallsUsePrimaryKey(t *testing.T) {
 	url := pgtest.NewMigrated(t)
 	ctx := testContext(t)
@@ -167,6 +168,29 @@ func TestNameKeyedCallsUsePrimaryKey(t *testing.T) {
 	}
 	if scans < 10 {
 		t.Fatalf("auto_explain reported %d scans of leases and slots in %d plans, want at least 10", scans, len(plans))
+	}
+
+	// purge deletes by primary key, without a join: planned on these
+	// statistics, a join was a nested loop, quadratic in the rows deleted.
+	plans = nil
+	mu.Unlock()
+	mustExec(t, conn, `SELECT pglease.purge(interval '0')`)
+	mu.Lock()
+	var deletes int
+	for _, p := range plans {
+		if !strings.Contains(p, "DELETE FROM pglease.leases") && !strings.Contains(p, "DELETE FROM pglease.waiters") {
+			continue
+		}
+		deletes++
+		if strings.Contains(p, "Nested Loop") || strings.Contains(p, "Join") {
+			t.Errorf("purge deletes through a join:\n%s", p)
+		}
+		if strings.Contains(p, "DELETE FROM pglease.leases") && !strings.Contains(p, "Index Scan using leases_pkey on leases l ") {
+			t.Errorf("purge does not delete leases by primary key:\n%s", p)
+		}
+	}
+	if deletes != 2 {
+		t.Fatalf("auto_explain reported %d DELETE statements of purge, want 2 (leases, waiters)", deletes)
 	}
 }
 
