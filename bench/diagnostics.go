@@ -27,7 +27,7 @@ func (e *env) diagnosticWorkloads() []workload {
 		e.limitWorkload(),
 		e.singleStatement("diag/update-notify", "UPDATE + pg_notify, one transaction", updateNotifySQL, 1),
 		relabel(e.renewSQL("diag/renew/migrated"), "SQL via pgx, as migrated"),
-		e.acquireReleaseSQL("diag/acquire-release"),
+		e.acquireReleaseSQL("diag/acquire-release", "SQL via pgx", releaseSQL),
 		e.claimReleaseSQL("diag/claim-release"),
 		e.pglockAcquireRelease(),
 	}

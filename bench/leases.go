@@ -26,9 +26,14 @@ const (
 		VALUES ($1, 'bench', 1, now(), now() + interval '30 s') ON CONFLICT (name) DO NOTHING`
 	limitUpdateSQL = `UPDATE bench_limit SET expires_at = now() + interval '30 s' WHERE name = $1`
 
-	acquireSQL     = `SELECT acquired, fence FROM pglease.acquire($1, $2, $3)`
-	renewSQL       = `SELECT renewed FROM pglease.renew($1, $2, $3, $4)`
-	releaseSQL     = `SELECT released FROM pglease.release($1, $2, $3)`
+	acquireSQL = `SELECT acquired, fence FROM pglease.acquire($1, $2, $3)`
+	renewSQL   = `SELECT renewed FROM pglease.renew($1, $2, $3, $4)`
+	releaseSQL = `SELECT released FROM pglease.release($1, $2, $3)`
+	// releaseAsyncSQL is the release in its own transaction with
+	// synchronous_commit off, in one statement: the form docs/reliability.md
+	// documents for SQL callers (and the Go package sends).
+	releaseAsyncSQL = `SELECT r.released FROM pglease.release($1, $2, $3) AS r
+		CROSS JOIN LATERAL pg_catalog.set_config('synchronous_commit', 'off', true)`
 	assertHeldSQL  = `SELECT pglease.assert_held($1, $2)`
 	claimSlotSQL   = `SELECT claimed, slot, fence FROM pglease.claim_slot($1, $2, $3, $4)`
 	releaseSlotSQL = `SELECT released FROM pglease.release_slot($1, $2, $3, $4)`
@@ -79,7 +84,8 @@ func (e *env) leaseWorkloads() []workload {
 				})
 			},
 		},
-		e.acquireReleaseSQL("acquire-release/sql"),
+		e.acquireReleaseSQL("acquire-release/sql", "SQL via pgx", releaseSQL),
+		e.acquireReleaseSQL("acquire-release/sql-async", "SQL via pgx, asynchronous release", releaseAsyncSQL),
 		{
 			key: "acquire-release/pkg-try", name: "pglease.acquire + release", path: "Go package: TryAcquire + Release",
 			steps: []string{"acquire", "release"},
@@ -201,10 +207,11 @@ func (e *env) renewSQL(key string) workload {
 }
 
 // acquireReleaseSQL is pglease.acquire and pglease.release of a lease of
-// each client's own, called directly.
-func (e *env) acquireReleaseSQL(key string) workload {
+// each client's own, called directly; the release with release (releaseSQL
+// or releaseAsyncSQL).
+func (e *env) acquireReleaseSQL(key, path, release string) workload {
 	return workload{
-		key: key, name: "pglease.acquire + release", path: "SQL via pgx",
+		key: key, name: "pglease.acquire + release", path: path,
 		steps: []string{"acquire", "release"},
 		start: func(ctx context.Context, n int) (*instance, error) {
 			return e.perConn(ctx, n, func(ctx context.Context, i int, conn *pgx.Conn) ([]step, error) {
@@ -218,7 +225,7 @@ func (e *env) acquireReleaseSQL(key string) workload {
 					},
 					func(ctx context.Context) error {
 						var released bool
-						if err := conn.QueryRow(ctx, releaseSQL, name, holder, fence).Scan(&released); err != nil {
+						if err := conn.QueryRow(ctx, release, name, holder, fence).Scan(&released); err != nil {
 							return err
 						}
 						if !released {
