@@ -52,7 +52,7 @@ SUB_PARTITION='LeaseStatusStates'
 #   TestRoleBindingAcrossTheHop covers the hop);
 TOP_ROLES='TestThreatModel'
 # - NOTIFY does not cross PL/Proxy: waiters on the proxy wake at expiry;
-TOP_NOTIFY='TestAcquireWokenByRelease|TestNotifyListener|TestAcquireListensAgain|TestClaimWokenByRelease|TestClaimAllWokenByRelease|TestGracefulHandover'
+TOP_NOTIFY='ExampleClient_Acquire|ExampleClient_Claim|TestAcquireWokenByRelease|TestNotifyListener|TestAcquireListensAgain|TestClaimWokenByRelease|TestClaimAllWokenByRelease|TestGracefulHandover'
 SUB_NOTIFY='NotifyLease|NotifySlot'
 # - a call commits on its partition at once: no row lock of assert_held or
 #   of a waiting call outlives it, and lock waits happen on the partition,
@@ -61,7 +61,7 @@ TOP_LOCKS='TestFencedTransactionBound|TestServerClockAfterWaits'
 SUB_LOCKS='AssertHeldBlocksTakeover|ClaimSlotsAfterConcurrentRelease|ClaimSlotAfterConcurrentRelease'
 # - claim_slots across routing keys is refused; renew_holder's expires_at
 #   is the earliest of the partitions' clocks;
-TOP_ROUTING='TestClaimAll|TestDeadlineBeforeServerExpiry'
+TOP_ROUTING='ExampleClient_TryClaimAll|TestClaimAll|TestDeadlineBeforeServerExpiry'
 SUB_ROUTING='ClaimSlotsRace|ClaimSlotsInputOrder|ClaimSlotsAllOrNothing|RenewHolder'
 # - not explained yet: these fail only under suiteproxy's per-database
 #   partitions (PL/Proxy's configuration functions); runslots.Run renews
