@@ -39,6 +39,7 @@ lint-go: ## gofmt and go vet
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags proof ./internal/proof/
 	$(GO) vet -tags failover ./failover/
+	$(GO) vet -tags sharded ./internal/shardtest/
 	cd bench && $(GO) vet ./...
 
 lint-sql: ## plpgsql_check over every PL/pgSQL function, all warnings on (needs make deps)

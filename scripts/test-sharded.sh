@@ -6,6 +6,8 @@
 # Go lease client, runslots and the supervisor, role binding across the
 # hop, a stopped cluster (fault isolation), the history checker with
 # backend kills, and adding partitions.
+# The tests carry build tag sharded, so that go test ./... (make test, CI)
+# does not start their clusters.
 #
 # With PGLEASE_SHARDED_SUITES=1 it then runs the repository's unchanged
 # suites (internal/contract, pglease, runslots, supervisor) with every
@@ -36,7 +38,7 @@ fi
 export PGLEASE_SHARD_PG_BINDIR="$bindir"
 
 echo "test-sharded: proxy and four partitions on two throwaway clusters of $bindir" >&2
-go test -race -count=1 -timeout 10m "$@" ./internal/shardtest/
+go test -tags sharded -race -count=1 -timeout 10m "$@" ./internal/shardtest/
 
 [ "${PGLEASE_SHARDED_SUITES:-}" = 1 ] || exit 0
 

@@ -1,3 +1,5 @@
+//go:build sharded
+
 package shardtest
 
 import (

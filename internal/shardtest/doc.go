@@ -12,5 +12,7 @@
 // cluster count, the proxy on cluster 0; [Cluster.Halt] and
 // [Cluster.Restart] stop and start one cluster in place.
 //
-// The package is for tests and benchmarks only: it starts servers.
+// The package is for tests and benchmarks only: it starts servers. Its
+// tests carry build tag sharded (scripts/test-sharded.sh passes it), so
+// that go test ./... does not start their clusters.
 package shardtest
