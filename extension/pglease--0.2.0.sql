@@ -436,64 +436,72 @@ BEGIN
     -- concurrent change can only happen a bounded number of times in a row.
     FOR attempt IN 1..10 LOOP
         v_next := NULL;
-        -- Row locks taken here for nothing (the lease turned out to be
-        -- someone else's) go with the subtransaction (PGL03), so that they
-        -- never delay that holder's renewals.
-        BEGIN
-            -- Fast path: lock the row at once when it is ours to take
-            -- (free, expired, or our own) and nobody has it locked.
-            SELECT l.holder, l.holder_role, l.fence, l.expires_at
-            INTO v_holder, v_hrole, v_fence, v_expires
-            FROM pglease.leases AS l
-            WHERE l.name = p_name
-              AND (l.holder IS NULL OR l.expires_at <= clock_timestamp()
-                   OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)))
-            FOR NO KEY UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                -- Locked by someone, held by someone else, or no row yet:
-                -- look without locking.
+        -- Fast path, no subtransaction: lock the row at once when it is
+        -- ours to take (free, expired, or our own) and nobody has it
+        -- locked. Once locked it stays ours to take (a free or expired
+        -- tenure cannot come back, our own cannot change hands), so the
+        -- decision on the clock read after the lock is a grant.
+        SELECT l.holder, l.holder_role, l.fence, l.expires_at
+        INTO v_holder, v_hrole, v_fence, v_expires
+        FROM pglease.leases AS l
+        WHERE l.name = p_name
+          AND (l.holder IS NULL OR l.expires_at <= clock_timestamp()
+               OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)))
+        FOR NO KEY UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            v_now := clock_timestamp();
+            SELECT t.fence, t.expires_at INTO fence, expires_at
+            FROM pglease._lease_take(p_name, p_holder, v_role, v_ttl, v_now,
+                                     v_holder, v_hrole, v_fence, v_expires) AS t;
+            acquired := true;
+            holder := p_holder;
+            expires_in := v_ttl;
+            RETURN;
+        END IF;
+        -- Locked by someone, held by someone else, or no row yet: look
+        -- without locking.
+        SELECT l.holder, l.holder_role, l.fence, l.expires_at
+        INTO v_holder, v_hrole, v_fence, v_expires
+        FROM pglease.leases AS l
+        WHERE l.name = p_name;
+        IF NOT FOUND THEN
+            v_next := 'insert';
+        ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
+              AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+            v_next := 'refuse';
+        ELSE
+            -- Ours to take, but locked (a release, takeover, renewal, purge
+            -- or fenced transaction in flight): wait for it. A row lock
+            -- taken for nothing (the lease turned out to be someone else's)
+            -- goes with the subtransaction (PGL03), so that it never delays
+            -- that holder's renewals.
+            BEGIN
                 SELECT l.holder, l.holder_role, l.fence, l.expires_at
                 INTO v_holder, v_hrole, v_fence, v_expires
                 FROM pglease.leases AS l
-                WHERE l.name = p_name;
+                WHERE l.name = p_name
+                FOR NO KEY UPDATE;
                 IF NOT FOUND THEN
-                    v_next := 'insert';
-                ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
-                      AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
-                    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
+                    v_next := 'insert'; -- purged meanwhile
                 ELSE
-                    -- Ours to take, but locked (a release, takeover,
-                    -- renewal, purge or fenced transaction in flight):
-                    -- wait for it.
-                    SELECT l.holder, l.holder_role, l.fence, l.expires_at
-                    INTO v_holder, v_hrole, v_fence, v_expires
-                    FROM pglease.leases AS l
-                    WHERE l.name = p_name
-                    FOR NO KEY UPDATE;
-                    IF NOT FOUND THEN
-                        v_next := 'insert'; -- purged meanwhile
+                    -- Decide on the clock read now, after every wait.
+                    v_now := clock_timestamp();
+                    IF v_holder IS NOT NULL AND v_expires > v_now
+                       AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+                        RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
                     END IF;
+                    SELECT t.fence, t.expires_at INTO fence, expires_at
+                    FROM pglease._lease_take(p_name, p_holder, v_role, v_ttl, v_now,
+                                             v_holder, v_hrole, v_fence, v_expires) AS t;
+                    acquired := true;
+                    holder := p_holder;
+                    expires_in := v_ttl;
+                    RETURN;
                 END IF;
-            END IF;
-            IF v_next IS NULL THEN
-                -- The row is locked: decide on the clock read now, after
-                -- every wait.
-                v_now := clock_timestamp();
-                IF v_holder IS NOT NULL AND v_expires > v_now
-                   AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
-                    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
-                END IF;
-                SELECT t.fence, t.expires_at INTO fence, expires_at
-                FROM pglease._lease_take(p_name, p_holder, v_role, v_ttl, v_now,
-                                         v_holder, v_hrole, v_fence, v_expires) AS t;
-                acquired := true;
-                holder := p_holder;
-                expires_in := v_ttl;
-                RETURN;
-            END IF;
-        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-            v_next := 'refuse';
-        END;
+            EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+                v_next := 'refuse';
+            END;
+        END IF;
 
         IF v_next = 'insert' THEN
             -- A new row starts above the fence floor (see pglease.purge).
