@@ -102,6 +102,7 @@ func testUsage(t *testing.T, c cli) {
 
 func testMigrate(t *testing.T, c cli) {
 	url := pgtest.NewDatabase(t)
+	pgtest.LockRoleDrops(t) // migrate down drops the role where it can
 	env := c.with("PGLEASE_DATABASE_URL=" + url)
 	if r := env.mustRun(0, "migrate", "version"); r.stdout != "0\n" {
 		t.Fatalf("version of a fresh database: got %q, want 0", r.stdout)

@@ -174,6 +174,7 @@ func requirePgleaseGone(t testing.TB, q querier) {
 func TestMigrationsBesideAppHistory(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	pool := newPool(t, url, 2)
+	pgtest.LockRoleDrops(t) // down drops the role where it can
 	ctx := testContext(t)
 
 	createAppSchema(t, pool)
@@ -292,6 +293,7 @@ func TestMigrateCLI(t *testing.T) {
 
 	url := pgtest.NewDatabase(t)
 	pool := newPool(t, url, 2)
+	pgtest.LockRoleDrops(t) // down drops the role where it can
 	createAppSchema(t, pool)
 	app := appSnapshot(t, pool)
 	dbURL := migrateCLIURL(t, url)

@@ -27,15 +27,48 @@ func CreateDatabase(ctx context.Context, adminURL, name string) (string, error) 
 	return dbURL, nil
 }
 
+// roleDropLock is the key of the advisory lock, in the database adminURL
+// names, that orders dropping the role pglease_client against dropping
+// databases. DROP ROLE describes every database that still depends on the
+// role; one dropped at that moment makes it fail with "cache lookup failed
+// for database" (XX000) instead of the dependent_objects_still_exist that
+// pglease's down migration handles. [DropDatabase] holds the lock shared,
+// [LockRoleDrops] exclusively.
+const roleDropLock int64 = 0x70676c65617365 // "pglease"
+
 // DropDatabase drops the database name on the server that adminURL points to,
 // terminating the sessions still connected to it (DROP DATABASE ... WITH
 // (FORCE), PostgreSQL 13 or later). Dropping a database that does not exist
-// is not an error.
+// is not an error. It waits while a [LockRoleDrops] lock is held.
 func DropDatabase(ctx context.Context, adminURL, name string) error {
-	if err := execAdmin(ctx, adminURL, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("drop database %s: %w", name, err)
+	}
+	defer closeConn(ctx, conn) // releases the lock
+	if _, err := conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock_shared($1)", roleDropLock); err != nil {
+		return fmt.Errorf("drop database %s: wait for role drops: %w", name, err)
+	}
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
 		return fmt.Errorf("drop database %s: %w", name, err)
 	}
 	return nil
+}
+
+// LockRoleDrops keeps [DropDatabase] from dropping databases on the server
+// that adminURL points to until unlock is called, so that a down migration
+// run meanwhile can drop the role pglease_client (or be refused cleanly
+// while other databases use it). It waits for drops under way to finish.
+func LockRoleDrops(ctx context.Context, adminURL string) (unlock func(), err error) {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return nil, fmt.Errorf("lock out database drops: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock($1)", roleDropLock); err != nil {
+		closeConn(ctx, conn)
+		return nil, fmt.Errorf("lock out database drops: %w", err)
+	}
+	return func() { closeConn(context.Background(), conn) }, nil
 }
 
 // execAdmin runs one utility statement on a connection of its own.

@@ -146,6 +146,23 @@ func NewDatabase(t testing.TB) string {
 	return url
 }
 
+// LockRoleDrops keeps other tests' databases from being dropped until t
+// ends (see [pgserver.LockRoleDrops]). A test that migrates a database all
+// the way down, which drops the role pglease_client where it can, calls it
+// first: PostgreSQL's DROP ROLE fails with an internal error when a
+// database that depends on the role is dropped at that moment.
+func LockRoleDrops(t testing.TB) {
+	t.Helper()
+	s := server(t)
+	ctx, cancel := context.WithTimeout(t.Context(), dbTimeout)
+	defer cancel()
+	unlock, err := pgserver.LockRoleDrops(ctx, s.URL)
+	if err != nil {
+		t.Fatalf("pgtest: on %s: %v", s.Source, err)
+	}
+	t.Cleanup(unlock)
+}
+
 // AdminURL returns the connection string of the test server's
 // administrative role (able to create databases; a superuser unless
 // PGLEASE_TEST_DATABASE_URL says otherwise), to the database "postgres" or
