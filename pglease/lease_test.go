@@ -562,6 +562,31 @@ func TestWithFenceStalledTransaction(t *testing.T) {
 	t.Logf("stalled fenced write refused (%v); takeover %s before the stall ended", err, returned.Sub(at))
 }
 
+// TestWithFenceIdleBound: the idle timeout Lease.WithFence sets (the
+// lease's TTL) does not undo assert_held's tighter bound, the tenure's
+// time left on the server + 100 ms.
+func TestWithFenceIdleBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	l := mustAcquire(t, newClient(t, pool, "a"), "idle-bound", time.Minute)
+	// The same holder and role re-pin the tenure to one second on the
+	// server; the Lease still knows its TTL as a minute.
+	if _, err := pool.Exec(ctx, `SELECT pglease.acquire('idle-bound', 'a', interval '1 second')`); err != nil {
+		t.Fatal(err)
+	}
+	var ms int64
+	err := l.WithFence(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000`).Scan(&ms)
+	})
+	if err != nil {
+		t.Fatalf("WithFence: %v", err)
+	}
+	if ms <= 0 || ms > 1100 {
+		t.Fatalf("idle_in_transaction_session_timeout inside WithFence: got %d ms, want 1 to 1100 (time left + 100 ms, not the TTL)", ms)
+	}
+}
+
 // TestAcquireListensAgain: when the listening connection breaks (a
 // failover, a killed backend), a blocked Acquire listens again and still
 // wakes at the release, not at the 30 s expiry.

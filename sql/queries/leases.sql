@@ -47,5 +47,8 @@ FROM pglease.renew_holder(@holder, @ttl) AS r;
 LISTEN pglease;
 
 -- name: LeaseAssertHeldIdleTimeout :exec
-SELECT pglease.assert_held(@name, @fence),
-       set_config('idle_in_transaction_session_timeout', @timeout::text, true);
+-- The transaction's idle timeout first (a FROM item is read before the
+-- select list), then the check: from 0.2.0 on, assert_held lowers it
+-- further, to the tenure's time left + 100 ms; on 0.1.0 the TTL stays.
+SELECT pglease.assert_held(@name, @fence)
+FROM pg_catalog.set_config('idle_in_transaction_session_timeout', @timeout::text, true) AS s;
