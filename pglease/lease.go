@@ -12,9 +12,11 @@ import (
 // NotifyChannel is the channel the SQL functions NOTIFY on when a lease or
 // slot that someone waits for is released (a refused acquire or claim
 // registers its caller as a waiter until the holder's expiry). The payload
-// is JSON: {"kind": "lease"|"slot", "event": "released", "name": ...,
-// "slot": ..., "fence": ..., "holder": ...}. Releases nobody waits for send
-// nothing: a NOTIFY makes its transaction commit under a cluster-wide lock.
+// is JSON: {"kind": "lease"|"slot", "event": "released", "name": ...},
+// with no holder or fence, since any role may LISTEN; a notification only
+// tells a waiter to try again, so a forged one costs a retry. Releases
+// nobody waits for send nothing: a NOTIFY makes its transaction commit
+// under a cluster-wide lock.
 const NotifyChannel = notify.Channel
 
 // Lease is one tenure of a named lease, identified by its fence. It is safe

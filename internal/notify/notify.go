@@ -34,14 +34,12 @@ const Channel = "pglease"
 // waiter left.
 const DefaultLinger = 30 * time.Second
 
-// Payload is the JSON payload of a NOTIFY on Channel.
+// Payload is the JSON payload of a NOTIFY on Channel. It names no holder,
+// fence or slot (anyone may LISTEN): a waiter only learns to try again.
 type Payload struct {
-	Kind   string `json:"kind"`   // "lease" or "slot"
-	Event  string `json:"event"`  // "released"
-	Name   string `json:"name"`   // lease name or slot scope
-	Slot   *int32 `json:"slot"`   // slot number; nil for leases
-	Fence  int64  `json:"fence"`  // fence of the tenure that began or ended
-	Holder string `json:"holder"` // holder of that tenure
+	Kind  string `json:"kind"`  // "lease" or "slot"
+	Event string `json:"event"` // "released"
+	Name  string `json:"name"`  // lease name or slot scope
 }
 
 // maxJitter caps the random delay added to each wait, which keeps many
