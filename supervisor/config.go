@@ -83,6 +83,20 @@ type Config struct {
 	// while the workload may still run. Defaults to TTL.
 	StopTimeout time.Duration
 
+	// HardStop, when more than 0, makes the process exit (status
+	// HardStopExitCode) if the workload has not returned HardStop after
+	// its context was cancelled because the tenure ended: a renewal was
+	// refused, or the local deadline passed with no renewal confirmed.
+	// The workload must return when its context is done; HardStop is the
+	// backstop for one that does not (a blocking call that ignores its
+	// context), so that it cannot run on after the lease can have expired
+	// on the server and another holder started. Must be shorter than
+	// SafetyMargin: the deadline cancels the workload SafetyMargin before
+	// the server's expiry, so the process is gone before it. A shutdown
+	// (Run's ctx ending) never triggers it. EventHardStop is observed and
+	// logged just before the exit. 0 (the default) turns it off.
+	HardStop time.Duration
+
 	// OnExit says what to do when the workload returns on its own.
 	// Defaults to Handover.
 	OnExit ExitPolicy
@@ -107,7 +121,8 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Observer, when set, is called with each Event, synchronously from
-	// Run's goroutine: it must return quickly.
+	// Run's goroutine (EventHardStop from a timer's): it must return
+	// quickly.
 	Observer func(Event)
 }
 
@@ -139,6 +154,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	}{
 		{"TTL", cfg.TTL}, {"RenewInterval", cfg.RenewInterval}, {"RetryDelay", cfg.RetryDelay},
 		{"SafetyMargin", cfg.SafetyMargin}, {"StopTimeout", cfg.StopTimeout}, {"RestartDelay", cfg.RestartDelay},
+		{"HardStop", cfg.HardStop},
 	} {
 		if d.v < 0 {
 			return cfg, invalidf("%s must not be negative, got %s", d.name, d.v)
@@ -151,6 +167,10 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.SafetyMargin = cmp.Or(cfg.SafetyMargin, cfg.TTL/10)
 	if cfg.SafetyMargin >= cfg.TTL {
 		return cfg, invalidf("SafetyMargin %s must be shorter than TTL %s", cfg.SafetyMargin, cfg.TTL)
+	}
+	if cfg.HardStop >= cfg.SafetyMargin {
+		return cfg, invalidf("HardStop %s must be shorter than SafetyMargin %s: the process must exit before the lease can expire on the server",
+			cfg.HardStop, cfg.SafetyMargin)
 	}
 	cfg.RenewInterval = cmp.Or(cfg.RenewInterval, cfg.TTL/3)
 	if cfg.RenewInterval >= cfg.TTL-cfg.SafetyMargin {

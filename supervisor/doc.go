@@ -39,6 +39,15 @@
 // line at error level and EventStuck), and kept waiting for; on shutdown the
 // lease is renewed meanwhile, so no other instance starts alongside it.
 //
+// The rule for workloads: return when the context is done. For one that may
+// not (a call that ignores its context), Config.HardStop is the opt-in
+// backstop: when the tenure ended (a refused renewal, or the local deadline)
+// and the workload has not returned HardStop later, the process exits with
+// HardStopExitCode after EventHardStop. HardStop must be shorter than
+// SafetyMargin, so after a deadline the process is gone before the server's
+// expiry; after a refused renewal the tenure is already over on the server,
+// and HardStop bounds how long the workload overlaps the next holder.
+//
 // # What is not guaranteed
 //
 // Cancellation is a request: a workload that keeps going after its context

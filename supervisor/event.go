@@ -21,7 +21,16 @@ const (
 	// EventStuck: the workload has not returned StopTimeout after its
 	// context was cancelled. Err is the cancellation cause.
 	EventStuck
+	// EventHardStop: the workload has not returned Config.HardStop after
+	// the tenure ended; the process exits with HardStopExitCode right
+	// after this event, which Config.Observer receives from a timer's
+	// goroutine, not Run's. Err is the cancellation cause.
+	EventHardStop
 )
+
+// HardStopExitCode is the exit status of a process stopped by
+// Config.HardStop (EX_SOFTWARE).
+const HardStopExitCode = 70
 
 // String returns the kind's name.
 func (k EventKind) String() string {
@@ -36,6 +45,8 @@ func (k EventKind) String() string {
 		return "leader-seen"
 	case EventStuck:
 		return "stuck"
+	case EventHardStop:
+		return "hard-stop"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -48,10 +59,10 @@ type Event struct {
 	// Slot is the slot number in the slot variant, else 0.
 	Slot int
 	// Holder and Fence identify the tenure: this supervisor's for
-	// Acquired, Lost, Released and Stuck, the other holder's for
+	// Acquired, Lost, Released, Stuck and HardStop, the other holder's for
 	// LeaderSeen (empty and 0 when a slot scope is full).
 	Holder string
 	Fence  int64
-	// Err is the cause for Lost and Stuck.
+	// Err is the cause for Lost, Stuck and HardStop.
 	Err error
 }

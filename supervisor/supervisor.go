@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,8 @@ type Supervisor struct {
 	// waiting, when set by a test, is called each time a standby has been
 	// refused and is about to wait (listening for releases).
 	waiting func()
+	// exit ends the process for Config.HardStop: os.Exit, or a test's hook.
+	exit func(code int)
 }
 
 // kept is a held lease or slot: both keep themselves with Run.
@@ -60,7 +63,7 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 		return nil, err
 	}
 	pool, _ := database.(*pgxpool.Pool)
-	s := &Supervisor{cfg: cfg, pool: pool}
+	s := &Supervisor{cfg: cfg, pool: pool, exit: os.Exit}
 	ccfg := pglease.Config{
 		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
 		PurgeEvery:    -1, // Run purges, standing by too
@@ -158,6 +161,9 @@ func (s *Supervisor) hold(ctx context.Context, t kept, workload func(context.Con
 			}
 		}
 	}
+	if s.cfg.HardStop > 0 {
+		run = s.withHardStop(run, s.event(EventHardStop, nil))
+	}
 	err = t.Run(ctx, run)
 	if lost, ok := errors.AsType[*pglease.LostError](err); ok {
 		log.Warn("lease lost; workload cancelled", "cause", lost.Cause, "workload_err", lost.WorkErr)
@@ -186,6 +192,43 @@ func (s *Supervisor) released(err error) {
 	}
 	s.log.Info("released", "fence", s.held.Fence())
 	s.observe(EventReleased, nil)
+}
+
+// withHardStop returns workload with Config.HardStop armed: once its
+// context is cancelled because the tenure ended (not by a shutdown), the
+// process exits if workload has not returned HardStop later, after
+// observing e (made on Run's goroutine) with the cause.
+func (s *Supervisor) withHardStop(workload func(context.Context) error, e Event) func(context.Context) error {
+	return func(ctx context.Context) error {
+		fired := make(chan struct{}) // closed when the hard stop fires
+		var mu sync.Mutex
+		var timer *time.Timer
+		stop := context.AfterFunc(ctx, func() {
+			cause := context.Cause(ctx)
+			if !errors.Is(cause, pglease.ErrLeaseLost) && !errors.Is(cause, runslots.ErrSlotLost) {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			timer = time.AfterFunc(s.cfg.HardStop, func() {
+				close(fired)
+				s.log.Error("workload has not returned after its tenure ended; exiting the process (Config.HardStop)",
+					"hard_stop", s.cfg.HardStop, "cause", cause, "exit_code", HardStopExitCode)
+				e.Err = cause
+				s.cfg.observe(e)
+				s.exit(HardStopExitCode)
+			})
+		})
+		defer func() {
+			stop()
+			mu.Lock()
+			defer mu.Unlock()
+			if timer != nil {
+				timer.Stop()
+			}
+		}()
+		return workload(ctx)
+	}
 }
 
 // stuck reports a workload that has not returned StopTimeout after its
@@ -244,6 +287,11 @@ func (s *Supervisor) refused(err error) {
 
 // observe reports an event of the held tenure.
 func (s *Supervisor) observe(kind EventKind, err error) {
+	s.cfg.observe(s.event(kind, err))
+}
+
+// event returns an Event of kind about the tenure held now, if any.
+func (s *Supervisor) event(kind EventKind, err error) Event {
 	e := Event{Kind: kind, Name: s.name, Holder: s.cfg.Holder, Err: err}
 	if s.held != nil {
 		e.Fence = s.held.Fence()
@@ -251,7 +299,7 @@ func (s *Supervisor) observe(kind EventKind, err error) {
 			e.Slot = slot.Number()
 		}
 	}
-	s.cfg.observe(e)
+	return e
 }
 
 // sleep waits d or until ctx ends, returning ctx.Err() then.

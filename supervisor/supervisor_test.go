@@ -492,6 +492,98 @@ func TestStuckWorkloadReported(t *testing.T) {
 	}
 }
 
+// TestHardStop: with Config.HardStop, a workload that ignores its
+// cancelled context after a refused renewal makes the process exit
+// (status 70, EventHardStop just before); a shutdown never does.
+func TestHardStop(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	events := make(chan supervisor.Event, 4)
+	observe := func(e supervisor.Event) {
+		if e.Kind == supervisor.EventHardStop || e.Kind == supervisor.EventStuck {
+			events <- e
+		}
+	}
+	s := newSupervisor(t, pool, supervisor.Config{
+		Name: "hard-stop", TTL: 3 * time.Second, RenewInterval: 100 * time.Millisecond,
+		HardStop: 50 * time.Millisecond, StopTimeout: 10 * time.Second, Observer: observe,
+	})
+	exited := make(chan int, 1)
+	supervisor.SetExitHook(s, func(code int) { exited <- code })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leading := make(chan struct{})
+	unblock := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(ctx, func(context.Context) error {
+			close(leading)
+			<-unblock // ignores its context
+			return nil
+		})
+	}()
+	<-leading
+	if _, err := pglease.ForceRelease(context.Background(), pool, "hard-stop"); err != nil {
+		t.Fatalf("ForceRelease: %v", err)
+	}
+	select {
+	case e := <-events:
+		if e.Kind != supervisor.EventHardStop || !errors.Is(e.Err, pglease.ErrLeaseLost) || e.Fence != 1 {
+			t.Fatalf("event %v (fence %d, err %v), want EventHardStop of fence 1 caused by ErrLeaseLost", e.Kind, e.Fence, e.Err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no EventHardStop after the refused renewal")
+	}
+	select {
+	case code := <-exited:
+		if code != supervisor.HardStopExitCode {
+			t.Fatalf("exit code %d, want %d", code, supervisor.HardStopExitCode)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process was not stopped")
+	}
+	close(unblock)
+	cancel()
+	<-done
+
+	// A shutdown is not a lost tenure: the stuck report comes (after
+	// StopTimeout), the exit does not.
+	s2 := newSupervisor(t, pool, supervisor.Config{
+		Name: "hard-stop-shutdown", TTL: 3 * time.Second, HardStop: 50 * time.Millisecond,
+		StopTimeout: 250 * time.Millisecond, Observer: observe,
+	})
+	supervisor.SetExitHook(s2, func(code int) { exited <- code })
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	leading2 := make(chan struct{})
+	unblock2 := make(chan struct{})
+	go func() {
+		done <- s2.Run(ctx2, func(context.Context) error {
+			close(leading2)
+			<-unblock2
+			return nil
+		})
+	}()
+	<-leading2
+	cancel2()
+	select {
+	case e := <-events:
+		if e.Kind != supervisor.EventStuck {
+			t.Fatalf("event %v after a shutdown, want EventStuck only", e.Kind)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no EventStuck after the shutdown")
+	}
+	select {
+	case code := <-exited:
+		t.Fatalf("a shutdown stopped the process (exit %d)", code)
+	default:
+	}
+	close(unblock2)
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run after shutdown = %v, want context.Canceled", err)
+	}
+}
+
 func TestExitPolicies(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
@@ -549,6 +641,8 @@ func TestConfigValidation(t *testing.T) {
 		{"capacity too large", supervisor.Config{Scope: "b", Capacity: 2_000_000}, "Capacity must be at most"},
 		{"retry slower than renewals", supervisor.Config{Name: "a", TTL: time.Second, RetryDelay: time.Hour}, "RetryDelay"},
 		{"holder too long", supervisor.Config{Name: "a", Holder: strings.Repeat("h", 300)}, "Holder must be 1 to"},
+		{"hard stop past the margin", supervisor.Config{Name: "a", TTL: time.Second, HardStop: 100 * time.Millisecond}, "HardStop"},
+		{"negative hard stop", supervisor.Config{Name: "a", HardStop: -time.Second}, "HardStop must not be negative"},
 	}
 	for _, tc := range cases {
 		_, err := supervisor.New(pool, tc.cfg)
