@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/pgserver"
+	"github.com/pglease/pglease/pglease"
 )
 
 // Environment variables naming the database, in order of precedence after
@@ -261,14 +262,17 @@ func (a *app) queryError(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		switch pgErr.Code {
-		case "42501":
-			return failf("%s: permission denied: %s; hint: the connecting role needs role pglease_client (GRANT pglease_client TO ...); "+
-				"force release needs the owner of schema pglease", what, pgErr.Message)
-		case "3F000", "42P01", "42883":
-			return failf("%s: %s; hint: schema pglease is missing or incomplete: run `pglease migrate up`", what, pgErr.Message)
-		}
+	pgErr, _ := errors.AsType[*pgconn.PgError](err)
+	msg := err.Error()
+	if pgErr != nil {
+		msg = pgErr.Message
+	}
+	switch {
+	case errors.Is(err, pglease.ErrPermissionDenied):
+		return failf("%s: permission denied: %s; hint: the connecting role needs role pglease_client (GRANT pglease_client TO ...); "+
+			"force release needs the owner of schema pglease", what, msg)
+	case errors.Is(err, pglease.ErrNotMigrated):
+		return failf("%s: %s; hint: schema pglease is missing or incomplete: run `pglease migrate up`", what, msg)
 	}
 	return failf("%s: %v", what, err)
 }

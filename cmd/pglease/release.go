@@ -87,11 +87,7 @@ func (a *app) release(ctx context.Context, db *dbFlag, name string, yes bool) er
 			name, *holder, fence, state, expiresIn.Round(time.Millisecond), fence+1)}
 	}
 
-	c, err := pglease.New(pool, pglease.Config{Holder: "pglease-release"})
-	if err != nil {
-		return err
-	}
-	r, err := c.ForceRelease(ctx, name)
+	r, err := pglease.ForceRelease(ctx, pool, name)
 	if errors.Is(err, pglease.ErrInvalidArgument) {
 		return usagef("release", "%v", err)
 	}

@@ -106,24 +106,16 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	// Status reads only; holders are never written.
-	leases, err := pglease.New(pool, pglease.Config{Holder: "pglease-status"})
-	if err != nil {
-		return err
-	}
-	slots, err := runslots.New(pool, runslots.Config{Holder: "pglease-status"})
-	if err != nil {
-		return err
-	}
-	ls, err := leases.Leases(ctx)
+	// Status reads only: the operator's view, with no holder of its own.
+	ls, err := pglease.Leases(ctx, pool)
 	if err != nil {
 		return a.queryError(ctx, "list leases", err)
 	}
-	ss, err := slots.Slots(ctx)
+	ss, err := runslots.Slots(ctx, pool)
 	if err != nil {
 		return a.queryError(ctx, "list slots", err)
 	}
-	scopes, err := slots.Scopes(ctx)
+	scopes, err := runslots.Scopes(ctx, pool)
 	if err != nil {
 		return a.queryError(ctx, "list slot scopes", err)
 	}
