@@ -577,7 +577,7 @@ func TestWithFenceIdleBound(t *testing.T) {
 	}
 	var ms int64
 	err := l.WithFence(ctx, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000`).Scan(&ms)
+		return tx.QueryRow(ctx, `SELECT (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint`).Scan(&ms)
 	})
 	if err != nil {
 		t.Fatalf("WithFence: %v", err)
