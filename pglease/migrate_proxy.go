@@ -2,15 +2,11 @@ package pglease
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"database/sql"
 
 	"github.com/golang-migrate/migrate/v4"
-	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/pglease/pglease/internal/schema"
 	"github.com/pglease/pglease/migrations/proxy"
 )
 
@@ -37,39 +33,6 @@ func MigrateProxyDown(ctx context.Context, connString string) error {
 }
 
 func runProxyMigration(ctx context.Context, connString string, step func(*migrate.Migrate) error) error {
-	cfg, err := pgx.ParseConfig(connString)
-	if err != nil {
-		return fmt.Errorf("pglease: parse the proxy's connection string: %w", err)
-	}
-	db := stdlib.OpenDB(*cfg)
-	defer db.Close()
-	if err := db.PingContext(ctx); err != nil {
-		return fmt.Errorf("pglease: connect to the proxy database for migration: %w", err)
-	}
-	driver, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{MigrationsTable: ProxyMigrationsTable})
-	if err != nil {
-		return fmt.Errorf("pglease: prepare proxy migration: %w", err)
-	}
-	src, err := iofs.New(proxy.FS, ".")
-	if err != nil {
-		return fmt.Errorf("pglease: read embedded proxy migrations: %w", err)
-	}
-	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
-	if err != nil {
-		return fmt.Errorf("pglease: prepare proxy migration: %w", err)
-	}
-	defer m.Close()
-	// golang-migrate has no context support: stop between migrations when
-	// ctx ends.
-	stop := context.AfterFunc(ctx, func() {
-		select {
-		case m.GracefulStop <- true:
-		default:
-		}
-	})
-	defer stop()
-	if err := step(m); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("pglease: migrate proxy: %w", err)
-	}
-	return ctx.Err()
+	set := schema.Set{FS: proxy.FS, Table: ProxyMigrationsTable, Kind: "proxy "}
+	return schema.Run(ctx, connString, set, func(m *migrate.Migrate, _ *sql.DB) error { return step(m) })
 }

@@ -128,6 +128,23 @@ func Version(ctx context.Context, connString string) (version uint, dirty bool, 
 }
 
 func run(ctx context.Context, connString string, step func(*migrate.Migrate, *sql.DB) error) error {
+	return Run(ctx, connString, Set{FS: migrations.FS, Table: TableName}, step)
+}
+
+// Set is one line of embedded golang-migrate migrations with its own
+// history table.
+type Set struct {
+	FS    fs.FS
+	Table string
+	// Kind names the set in messages before "migration", such as
+	// "proxy "; empty for pglease's own.
+	Kind string
+}
+
+// Run applies step to the migrations of set on the database at connString,
+// on a connection of its own, stopping between migrations when ctx ends.
+// ErrNoChange is not an error.
+func Run(ctx context.Context, connString string, set Set, step func(*migrate.Migrate, *sql.DB) error) error {
 	cfg, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return fmt.Errorf("pglease: parse connection string: %w", err)
@@ -135,19 +152,19 @@ func run(ctx context.Context, connString string, step func(*migrate.Migrate, *sq
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 	if err := db.PingContext(ctx); err != nil {
-		return fmt.Errorf("pglease: connect for migration: %w", err)
+		return fmt.Errorf("pglease: connect for %smigration: %w", set.Kind, err)
 	}
-	driver, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{MigrationsTable: TableName})
+	driver, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{MigrationsTable: set.Table})
 	if err != nil {
-		return fmt.Errorf("pglease: prepare migration: %w", err)
+		return fmt.Errorf("pglease: prepare %smigration: %w", set.Kind, err)
 	}
-	src, err := iofs.New(migrations.FS, ".")
+	src, err := iofs.New(set.FS, ".")
 	if err != nil {
-		return fmt.Errorf("pglease: read embedded migrations: %w", err)
+		return fmt.Errorf("pglease: read embedded %smigrations: %w", set.Kind, err)
 	}
 	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
 	if err != nil {
-		return fmt.Errorf("pglease: prepare migration: %w", err)
+		return fmt.Errorf("pglease: prepare %smigration: %w", set.Kind, err)
 	}
 	defer m.Close()
 	// golang-migrate has no context support: stop between migrations when
@@ -160,7 +177,7 @@ func run(ctx context.Context, connString string, step func(*migrate.Migrate, *sq
 	})
 	defer stop()
 	if err := step(m, db); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("pglease: migrate: %w", err)
+		return fmt.Errorf("pglease: migrate%s: %w", strings.TrimRight(" "+set.Kind, " "), err)
 	}
 	return ctx.Err()
 }
