@@ -267,14 +267,19 @@ func (r *Report) write(cfg config) error {
 	if err := os.WriteFile(cfg.out, md.Bytes(), 0o644); err != nil {
 		return err
 	}
+	return r.writeJSON(cfg.json)
+}
+
+// writeJSON writes every figure of r to path, creating its directory.
+func (r *Report) writeJSON(path string) error {
 	js, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(cfg.json), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(cfg.json, append(js, '\n'), 0o644)
+	return os.WriteFile(path, append(js, '\n'), 0o644)
 }
 
 // writePurgeOnly prints the table-size section of a -purge-only run and
@@ -286,14 +291,7 @@ func (r *Report) writePurgeOnly(cfg config) error {
 	if _, err := os.Stdout.Write(md.Bytes()); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(cfg.json), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(cfg.json, append(js, '\n'), 0o644)
+	return r.writeJSON(cfg.json)
 }
 
 // command returns how this run was started, for the report's header, with
