@@ -113,6 +113,14 @@ type Config struct {
 	// release), with the refusal: a *HeldError or a *runslots.FullError.
 	// It is called on the waiting goroutine and must return quickly.
 	OnWait func(refusal error)
+
+	// Keeper, when set, renews every tenure this client grants, with the
+	// keeper's other tenures in one round trip per interval (see Keeper):
+	// the client makes no renewal calls of its own. Holder defaults to the
+	// keeper's and must equal it; the keeper's TTL must suit SafetyMargin
+	// and RenewInterval as every TTL does. Acquire and claim with the
+	// keeper's TTL.
+	Keeper *Keeper
 }
 
 // Client acquires leases in the pglease schema of one database. It is safe
@@ -134,12 +142,43 @@ var leases = tenure.Kind{
 // ownership: closing database stays the caller's job. It returns an error
 // matching ErrInvalidArgument, naming the field, when cfg is invalid.
 func New(database DB, cfg Config) (*Client, error) {
-	// Config has the fields of tenure.Config, in its order.
-	c, err := tenure.New(database, leases, tenure.Config(cfg))
+	c, err := newCore(database, leases, cfg)
 	if err != nil {
 		return nil, err
 	}
 	return &Client{c: c, db: database}, nil
+}
+
+// newCore returns the core of a client of kind, registered with
+// cfg.Keeper when set. runslots builds its clients with it too
+// (tenure.NewClientCore).
+func newCore(database DB, kind tenure.Kind, cfg Config) (*tenure.Core, error) {
+	var k *tenure.Keeper
+	if cfg.Keeper != nil {
+		k = cfg.Keeper.k
+		if cfg.Holder == "" {
+			cfg.Holder = k.Holder()
+		}
+	}
+	c, err := tenure.New(database, kind, tenure.Config{
+		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
+		PurgeEvery: cfg.PurgeEvery, RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay,
+		StopTimeout: cfg.StopTimeout, OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait,
+	})
+	if err != nil || k == nil {
+		return c, err
+	}
+	if err := c.UseKeeper(k); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func init() {
+	tenure.NewClientCore = func(database tenure.DB, kind tenure.Kind, cfg any) (*tenure.Core, error) {
+		d, _ := database.(DB) // nil when database is
+		return newCore(d, kind, cfg.(Config))
+	}
 }
 
 // Holder returns the identity this client acquires leases as.

@@ -54,8 +54,7 @@ var slots = tenure.Kind{
 // reported. It returns an error matching pglease.ErrInvalidArgument, naming
 // the field, when cfg is invalid.
 func New(database pglease.DB, cfg Config) (*Client, error) {
-	// Config has the fields of tenure.Config, in its order.
-	c, err := tenure.New(database, slots, tenure.Config(cfg))
+	c, err := tenure.NewClientCore(database, slots, cfg)
 	if err != nil {
 		return nil, err
 	}

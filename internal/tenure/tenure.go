@@ -2,6 +2,7 @@ package tenure
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,22 +19,30 @@ type Tenure struct {
 	fence  int64
 	ttl    time.Duration
 	margin time.Duration
+	k      *Keeper // non-nil when a Keeper renews the tenure
+	reg    uint64  // k's rounds sent before t was registered
 
-	mu       sync.Mutex
-	deadline time.Time   // monotonic; see Deadline
-	over     *time.Timer // closes done at the deadline
-	done     chan struct{}
-	ended    bool // done is closed
+	mu        sync.Mutex
+	deadline  time.Time   // monotonic; see Deadline
+	over      *time.Timer // closes done at the deadline
+	done      chan struct{}
+	ended     bool  // done is closed
+	abandoned bool  // ended locally while the server may still hold it
+	err       error // why a Keeper ended it
 }
 
 // Grant returns the tenure granted by a request sent at sent: its deadline
-// is sent + ttl - the safety margin.
+// is sent + ttl - the safety margin. When the core uses a Keeper, the
+// tenure is registered with it.
 func (c *Core) Grant(name string, slot int, fence int64, ttl time.Duration, sent time.Time) *Tenure {
-	t := &Tenure{c: c, name: name, slot: slot, fence: fence, ttl: ttl, margin: c.marginFor(ttl), done: make(chan struct{})}
+	t := &Tenure{c: c, name: name, slot: slot, fence: fence, ttl: ttl, margin: c.marginFor(ttl), k: c.keeper(), done: make(chan struct{})}
 	t.deadline = sent.Add(ttl - t.margin)
 	t.mu.Lock() // expire may run before t.over is set
-	defer t.mu.Unlock()
 	t.over = time.AfterFunc(time.Until(t.deadline), t.expire)
+	t.mu.Unlock()
+	if t.k != nil {
+		t.k.register(t)
+	}
 	return t
 }
 
@@ -73,6 +82,9 @@ func (t *Tenure) expire() {
 		t.over.Reset(left)
 		return
 	}
+	if !t.ended {
+		t.abandoned = true
+	}
 	t.endLocked()
 }
 
@@ -93,8 +105,13 @@ func (t *Tenure) endLocked() {
 
 // Renew extends the tenure by its TTL from now and moves the deadline. It
 // returns an error matching the kind's lost sentinel when the server
-// refused; any other error leaves the outcome unknown.
+// refused; any other error leaves the outcome unknown. A tenure kept by a
+// Keeper makes no call of its own: Renew waits for the keeper's next round
+// and returns its verdict on the tenure.
 func (t *Tenure) Renew(ctx context.Context) error {
+	if t.k != nil {
+		return t.k.renew(ctx, t)
+	}
 	sent := time.Now()
 	var (
 		renewed bool
@@ -132,9 +149,21 @@ func (t *Tenure) Renew(ctx context.Context) error {
 // fence, and closes Done. It returns the kind's lost sentinel when the
 // tenure had already ended. On a pool, or a connection outside a
 // transaction block, the release commits without waiting for its WAL
-// flush (see package asyncrelease).
+// flush (see package asyncrelease). A tenure kept by a Keeper leaves it,
+// and ends even when the release failed: the keeper releases it after any
+// later round that still renewed it.
 func (t *Tenure) Release(ctx context.Context) error {
 	released, err := t.release(ctx, asyncrelease.OK(t.c.db))
+	if t.k != nil {
+		if err != nil {
+			t.mu.Lock()
+			t.abandoned = t.abandoned || !t.ended
+			t.endLocked()
+			t.mu.Unlock()
+		} else {
+			t.k.deregister(t)
+		}
+	}
 	if err != nil {
 		return t.c.Interpret(ctx, err)
 	}
@@ -161,4 +190,67 @@ func (t *Tenure) release(ctx context.Context, async bool) (bool, error) {
 	default:
 		return q.SlotRelease(ctx, db.SlotReleaseParams{Scope: t.name, Slot: int32(t.slot), Holder: h, Fence: t.fence})
 	}
+}
+
+// What a Keeper's round makes of a registered tenure.
+const (
+	settleKept   = iota // renewed, or still live: keep it registered
+	settleLost          // live but not renewed: it is lost
+	settleDrop          // ended (released or lost): forget it
+	settleZombie        // ended locally while the server may hold it
+)
+
+// settle applies a round sent at sent, renewing to ttl, to t: renewed says
+// whether the round renewed t's fence.
+func (t *Tenure) settle(renewed bool, sent time.Time, ttl time.Duration) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.ended && t.abandoned:
+		return settleZombie
+	case t.ended:
+		return settleDrop
+	case !renewed:
+		return settleLost
+	}
+	if d := sent.Add(ttl - t.c.marginFor(ttl)); d.After(t.deadline) {
+		t.deadline = d
+	}
+	return settleKept
+}
+
+// lose ends t as reported lost by a Keeper's round.
+func (t *Tenure) lose() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.ended {
+		t.err = fmt.Errorf("%w: %s was released, taken over or expired (renew_holder did not renew it)", t.c.kind.Lost, t.describe())
+		t.endLocked()
+	}
+}
+
+// endErr returns why t ended, as an error matching the kind's lost
+// sentinel that names the tenure.
+func (t *Tenure) endErr() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return t.err
+	}
+	return fmt.Errorf("%w: %s ended (local deadline passed, or released)", t.c.kind.Lost, t.describe())
+}
+
+// isEnded reports whether done is closed.
+func (t *Tenure) isEnded() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ended
+}
+
+// describe names t in errors: its kind, name, slot and fence.
+func (t *Tenure) describe() string {
+	if t.slot == 0 {
+		return fmt.Sprintf("%s %q fence %d", t.c.kind.Noun, t.name, t.fence)
+	}
+	return fmt.Sprintf("%s %d of scope %q fence %d", t.c.kind.Noun, t.slot, t.name, t.fence)
 }

@@ -1,0 +1,353 @@
+package tenure
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/pglease/pglease/internal/asyncrelease"
+	"github.com/pglease/pglease/internal/db"
+)
+
+// DefaultKeeperTTL is the TTL a Keeper renews to when its config leaves it
+// zero.
+const DefaultKeeperTTL = 15 * time.Second
+
+// KeeperConfig configures a Keeper (pglease.KeeperConfig documents each
+// field).
+type KeeperConfig struct {
+	Holder     string
+	TTL        time.Duration
+	Interval   time.Duration
+	RetryDelay time.Duration
+	Logger     *slog.Logger
+}
+
+// Keeper renews every lease and slot of one holder with one
+// pglease.renew_holder call per interval, and settles each registered
+// tenure from the call's result: renewed (its deadline moves, from the
+// time the call was sent), or lost (it ends). It is safe for concurrent use.
+type Keeper struct {
+	db      DB
+	q       *db.Queries
+	cfg     KeeperConfig // with defaults applied
+	running atomic.Bool
+
+	mu        sync.Mutex
+	sent      uint64            // rounds sent so far
+	held      map[key][]*Tenure // registered tenures, by lease name or (scope, slot)
+	next      *round            // the round a Renew waits for
+	releasing map[key]*zombie   // releases of tenures that ended locally but were renewed
+}
+
+// key identifies a lease (slot 0) or one slot of a scope.
+type key struct {
+	name string
+	slot int
+}
+
+// round is the outcome of one renew_holder call, for the Renews waiting on
+// it: done closes once it is settled, err is then set when its outcome is
+// unknown.
+type round struct {
+	done chan struct{}
+	err  error
+}
+
+// zombie is the release of a tenure whose local deadline passed but that a
+// round renewed on the server: done closes once the release returned, and
+// released says whether it ended the server's tenure (or may have).
+type zombie struct {
+	fence    int64
+	done     chan struct{}
+	released bool
+}
+
+// NewKeeper returns a keeper on database, or an error naming the invalid
+// setting.
+func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
+	if database == nil {
+		return nil, Invalidf("database must not be nil: pass a *pgxpool.Pool, *pgx.Conn or pgx.Tx")
+	}
+	cfg.Holder = cmp.Or(cfg.Holder, NewHolderID())
+	if err := CheckText("Holder", cfg.Holder); err != nil {
+		return nil, err
+	}
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultKeeperTTL)
+	if cfg.TTL < time.Millisecond || cfg.TTL > MaxTTL {
+		return nil, Invalidf("TTL must be from 1ms to %s, got %s", MaxTTL, cfg.TTL)
+	}
+	if cfg.Interval < 0 || cfg.RetryDelay < 0 {
+		return nil, Invalidf("Interval and RetryDelay must not be negative, got %s and %s", cfg.Interval, cfg.RetryDelay)
+	}
+	cfg.Interval = cmp.Or(cfg.Interval, cfg.TTL/3)
+	if limit := cfg.TTL - cfg.TTL/10; cfg.Interval >= limit {
+		return nil, Invalidf("Interval %s leaves no time to retry: it must be shorter than TTL minus a tenth (%s)", cfg.Interval, limit)
+	}
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, max(cfg.TTL/20, minRetryDelay))
+	if cfg.RetryDelay >= cfg.Interval {
+		return nil, Invalidf("RetryDelay %s must be shorter than Interval %s", cfg.RetryDelay, cfg.Interval)
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	return &Keeper{
+		db: database, q: db.New(database), cfg: cfg,
+		held: make(map[key][]*Tenure), releasing: make(map[key]*zombie),
+		next: &round{done: make(chan struct{})},
+	}, nil
+}
+
+// Holder returns the holder the keeper renews.
+func (k *Keeper) Holder() string { return k.cfg.Holder }
+
+// TTL returns the TTL each round renews to.
+func (k *Keeper) TTL() time.Duration { return k.cfg.TTL }
+
+// Interval returns the time between rounds.
+func (k *Keeper) Interval() time.Duration { return k.cfg.Interval }
+
+// Len returns how many tenures are registered.
+func (k *Keeper) Len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for _, ts := range k.held {
+		n += len(ts)
+	}
+	return n
+}
+
+// Run renews until ctx ends, then returns ctx.Err(). It refuses to start
+// while another Run of the same keeper runs.
+func (k *Keeper) Run(ctx context.Context) error {
+	if !k.running.CompareAndSwap(false, true) {
+		return Invalidf("the Keeper is already running: call Run once")
+	}
+	defer k.running.Store(false)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		if err := k.Round(ctx); err != nil && ctx.Err() == nil {
+			k.cfg.Logger.Warn("pglease: renew_holder failed, outcome unknown; retrying",
+				"holder", k.cfg.Holder, "err", err, "retry_in", k.cfg.RetryDelay)
+			t.Reset(k.cfg.RetryDelay)
+			continue
+		}
+		t.Reset(k.cfg.Interval)
+	}
+}
+
+// Round makes one renew_holder call and settles the registered tenures
+// with its result. An error leaves the outcome unknown: nothing is
+// extended, nothing ends.
+func (k *Keeper) Round(ctx context.Context) error {
+	k.mu.Lock()
+	k.sent++
+	n, r := k.sent, k.next
+	k.next = &round{done: make(chan struct{})}
+	k.mu.Unlock()
+
+	sent := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, k.cfg.TTL) // a later reply extends nothing
+	row, err := k.q.HolderRenew(cctx, db.HolderRenewParams{Holder: k.cfg.Holder, Ttl: k.cfg.TTL})
+	cancel()
+	if err != nil {
+		r.err = fmt.Errorf("pglease: renew_holder for holder %q, outcome unknown: %w",
+			k.cfg.Holder, Interpret(ctx, "pglease", ErrLeaseLost, err))
+		close(r.done)
+		return r.err
+	}
+	zombies := k.settle(n, sent, row)
+	close(r.done)
+	k.release(zombies)
+	return nil
+}
+
+// settle applies the result of round n, sent at sent, to the tenures
+// registered before it was sent, and returns the releases to make.
+func (k *Keeper) settle(n uint64, sent time.Time, row db.HolderRenewRow) []*Tenure {
+	renewed := make(map[key]int64, len(row.Leases)+len(row.Slots))
+	for i, name := range row.Leases {
+		renewed[key{name, 0}] = row.LeaseFences[i]
+	}
+	for i, scope := range row.SlotScopes {
+		renewed[key{scope, int(row.Slots[i])}] = row.SlotFences[i]
+	}
+	var ended, zombies []*Tenure
+	k.mu.Lock()
+	for kk, ts := range k.held {
+		fence, ok := renewed[kk]
+		kept := ts[:0]
+		for _, t := range ts {
+			if t.reg >= n { // granted while the round ran: the next one judges it
+				kept = append(kept, t)
+				continue
+			}
+			switch t.settle(ok && fence == t.fence, sent, k.cfg.TTL) {
+			case settleKept:
+				kept = append(kept, t)
+			case settleLost:
+				ended = append(ended, t)
+			case settleDrop:
+			case settleZombie:
+				if ok && fence == t.fence && !holdsLive(fence, ts) && k.releasing[kk] == nil {
+					k.releasing[kk] = &zombie{fence: fence, done: make(chan struct{})}
+					zombies = append(zombies, t)
+				}
+			}
+		}
+		if len(kept) == 0 {
+			delete(k.held, kk)
+		} else {
+			k.held[kk] = kept
+		}
+	}
+	k.mu.Unlock()
+	for _, t := range ended {
+		t.lose()
+	}
+	return zombies
+}
+
+// holdsLive reports whether one of ts is a live tenure with fence.
+func holdsLive(fence int64, ts []*Tenure) bool {
+	for _, t := range ts {
+		if t.fence == fence && !t.isEnded() {
+			return true
+		}
+	}
+	return false
+}
+
+// release ends on the server the tenures whose local deadline passed but
+// that a round renewed: nothing local holds them any more, and the next
+// rounds would keep them for ever. A tenure granted again with the same
+// fence meanwhile waits in register for the release, then ends.
+func (k *Keeper) release(zombies []*Tenure) {
+	for _, t := range zombies {
+		ctx, cancel := context.WithTimeout(context.Background(), k.cfg.TTL)
+		released, err := t.release(ctx, asyncrelease.OK(k.db))
+		cancel()
+		kk := key{t.name, t.slot}
+		k.mu.Lock()
+		z := k.releasing[kk]
+		delete(k.releasing, kk)
+		z.released = released || err != nil
+		k.mu.Unlock()
+		close(z.done)
+		if err != nil {
+			k.cfg.Logger.Warn("pglease: release of a tenure past its local deadline failed; it frees when it expires",
+				"name", t.name, "slot", t.slot, "fence", t.fence, "err", err)
+		}
+	}
+}
+
+// register makes k keep t from its next round on.
+func (k *Keeper) register(t *Tenure) {
+	kk := key{t.name, t.slot}
+	k.mu.Lock()
+	if z := k.releasing[kk]; z != nil && z.fence == t.fence {
+		// The grant re-pinned the tenure being released: wait for the
+		// release, which may have ended it.
+		k.mu.Unlock()
+		<-z.done
+		if z.released {
+			t.lose()
+			return
+		}
+		k.mu.Lock()
+	}
+	t.reg = k.sent
+	k.held[kk] = append(k.held[kk], t)
+	k.mu.Unlock()
+}
+
+// deregister stops keeping t.
+func (k *Keeper) deregister(t *Tenure) {
+	kk := key{t.name, t.slot}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ts := k.held[kk]
+	for i, o := range ts {
+		if o == t {
+			ts = append(ts[:i], ts[i+1:]...)
+			break
+		}
+	}
+	if len(ts) == 0 {
+		delete(k.held, kk)
+	} else {
+		k.held[kk] = ts
+	}
+}
+
+// renew is Tenure.Renew for a kept tenure: it makes no call of its own but
+// waits for the keeper's next round and returns its verdict on t.
+func (k *Keeper) renew(ctx context.Context, t *Tenure) error {
+	k.mu.Lock()
+	r := k.next
+	k.mu.Unlock()
+	select {
+	case <-t.done:
+		return t.endErr()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.done:
+	}
+	select {
+	case <-t.done:
+		return t.endErr()
+	default:
+		return r.err
+	}
+}
+
+// NewClientCore returns the core of a client built from a pglease.Config
+// (passed as any: tenure cannot import pglease), registered with its
+// Keeper when set. pglease sets it when it initialises; runslots, whose
+// Config is pglease's, builds its clients with it.
+var NewClientCore func(database DB, kind Kind, cfg any) (*Core, error)
+
+// keepers maps a Core to the Keeper its tenures register with (UseKeeper).
+// The keys are weak: a client dropped by its program takes its entry along.
+var keepers sync.Map // weak.Pointer[Core] -> *Keeper
+
+// UseKeeper makes k keep every tenure c grants from now on, or returns an
+// error when c cannot be kept by k: another holder, or a keeper TTL and
+// interval that the client's SafetyMargin leaves no room for.
+func (c *Core) UseKeeper(k *Keeper) error {
+	if c.cfg.Holder != k.cfg.Holder {
+		return Invalidf("Holder %q differs from the Keeper's holder %q: build the client with the keeper's holder (leave Holder empty to get it)",
+			c.cfg.Holder, k.cfg.Holder)
+	}
+	ttl := k.cfg.TTL
+	if err := c.CheckTTL(ttl); err != nil {
+		return fmt.Errorf("the Keeper's TTL does not suit this client: %w", err)
+	}
+	if left := ttl - c.marginFor(ttl); k.cfg.Interval+k.cfg.RetryDelay >= left {
+		return Invalidf("the Keeper's Interval %s plus RetryDelay %s must be shorter than its TTL minus the client's SafetyMargin (%s)",
+			k.cfg.Interval, k.cfg.RetryDelay, left)
+	}
+	wp := weak.Make(c)
+	keepers.Store(wp, k)
+	runtime.AddCleanup(c, func(wp weak.Pointer[Core]) { keepers.Delete(wp) }, wp)
+	return nil
+}
+
+// keeper returns the Keeper c uses, or nil.
+func (c *Core) keeper() *Keeper {
+	if k, ok := keepers.Load(weak.Make(c)); ok {
+		return k.(*Keeper)
+	}
+	return nil
+}
