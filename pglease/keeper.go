@@ -103,4 +103,3 @@ func (k *Keeper) Len() int { return k.k.Len() }
 // running: they end at their Deadline. Run refuses to start while another
 // Run of the same keeper runs.
 func (k *Keeper) Run(ctx context.Context) error { return k.k.Run(ctx) }
-
