@@ -61,7 +61,7 @@ func TestRoundTrip(t *testing.T) {
 	if err := l.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("second Release = %v, want ErrLeaseLost", err)
 	}
-	statuses, err := c.Leases(ctx)
+	statuses, err := pglease.Leases(ctx, pool)
 	if err != nil {
 		t.Fatalf("Leases: %v", err)
 	}
@@ -131,7 +131,7 @@ func TestFenceMonotonic(t *testing.T) {
 	}
 	l = mustAcquire(t, b, "jobs", 200*time.Millisecond)
 	check(l)
-	waitState(t, a, "jobs", pglease.StateExpired)
+	waitState(t, pool, "jobs", pglease.StateExpired)
 	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("Renew of expired lease = %v, want ErrLeaseLost", err)
 	}
@@ -145,11 +145,11 @@ func TestFenceMonotonic(t *testing.T) {
 
 // waitState polls the server until lease name is in state; time passing is
 // the subject here, so polling with a deadline is the honest wait.
-func waitState(t *testing.T, c *pglease.Client, name string, state pglease.LeaseState) {
+func waitState(t *testing.T, db pglease.DB, name string, state pglease.LeaseState) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		all, err := c.Leases(context.Background())
+		all, err := pglease.Leases(context.Background(), db)
 		if err != nil {
 			t.Fatalf("Leases: %v", err)
 		}

@@ -69,13 +69,3 @@ func ForceRelease(ctx context.Context, database DB, name string) (ForcedRelease,
 	}
 	return ForcedRelease{Released: r.Released, Holder: r.Holder.String, Fence: r.Fence.Int64}, nil
 }
-
-// Leases lists every lease the client's database has ever granted, as the
-// package function Leases does.
-func (c *Client) Leases(ctx context.Context) ([]LeaseStatus, error) { return Leases(ctx, c.db) }
-
-// ForceRelease ends the current tenure of lease name, whoever holds it, as
-// the package function ForceRelease does.
-func (c *Client) ForceRelease(ctx context.Context, name string) (ForcedRelease, error) {
-	return ForceRelease(ctx, c.db, name)
-}

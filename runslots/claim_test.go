@@ -123,7 +123,7 @@ func TestMissingSchema(t *testing.T) {
 	if !errors.Is(err, pglease.ErrNotMigrated) || !strings.Contains(err.Error(), "apply the migrations") {
 		t.Fatalf("TryClaim without the schema: got %v, want ErrNotMigrated with a hint to apply the migrations", err)
 	}
-	if _, err := c.Scopes(context.Background()); err == nil || !strings.Contains(err.Error(), "apply the migrations") {
+	if _, err := runslots.Scopes(context.Background(), pool); err == nil || !strings.Contains(err.Error(), "apply the migrations") {
 		t.Fatalf("Scopes without the schema: got %v, want a hint to apply the migrations", err)
 	}
 }
@@ -139,7 +139,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("slot = (%q, %d, fence %d, %q, %s), want (gpu, 1, fence 1, %q, 10s)",
 			s.Scope(), s.Number(), s.Fence(), s.Holder(), s.TTL(), c.Holder())
 	}
-	if st := slotStatus(t, c, "gpu", 1); st.State != runslots.StateHeld || st.Holder != c.Holder() || st.Fence != 1 {
+	if st := slotStatus(t, pool, "gpu", 1); st.State != runslots.StateHeld || st.Holder != c.Holder() || st.Fence != 1 {
 		t.Fatalf("Slots: got %+v, want held by %q with fence 1", st, c.Holder())
 	}
 	before := s.Deadline()
@@ -158,10 +158,10 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("%s after Release = %v, want ErrSlotLost matching pglease.ErrLeaseLost", name, err)
 		}
 	}
-	if st := slotStatus(t, c, "gpu", 1); st.State != runslots.StateFree || st.Holder != "" || st.Fence != 1 {
+	if st := slotStatus(t, pool, "gpu", 1); st.State != runslots.StateFree || st.Holder != "" || st.Fence != 1 {
 		t.Fatalf("Slots after Release: got %+v, want free with fence 1", st)
 	}
-	scopes, err := c.Scopes(ctx)
+	scopes, err := runslots.Scopes(ctx, pool)
 	if err != nil {
 		t.Fatalf("Scopes: %v", err)
 	}
@@ -219,7 +219,7 @@ func TestTryClaimRace(t *testing.T) {
 		if !slices.Equal(numbers, []int{1, 2, 3, 4, 5}) {
 			t.Fatalf("round %d: slot numbers %v, want 1..5 once each", round, numbers)
 		}
-		if n := inUse(t, clients[0], "tenant:42"); n != capacity {
+		if n := inUse(t, pool, "tenant:42"); n != capacity {
 			t.Fatalf("round %d: server reports %d in use, want %d", round, n, capacity)
 		}
 		for _, s := range won {
@@ -318,7 +318,7 @@ func TestReclaimIdempotent(t *testing.T) {
 	if err != nil || all[0].Number() != first.Number() || all[0].Fence() != first.Fence() {
 		t.Fatalf("TryClaimAll re-claim: %v, %v; want slot %d fence %d", all, err, first.Number(), first.Fence())
 	}
-	if n := inUse(t, c, "q"); n != 1 {
+	if n := inUse(t, pool, "q"); n != 1 {
 		t.Fatalf("in use after re-claims = %d, want 1", n)
 	}
 }
@@ -341,7 +341,7 @@ func TestClaimAll(t *testing.T) {
 		t.Fatalf("FullError = %+v, want scope gpu, capacity 1, in use 1, RetryIn > 0", full)
 	}
 	// Nothing is held in the first scope: another holder takes it at once.
-	if n := inUse(t, c, "tenant:7"); n != 0 {
+	if n := inUse(t, pool, "tenant:7"); n != 0 {
 		t.Fatalf("tenant:7 in use after the refusal = %d, want 0", n)
 	}
 	mustRelease(t, mustClaim(t, other, "tenant:7", 1, time.Minute))
@@ -484,7 +484,7 @@ func TestDeadlineBeforeServerExpiry(t *testing.T) {
 	check := func(c *runslots.Client, s *runslots.Slot, what string) {
 		t.Helper()
 		// Same machine: the server's clock is this clock.
-		st := slotStatus(t, c, s.Scope(), s.Number())
+		st := slotStatus(t, pool, s.Scope(), s.Number())
 		if s.Deadline().After(st.ExpiresAt) {
 			t.Fatalf("%s: Deadline is %s after the server's expiry", what, s.Deadline().Sub(st.ExpiresAt))
 		}

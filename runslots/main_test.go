@@ -101,9 +101,9 @@ func mustRelease(t testing.TB, s *runslots.Slot) {
 }
 
 // inUse returns the number of live holders of scope the server reports.
-func inUse(t testing.TB, c *runslots.Client, scope string) int {
+func inUse(t testing.TB, db pglease.DB, scope string) int {
 	t.Helper()
-	n, err := scopeInUse(c, scope)
+	n, err := scopeInUse(db, scope)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,10 +112,10 @@ func inUse(t testing.TB, c *runslots.Client, scope string) int {
 
 // scopeInUse is inUse for goroutines that must not call t.Fatal (a Run's
 // fn): it returns the failure.
-func scopeInUse(c *runslots.Client, scope string) (int, error) {
+func scopeInUse(db pglease.DB, scope string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	scopes, err := c.Scopes(ctx)
+	scopes, err := runslots.Scopes(ctx, db)
 	if err != nil {
 		return 0, fmt.Errorf("Scopes: %w", err)
 	}
@@ -128,9 +128,9 @@ func scopeInUse(c *runslots.Client, scope string) (int, error) {
 }
 
 // slotStatus returns the server's view of slot number of scope.
-func slotStatus(t testing.TB, c *runslots.Client, scope string, number int) runslots.SlotStatus {
+func slotStatus(t testing.TB, db pglease.DB, scope string, number int) runslots.SlotStatus {
 	t.Helper()
-	st, err := findSlot(c, scope, number)
+	st, err := findSlot(db, scope, number)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,10 +139,10 @@ func slotStatus(t testing.TB, c *runslots.Client, scope string, number int) runs
 
 // findSlot is slotStatus for goroutines that must not call t.Fatal (a
 // Run's fn): it returns the failure.
-func findSlot(c *runslots.Client, scope string, number int) (runslots.SlotStatus, error) {
+func findSlot(db pglease.DB, scope string, number int) (runslots.SlotStatus, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	all, err := c.Slots(ctx)
+	all, err := runslots.Slots(ctx, db)
 	if err != nil {
 		return runslots.SlotStatus{}, fmt.Errorf("Slots: %w", err)
 	}

@@ -36,7 +36,7 @@ func TestRunReleases(t *testing.T) {
 				return errors.New("SlotFromContext: nil in fn's context")
 			}
 			number, fence = s.Number(), s.Fence()
-			if n, err := scopeInUse(c, "jobs"); err != nil || n != 1 {
+			if n, err := scopeInUse(pool, "jobs"); err != nil || n != 1 {
 				t.Errorf("in use while fn runs = %d (%v), want 1", n, err)
 			}
 			return want
@@ -47,7 +47,7 @@ func TestRunReleases(t *testing.T) {
 		if number != 1 || fence != int64(i+1) {
 			t.Fatalf("run %d: fn had slot %d fence %d, want slot 1 fence %d", i, number, fence, i+1)
 		}
-		if st := slotStatus(t, c, "jobs", 1); st.State != runslots.StateFree {
+		if st := slotStatus(t, pool, "jobs", 1); st.State != runslots.StateFree {
 			t.Fatalf("slot after Run = %+v, want free (released)", st)
 		}
 	}
@@ -79,7 +79,7 @@ func TestRunRenews(t *testing.T) {
 			case <-tick.C:
 			}
 		}
-		st, err := findSlot(c, "long", s.Number())
+		st, err := findSlot(pool, "long", s.Number())
 		if err != nil {
 			return err
 		}
@@ -140,7 +140,7 @@ func TestRunLost(t *testing.T) {
 			}
 			t.Logf("Run returned: %v", err)
 			// Not released: the row still has this holder, with the moved fence.
-			if st := slotStatus(t, c, scope, 1); st.Holder != c.Holder() || st.Fence != 2 {
+			if st := slotStatus(t, pool, scope, 1); st.Holder != c.Holder() || st.Fence != 2 {
 				t.Fatalf("slot after loss = %+v, want holder %q fence 2 untouched", st, c.Holder())
 			}
 		})
@@ -227,7 +227,7 @@ func TestRunParentCancel(t *testing.T) {
 			case <-time.After(fnTimeout):
 				return errors.New("fn's context was not cancelled")
 			}
-			if st, err := findSlot(c, "stop", 1); err != nil || st.State != runslots.StateHeld {
+			if st, err := findSlot(pool, "stop", 1); err != nil || st.State != runslots.StateHeld {
 				t.Errorf("slot while fn winds down = %+v (%v), want held", st, err)
 			}
 			return fctx.Err()
@@ -239,7 +239,7 @@ func TestRunParentCancel(t *testing.T) {
 	if err != context.Canceled || cause != context.Canceled {
 		t.Fatalf("Run = %v, cause %v; want fn's context.Canceled and cause context.Canceled", err, cause)
 	}
-	if st := slotStatus(t, c, "stop", 1); st.State != runslots.StateFree {
+	if st := slotStatus(t, pool, "stop", 1); st.State != runslots.StateFree {
 		t.Fatalf("slot after Run = %+v, want free (released on a detached context)", st)
 	}
 }
@@ -261,7 +261,7 @@ func TestRunTakesTurns(t *testing.T) {
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
 				ran.Add(1)
-				_, err := c.Scopes(ctx) // a round trip, for other Runs to overlap with
+				_, err := runslots.Scopes(ctx, pool) // a round trip, for other Runs to overlap with
 				return err
 			})
 			if err != nil {

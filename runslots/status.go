@@ -72,11 +72,3 @@ func Scopes(ctx context.Context, database pglease.DB) ([]ScopeStatus, error) {
 		return ScopeStatus{Scope: r.Scope, InUse: int(r.InUse), Slots: int(r.Slots)}
 	})
 }
-
-// Slots lists every slot ever created in the client's database, as the
-// package function Slots does.
-func (c *Client) Slots(ctx context.Context) ([]SlotStatus, error) { return Slots(ctx, c.db) }
-
-// Scopes lists the scopes of the client's database, as the package function
-// Scopes does.
-func (c *Client) Scopes(ctx context.Context) ([]ScopeStatus, error) { return Scopes(ctx, c.db) }

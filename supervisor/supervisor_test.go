@@ -370,12 +370,8 @@ func TestRefusedRenewalCancels(t *testing.T) {
 		})
 	}()
 	<-leading
-	admin, err := pglease.New(pool, pglease.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	forced := time.Now()
-	if r, err := admin.ForceRelease(context.Background(), "refused"); err != nil || !r.Released {
+	if r, err := pglease.ForceRelease(context.Background(), pool, "refused"); err != nil || !r.Released {
 		t.Fatalf("ForceRelease = %+v, %v", r, err)
 	}
 	select {

@@ -418,11 +418,7 @@ func testRunNoWaitAndWait(t *testing.T, c cli) {
 // forceRelease ends the tenure of lease name as an operator would.
 func forceRelease(t *testing.T, pool *pgxpool.Pool, name string) {
 	t.Helper()
-	c, err := pglease.New(pool, pglease.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := c.ForceRelease(t.Context(), name)
+	r, err := pglease.ForceRelease(t.Context(), pool, name)
 	if err != nil || !r.Released {
 		t.Fatalf("force release %q: got %+v, %v, want released", name, r, err)
 	}

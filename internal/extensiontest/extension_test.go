@@ -375,7 +375,7 @@ func useLeasesAndSlots(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	if err := pglease.WithFence(ctx, pool, "job", 1, func(pgx.Tx) error { return nil }); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("fenced write with the old fence: got %v, want ErrLeaseLost", err)
 	}
-	st, err := a.Leases(ctx)
+	st, err := pglease.Leases(ctx, pool)
 	if err != nil || len(st) != 1 || st[0].Holder != "b" || st[0].State != pglease.StateHeld {
 		t.Fatalf("lease status: got %+v, %v, want job held by b", st, err)
 	}
@@ -405,7 +405,7 @@ func useLeasesAndSlots(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	if err != nil || s2.Fence() != 2 {
 		t.Fatalf("b claims after the release: got %v, want fence 2", err)
 	}
-	scopes, err := sa.Scopes(ctx)
+	scopes, err := runslots.Scopes(ctx, pool)
 	if err != nil || len(scopes) != 1 || scopes[0].InUse != 1 {
 		t.Fatalf("scopes: got %+v, %v, want gpu with 1 in use", scopes, err)
 	}
