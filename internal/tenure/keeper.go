@@ -122,8 +122,10 @@ func (k *Keeper) Len() int {
 	return n
 }
 
-// Run renews until ctx ends, then returns ctx.Err(). It refuses to start
-// while another Run of the same keeper runs.
+// Run renews until ctx ends, then returns ctx.Err(). Rounds are sent
+// every Interval (from one send to the next, however long a call takes),
+// or RetryDelay after a failed one. It refuses to start while another Run
+// of the same keeper runs.
 func (k *Keeper) Run(ctx context.Context) error {
 	if !k.running.CompareAndSwap(false, true) {
 		return Invalidf("the Keeper is already running: call Run once")
@@ -137,24 +139,25 @@ func (k *Keeper) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
+		sent := time.Now()
 		if err := k.Round(ctx); err != nil && ctx.Err() == nil {
 			k.cfg.Logger.Warn("pglease: renew_holder failed, outcome unknown; retrying",
 				"holder", k.cfg.Holder, "err", err, "retry_in", k.cfg.RetryDelay)
 			t.Reset(k.cfg.RetryDelay)
 			continue
 		}
-		t.Reset(k.cfg.Interval)
+		t.Reset(time.Until(sent.Add(k.cfg.Interval)))
 	}
 }
 
 // Round makes one renew_holder call and settles the registered tenures
 // with its result. An error leaves the outcome unknown: nothing is
-// extended, nothing ends.
+// extended, nothing ends. Renews waiting for a round get this one's
+// verdict, also when they started waiting after it was sent.
 func (k *Keeper) Round(ctx context.Context) error {
 	k.mu.Lock()
 	k.sent++
-	n, r := k.sent, k.next
-	k.next = &round{done: make(chan struct{})}
+	n := k.sent
 	k.mu.Unlock()
 
 	sent := time.Now()
@@ -162,15 +165,25 @@ func (k *Keeper) Round(ctx context.Context) error {
 	row, err := k.q.HolderRenew(cctx, db.HolderRenewParams{Holder: k.cfg.Holder, Ttl: k.cfg.TTL})
 	cancel()
 	if err != nil {
-		r.err = fmt.Errorf("pglease: renew_holder for holder %q, outcome unknown: %w",
+		err = fmt.Errorf("pglease: renew_holder for holder %q, outcome unknown: %w",
 			k.cfg.Holder, Interpret(ctx, "pglease", ErrLeaseLost, err))
-		close(r.done)
-		return r.err
+		k.settled(err)
+		return err
 	}
 	zombies := k.settle(n, sent, row)
-	close(r.done)
+	k.settled(nil)
 	k.release(zombies)
 	return nil
+}
+
+// settled hands the outcome of a round to the Renews waiting for it.
+func (k *Keeper) settled(err error) {
+	k.mu.Lock()
+	r := k.next
+	k.next = &round{done: make(chan struct{})}
+	k.mu.Unlock()
+	r.err = err
+	close(r.done)
 }
 
 // settle applies the result of round n, sent at sent, to the tenures

@@ -101,9 +101,9 @@ func runKeeper(t *testing.T, k *Keeper) {
 	})
 }
 
-// TestKeeperExtendsFromSend: each round moves the deadline to when it was
-// sent + TTL - margin (the reply takes 40ms here), and keeps the tenure
-// past several TTLs.
+// TestKeeperExtendsFromSend: rounds are sent every Interval however long
+// their reply takes (40ms here), each moves the deadline to when it was
+// sent + TTL - margin, and they keep the tenure past several TTLs.
 func TestKeeperExtendsFromSend(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := &scriptDB{renew: func() (db.HolderRenewRow, error) {
@@ -121,8 +121,8 @@ func TestKeeperExtendsFromSend(t *testing.T) {
 			t.Fatal("Done closed although every round renewed the tenure")
 		default:
 		}
-		// Rounds are sent at 0, 340ms, 680ms, ...: the last before 5s at 4760ms.
-		if got, want := tn.Deadline().Sub(start), 4760*time.Millisecond+900*time.Millisecond; got != want {
+		// Rounds are sent at 0, 300ms, 600ms, ...: the last before 5s at 4800ms.
+		if got, want := tn.Deadline().Sub(start), 4800*time.Millisecond+900*time.Millisecond; got != want {
 			t.Fatalf("Deadline %s after start, want %s (last send + TTL - margin)", got, want)
 		}
 	})
