@@ -49,6 +49,9 @@ type config struct {
 	leases      int
 	purgeNames  int
 	purgeOnly   bool
+	// keeperLeases, when set, are the sizes of the keeper comparison
+	// (keeper.go), run alone.
+	keeperLeases []int
 }
 
 func main() {
@@ -89,10 +92,16 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.leases, "renew-holder-leases", 1000, "leases of the renew_holder comparison")
 	fs.IntVar(&cfg.purgeNames, "purge-names", 1_000_000, "unique names of the table-size run, with and without purge (0: skip it)")
 	fs.BoolVar(&cfg.purgeOnly, "purge-only", false, "run only the table-size run: print its section and write -json, leave -out alone")
+	keeperLeases := fs.String("keeper-leases", "", "run only the keeper comparison, for these lease counts (e.g. 1000,10000), and print its section")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	var err error
+	if *keeperLeases != "" {
+		if cfg.keeperLeases, err = parseInts(*keeperLeases); err != nil {
+			return cfg, fmt.Errorf("-keeper-leases: %w", err)
+		}
+	}
 	if cfg.clients, err = parseInts(*clients); err != nil {
 		return cfg, fmt.Errorf("-clients: %w", err)
 	}
@@ -138,6 +147,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if cfg.purgeOnly {
 		return r.runPurge(ctx, cfg)
+	}
+	if len(cfg.keeperLeases) > 0 {
+		return runKeeperBench(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {
