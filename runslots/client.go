@@ -32,6 +32,12 @@ type Config = pglease.Config
 // process, use one Client per concurrent claim; they are cheap. Run takes
 // care of this for its own callers: concurrent Runs of one scope on one
 // Client take turns.
+//
+// With Config.Keeper (a pglease.Keeper), the client's slots are renewed
+// with every other lease and slot of the keeper's holder in one round trip
+// per interval. Every client of a keeper has the keeper's holder, so a
+// process holds at most one slot per scope through one keeper; use a
+// keeper per holder to occupy more.
 type Client struct {
 	c     *tenure.Core
 	db    pglease.DB
