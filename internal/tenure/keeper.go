@@ -108,9 +108,6 @@ func (k *Keeper) Holder() string { return k.cfg.Holder }
 // TTL returns the TTL each round renews to.
 func (k *Keeper) TTL() time.Duration { return k.cfg.TTL }
 
-// Interval returns the time between rounds.
-func (k *Keeper) Interval() time.Duration { return k.cfg.Interval }
-
 // Len returns how many tenures are registered.
 func (k *Keeper) Len() int {
 	k.mu.Lock()
@@ -140,7 +137,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		sent := time.Now()
-		if err := k.Round(ctx); err != nil && ctx.Err() == nil {
+		if err := k.renewAll(ctx); err != nil && ctx.Err() == nil {
 			k.cfg.Logger.Warn("pglease: renew_holder failed, outcome unknown; retrying",
 				"holder", k.cfg.Holder, "err", err, "retry_in", k.cfg.RetryDelay)
 			t.Reset(k.cfg.RetryDelay)
@@ -150,11 +147,11 @@ func (k *Keeper) Run(ctx context.Context) error {
 	}
 }
 
-// Round makes one renew_holder call and settles the registered tenures
+// renewAll makes one renew_holder call and settles the registered tenures
 // with its result. An error leaves the outcome unknown: nothing is
 // extended, nothing ends. Renews waiting for a round get this one's
 // verdict, also when they started waiting after it was sent.
-func (k *Keeper) Round(ctx context.Context) error {
+func (k *Keeper) renewAll(ctx context.Context) error {
 	k.mu.Lock()
 	k.sent++
 	n := k.sent
