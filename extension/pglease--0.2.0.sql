@@ -337,41 +337,6 @@ AS $$
     SELECT '0.2.0'::text;
 $$;
 
--- Source: sql/functions/09_lease_take.sql
-
--- pglease._lease_take: grants lease p_name, whose row the caller has locked
--- and read (p_old_*), to p_holder of role p_role at p_now. Internal: not
--- granted to clients.
---
--- Returns the fence and expires_at (p_now + p_ttl): the same tenure (same
--- fence, same start) re-pinned when p_holder of that role (or of no role:
--- a tenure from before 0.2.0, which this binds) holds it live at p_now;
--- else a new tenure with fence p_old_fence + 1 starting at p_now.
-CREATE OR REPLACE FUNCTION pglease._lease_take(
-    p_name text, p_holder text, p_role text, p_ttl interval, p_now timestamptz,
-    p_old_holder text, p_old_role text, p_old_fence bigint, p_old_expires timestamptz,
-    OUT fence bigint, OUT expires_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF p_old_holder = p_holder AND p_old_expires > p_now
-       AND coalesce(p_old_role = p_role, true) THEN
-        UPDATE pglease.leases AS l
-        SET expires_at = p_now + p_ttl, holder_role = p_role
-        WHERE l.name = p_name;
-        fence := p_old_fence;
-    ELSE
-        UPDATE pglease.leases AS l
-        SET holder = p_holder, holder_role = p_role, fence = p_old_fence + 1,
-            acquired_at = p_now, expires_at = p_now + p_ttl
-        WHERE l.name = p_name;
-        fence := p_old_fence + 1;
-    END IF;
-    expires_at := p_now + p_ttl;
-END
-$$;
-
 -- Source: sql/functions/10_acquire.sql
 
 -- pglease.acquire(p_name, p_holder, p_ttl): take a lease, or learn who has it.
@@ -420,6 +385,7 @@ DECLARE
     v_fence   bigint;
     v_expires timestamptz;
     v_next    text;
+    v_tid     tid;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -427,13 +393,19 @@ BEGIN
         PERFORM pglease._check_text('acquire', 'p_name', p_name);
         PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
     END IF;
-    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    -- The TTL as plain seconds, as pglease._check_ttl returns it (date_part's
+    -- float is the same number of microseconds as extract's numeric, and
+    -- cheaper).
+    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('acquire', p_ttl);
     END IF;
 
     -- Each pass either decides or sees the row change under it; a
     -- concurrent change can only happen a bounded number of times in a row.
+    -- A pass that ends with v_next = 'take' holds the row lock, has read the
+    -- row (v_*, at v_tid: a locked row version stays where it is) and has
+    -- read the clock after the lock: the lease is ours to take then.
     FOR attempt IN 1..10 LOOP
         v_next := NULL;
         -- Fast path, no subtransaction: lock the row at once when it is
@@ -441,8 +413,8 @@ BEGIN
         -- locked. Once locked it stays ours to take (a free or expired
         -- tenure cannot come back, our own cannot change hands), so the
         -- decision on the clock read after the lock is a grant.
-        SELECT l.holder, l.holder_role, l.fence, l.expires_at
-        INTO v_holder, v_hrole, v_fence, v_expires
+        SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid
+        INTO v_holder, v_hrole, v_fence, v_expires, v_tid
         FROM pglease.leases AS l
         WHERE l.name = p_name
           AND (l.holder IS NULL OR l.expires_at <= clock_timestamp()
@@ -450,57 +422,71 @@ BEGIN
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             v_now := clock_timestamp();
-            SELECT t.fence, t.expires_at INTO fence, expires_at
-            FROM pglease._lease_take(p_name, p_holder, v_role, v_ttl, v_now,
-                                     v_holder, v_hrole, v_fence, v_expires) AS t;
+            v_next := 'take';
+        ELSE
+            -- Locked by someone, held by someone else, or no row yet: look
+            -- without locking.
+            SELECT l.holder, l.holder_role, l.fence, l.expires_at
+            INTO v_holder, v_hrole, v_fence, v_expires
+            FROM pglease.leases AS l
+            WHERE l.name = p_name;
+            IF NOT FOUND THEN
+                v_next := 'insert';
+            ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
+                  AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+                v_next := 'refuse';
+            ELSE
+                -- Ours to take, but locked (a release, takeover, renewal,
+                -- purge or fenced transaction in flight): wait for it. A
+                -- row lock taken for nothing (the lease turned out to be
+                -- someone else's) goes with the subtransaction (PGL03), so
+                -- that it never delays that holder's renewals; a lock for a
+                -- grant stays with the transaction when the block ends.
+                BEGIN
+                    SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid
+                    INTO v_holder, v_hrole, v_fence, v_expires, v_tid
+                    FROM pglease.leases AS l
+                    WHERE l.name = p_name
+                    FOR NO KEY UPDATE;
+                    IF NOT FOUND THEN
+                        v_next := 'insert'; -- purged meanwhile
+                    ELSE
+                        -- Decide on the clock read now, after every wait.
+                        v_now := clock_timestamp();
+                        IF v_holder IS NOT NULL AND v_expires > v_now
+                           AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+                            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
+                        END IF;
+                        v_next := 'take';
+                    END IF;
+                EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+                    v_next := 'refuse';
+                END;
+            END IF;
+        END IF;
+
+        IF v_next = 'take' THEN
+            -- The same tenure re-pinned when p_holder of the caller's role
+            -- (or of no role: a tenure from before 0.2.0, which this binds)
+            -- holds it live at v_now; else a new tenure with the next fence.
+            IF v_holder = p_holder AND v_expires > v_now
+               AND coalesce(v_hrole = v_role, true) THEN
+                UPDATE pglease.leases AS l
+                SET expires_at = v_now + v_ttl, holder_role = v_role
+                WHERE l.ctid = v_tid;
+                fence := v_fence;
+            ELSE
+                UPDATE pglease.leases AS l
+                SET holder = p_holder, holder_role = v_role, fence = v_fence + 1,
+                    acquired_at = v_now, expires_at = v_now + v_ttl
+                WHERE l.ctid = v_tid;
+                fence := v_fence + 1;
+            END IF;
             acquired := true;
             holder := p_holder;
+            expires_at := v_now + v_ttl;
             expires_in := v_ttl;
             RETURN;
-        END IF;
-        -- Locked by someone, held by someone else, or no row yet: look
-        -- without locking.
-        SELECT l.holder, l.holder_role, l.fence, l.expires_at
-        INTO v_holder, v_hrole, v_fence, v_expires
-        FROM pglease.leases AS l
-        WHERE l.name = p_name;
-        IF NOT FOUND THEN
-            v_next := 'insert';
-        ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
-              AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
-            v_next := 'refuse';
-        ELSE
-            -- Ours to take, but locked (a release, takeover, renewal, purge
-            -- or fenced transaction in flight): wait for it. A row lock
-            -- taken for nothing (the lease turned out to be someone else's)
-            -- goes with the subtransaction (PGL03), so that it never delays
-            -- that holder's renewals.
-            BEGIN
-                SELECT l.holder, l.holder_role, l.fence, l.expires_at
-                INTO v_holder, v_hrole, v_fence, v_expires
-                FROM pglease.leases AS l
-                WHERE l.name = p_name
-                FOR NO KEY UPDATE;
-                IF NOT FOUND THEN
-                    v_next := 'insert'; -- purged meanwhile
-                ELSE
-                    -- Decide on the clock read now, after every wait.
-                    v_now := clock_timestamp();
-                    IF v_holder IS NOT NULL AND v_expires > v_now
-                       AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
-                        RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
-                    END IF;
-                    SELECT t.fence, t.expires_at INTO fence, expires_at
-                    FROM pglease._lease_take(p_name, p_holder, v_role, v_ttl, v_now,
-                                             v_holder, v_hrole, v_fence, v_expires) AS t;
-                    acquired := true;
-                    holder := p_holder;
-                    expires_in := v_ttl;
-                    RETURN;
-                END IF;
-            EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-                v_next := 'refuse';
-            END;
         END IF;
 
         IF v_next = 'insert' THEN
@@ -582,6 +568,7 @@ AS $$
 DECLARE
     v_role text := session_user::text;
     v_ttl  interval;
+    v_tid  tid;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -591,7 +578,10 @@ BEGIN
         PERFORM pglease._check_text('renew', 'p_holder', p_holder);
         PERFORM pglease._check_fence('renew', p_fence);
     END IF;
-    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    -- The TTL as plain seconds, as pglease._check_ttl returns it (date_part's
+    -- float is the same number of microseconds as extract's numeric, and
+    -- cheaper).
+    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('renew', p_ttl);
     END IF;
@@ -604,7 +594,7 @@ BEGIN
     -- The result is the same as with =, p_holder being NOT NULL.
     -- Fast path: lock the row when this is the caller's live tenure and
     -- nobody else has it locked; decided then, on the clock read then.
-    PERFORM 1 FROM pglease.leases AS l
+    SELECT l.ctid INTO v_tid FROM pglease.leases AS l
     WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
@@ -612,7 +602,7 @@ BEGIN
     IF FOUND THEN
         UPDATE pglease.leases AS l
         SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE l.name = p_name
+        WHERE l.ctid = v_tid -- the locked row version stays where it is
         RETURNING l.expires_at INTO expires_at;
         renewed := true;
         expires_in := v_ttl;
@@ -677,6 +667,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_role text := session_user::text;
+    v_tid  tid;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -691,7 +682,7 @@ BEGIN
     -- every statement finds the row by its primary key.
     -- Fast path: the lock refused acquires wait for (FOR UPDATE, see
     -- pglease._wake), when nobody else has the row locked; decided then.
-    PERFORM 1 FROM pglease.leases AS l
+    SELECT l.ctid INTO v_tid FROM pglease.leases AS l
     WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
@@ -699,9 +690,15 @@ BEGIN
     IF FOUND THEN
         UPDATE pglease.leases AS l
         SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
-        WHERE l.name = p_name;
+        WHERE l.ctid = v_tid; -- the locked row version stays where it is
         released := true;
-        PERFORM pglease._wake('lease', p_name, true);
+        -- We hold the lock refused acquires take: notify only when a
+        -- registration is visible (pglease._wake with p_sure, inline).
+        PERFORM 1 FROM pglease.waiters AS w
+        WHERE w.kind = 'lease' AND w.name = p_name AND w.until > clock_timestamp();
+        IF FOUND THEN
+            PERFORM pglease._wake('lease', p_name, false);
+        END IF;
         RETURN;
     END IF;
     -- Locked by a transaction in flight (maybe a refused acquire that may

@@ -170,7 +170,6 @@ func testLeastPrivilege(t *testing.T, db *testDB) {
 			`SELECT * FROM pglease.force_release({owned})`,
 			`SELECT pglease._wake('lease', {owned}, false)`,
 			`SELECT pglease._wait_register('lease', {owned}, clock_timestamp())`,
-			`SELECT * FROM pglease._lease_take({owned}, {client}, 'x', interval '1 hour', clock_timestamp(), 'owner', NULL, 1, clock_timestamp())`,
 			`SELECT * FROM pglease.waiters`,
 			`DELETE FROM pglease.waiters`,
 			`SELECT pglease._scope_lock({scope})`,

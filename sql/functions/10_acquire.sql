@@ -44,6 +44,7 @@ DECLARE
     v_fence   bigint;
     v_expires timestamptz;
     v_next    text;
+    v_tid     tid;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -51,13 +52,19 @@ BEGIN
         PERFORM pglease._check_text('acquire', 'p_name', p_name);
         PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
     END IF;
-    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    -- The TTL as plain seconds, as pglease._check_ttl returns it (date_part's
+    -- float is the same number of microseconds as extract's numeric, and
+    -- cheaper).
+    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('acquire', p_ttl);
     END IF;
 
     -- Each pass either decides or sees the row change under it; a
     -- concurrent change can only happen a bounded number of times in a row.
+    -- A pass that ends with v_next = 'take' holds the row lock, has read the
+    -- row (v_*, at v_tid: a locked row version stays where it is) and has
+    -- read the clock after the lock: the lease is ours to take then.
     FOR attempt IN 1..10 LOOP
         v_next := NULL;
         -- Fast path, no subtransaction: lock the row at once when it is
@@ -65,8 +72,8 @@ BEGIN
         -- locked. Once locked it stays ours to take (a free or expired
         -- tenure cannot come back, our own cannot change hands), so the
         -- decision on the clock read after the lock is a grant.
-        SELECT l.holder, l.holder_role, l.fence, l.expires_at
-        INTO v_holder, v_hrole, v_fence, v_expires
+        SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid
+        INTO v_holder, v_hrole, v_fence, v_expires, v_tid
         FROM pglease.leases AS l
         WHERE l.name = p_name
           AND (l.holder IS NULL OR l.expires_at <= clock_timestamp()
@@ -74,57 +81,71 @@ BEGIN
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             v_now := clock_timestamp();
-            SELECT t.fence, t.expires_at INTO fence, expires_at
-            FROM pglease._lease_take(p_name, p_holder, v_role, v_ttl, v_now,
-                                     v_holder, v_hrole, v_fence, v_expires) AS t;
+            v_next := 'take';
+        ELSE
+            -- Locked by someone, held by someone else, or no row yet: look
+            -- without locking.
+            SELECT l.holder, l.holder_role, l.fence, l.expires_at
+            INTO v_holder, v_hrole, v_fence, v_expires
+            FROM pglease.leases AS l
+            WHERE l.name = p_name;
+            IF NOT FOUND THEN
+                v_next := 'insert';
+            ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
+                  AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+                v_next := 'refuse';
+            ELSE
+                -- Ours to take, but locked (a release, takeover, renewal,
+                -- purge or fenced transaction in flight): wait for it. A
+                -- row lock taken for nothing (the lease turned out to be
+                -- someone else's) goes with the subtransaction (PGL03), so
+                -- that it never delays that holder's renewals; a lock for a
+                -- grant stays with the transaction when the block ends.
+                BEGIN
+                    SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid
+                    INTO v_holder, v_hrole, v_fence, v_expires, v_tid
+                    FROM pglease.leases AS l
+                    WHERE l.name = p_name
+                    FOR NO KEY UPDATE;
+                    IF NOT FOUND THEN
+                        v_next := 'insert'; -- purged meanwhile
+                    ELSE
+                        -- Decide on the clock read now, after every wait.
+                        v_now := clock_timestamp();
+                        IF v_holder IS NOT NULL AND v_expires > v_now
+                           AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+                            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
+                        END IF;
+                        v_next := 'take';
+                    END IF;
+                EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+                    v_next := 'refuse';
+                END;
+            END IF;
+        END IF;
+
+        IF v_next = 'take' THEN
+            -- The same tenure re-pinned when p_holder of the caller's role
+            -- (or of no role: a tenure from before 0.2.0, which this binds)
+            -- holds it live at v_now; else a new tenure with the next fence.
+            IF v_holder = p_holder AND v_expires > v_now
+               AND coalesce(v_hrole = v_role, true) THEN
+                UPDATE pglease.leases AS l
+                SET expires_at = v_now + v_ttl, holder_role = v_role
+                WHERE l.ctid = v_tid;
+                fence := v_fence;
+            ELSE
+                UPDATE pglease.leases AS l
+                SET holder = p_holder, holder_role = v_role, fence = v_fence + 1,
+                    acquired_at = v_now, expires_at = v_now + v_ttl
+                WHERE l.ctid = v_tid;
+                fence := v_fence + 1;
+            END IF;
             acquired := true;
             holder := p_holder;
+            expires_at := v_now + v_ttl;
             expires_in := v_ttl;
             RETURN;
-        END IF;
-        -- Locked by someone, held by someone else, or no row yet: look
-        -- without locking.
-        SELECT l.holder, l.holder_role, l.fence, l.expires_at
-        INTO v_holder, v_hrole, v_fence, v_expires
-        FROM pglease.leases AS l
-        WHERE l.name = p_name;
-        IF NOT FOUND THEN
-            v_next := 'insert';
-        ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
-              AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
-            v_next := 'refuse';
-        ELSE
-            -- Ours to take, but locked (a release, takeover, renewal, purge
-            -- or fenced transaction in flight): wait for it. A row lock
-            -- taken for nothing (the lease turned out to be someone else's)
-            -- goes with the subtransaction (PGL03), so that it never delays
-            -- that holder's renewals.
-            BEGIN
-                SELECT l.holder, l.holder_role, l.fence, l.expires_at
-                INTO v_holder, v_hrole, v_fence, v_expires
-                FROM pglease.leases AS l
-                WHERE l.name = p_name
-                FOR NO KEY UPDATE;
-                IF NOT FOUND THEN
-                    v_next := 'insert'; -- purged meanwhile
-                ELSE
-                    -- Decide on the clock read now, after every wait.
-                    v_now := clock_timestamp();
-                    IF v_holder IS NOT NULL AND v_expires > v_now
-                       AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
-                        RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
-                    END IF;
-                    SELECT t.fence, t.expires_at INTO fence, expires_at
-                    FROM pglease._lease_take(p_name, p_holder, v_role, v_ttl, v_now,
-                                             v_holder, v_hrole, v_fence, v_expires) AS t;
-                    acquired := true;
-                    holder := p_holder;
-                    expires_in := v_ttl;
-                    RETURN;
-                END IF;
-            EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-                v_next := 'refuse';
-            END;
         END IF;
 
         IF v_next = 'insert' THEN

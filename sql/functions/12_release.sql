@@ -20,6 +20,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_role text := session_user::text;
+    v_tid  tid;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -34,7 +35,7 @@ BEGIN
     -- every statement finds the row by its primary key.
     -- Fast path: the lock refused acquires wait for (FOR UPDATE, see
     -- pglease._wake), when nobody else has the row locked; decided then.
-    PERFORM 1 FROM pglease.leases AS l
+    SELECT l.ctid INTO v_tid FROM pglease.leases AS l
     WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
       AND coalesce(l.holder_role = v_role, true)
       AND l.expires_at > clock_timestamp()
@@ -42,9 +43,15 @@ BEGIN
     IF FOUND THEN
         UPDATE pglease.leases AS l
         SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
-        WHERE l.name = p_name;
+        WHERE l.ctid = v_tid; -- the locked row version stays where it is
         released := true;
-        PERFORM pglease._wake('lease', p_name, true);
+        -- We hold the lock refused acquires take: notify only when a
+        -- registration is visible (pglease._wake with p_sure, inline).
+        PERFORM 1 FROM pglease.waiters AS w
+        WHERE w.kind = 'lease' AND w.name = p_name AND w.until > clock_timestamp();
+        IF FOUND THEN
+            PERFORM pglease._wake('lease', p_name, false);
+        END IF;
         RETURN;
     END IF;
     -- Locked by a transaction in flight (maybe a refused acquire that may

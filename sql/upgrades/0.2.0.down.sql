@@ -30,4 +30,3 @@ DROP FUNCTION pglease.purge_due(interval, interval);
 DROP FUNCTION pglease.purge(interval);
 DROP FUNCTION pglease.version();
 DROP TABLE pglease.fence_floor;
-DROP FUNCTION pglease._lease_take(text, text, text, interval, timestamptz, text, text, bigint, timestamptz);
