@@ -301,12 +301,19 @@ func (k *Keeper) deregister(t *Tenure) {
 	}
 }
 
-// renew is Tenure.Renew for a kept tenure: it makes no call of its own but
-// waits for the keeper's next round and returns its verdict on t.
+// renew is Tenure.Renew for a kept tenure: it makes no call of its own.
+// When a round moved t's deadline since the previous renew returned, it
+// returns at once: a caller that renews every RenewInterval (Run) learns
+// each new deadline within one interval, not two. Otherwise it waits for
+// the keeper's next round and returns its verdict on t.
 func (k *Keeper) renew(ctx context.Context, t *Tenure) error {
+	if t.news() {
+		return nil
+	}
 	k.mu.Lock()
 	r := k.next
 	k.mu.Unlock()
+	defer t.news()
 	select {
 	case <-t.done:
 		return t.endErr()

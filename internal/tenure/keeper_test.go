@@ -125,6 +125,15 @@ func TestKeeperExtendsFromSend(t *testing.T) {
 		if got, want := tn.Deadline().Sub(start), 4800*time.Millisecond+900*time.Millisecond; got != want {
 			t.Fatalf("Deadline %s after start, want %s (last send + TTL - margin)", got, want)
 		}
+		// Renew returns at once for rounds it has not reported yet, then
+		// waits for the next one (sent at 5100ms, answered 40ms later).
+		now := time.Now()
+		if err := tn.Renew(context.Background()); err != nil || time.Since(now) != 0 {
+			t.Fatalf("Renew = %v after %s, want nil at once", err, time.Since(now))
+		}
+		if err := tn.Renew(context.Background()); err != nil || time.Since(start) != 5140*time.Millisecond {
+			t.Fatalf("second Renew = %v at %s, want nil at 5.14s (the next round's reply)", err, time.Since(start))
+		}
 	})
 }
 

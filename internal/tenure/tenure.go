@@ -27,8 +27,9 @@ type Tenure struct {
 	over      *time.Timer // closes done at the deadline
 	done      chan struct{}
 	ended     bool  // done is closed
-	abandoned bool  // ended locally while the server may still hold it
-	err       error // why a Keeper ended it
+	abandoned bool      // ended locally while the server may still hold it
+	err       error     // why a Keeper ended it
+	seen      time.Time // the deadline the last kept Renew returned with
 }
 
 // Grant returns the tenure granted by a request sent at sent: its deadline
@@ -37,6 +38,7 @@ type Tenure struct {
 func (c *Core) Grant(name string, slot int, fence int64, ttl time.Duration, sent time.Time) *Tenure {
 	t := &Tenure{c: c, name: name, slot: slot, fence: fence, ttl: ttl, margin: c.marginFor(ttl), k: c.keeper(), done: make(chan struct{})}
 	t.deadline = sent.Add(ttl - t.margin)
+	t.seen = t.deadline
 	t.mu.Lock() // expire may run before t.over is set
 	t.over = time.AfterFunc(time.Until(t.deadline), t.expire)
 	t.mu.Unlock()
@@ -106,8 +108,9 @@ func (t *Tenure) endLocked() {
 // Renew extends the tenure by its TTL from now and moves the deadline. It
 // returns an error matching the kind's lost sentinel when the server
 // refused; any other error leaves the outcome unknown. A tenure kept by a
-// Keeper makes no call of its own: Renew waits for the keeper's next round
-// and returns its verdict on the tenure.
+// Keeper makes no call of its own: Renew returns at once when a round
+// moved the deadline since the previous Renew returned, and otherwise
+// waits for the keeper's next round and returns its verdict on the tenure.
 func (t *Tenure) Renew(ctx context.Context) error {
 	if t.k != nil {
 		return t.k.renew(ctx, t)
@@ -238,6 +241,16 @@ func (t *Tenure) endErr() error {
 		return t.err
 	}
 	return fmt.Errorf("%w: %s ended (local deadline passed, or released)", t.c.kind.Lost, t.describe())
+}
+
+// news reports whether a round moved t's deadline since the last kept
+// Renew returned, and records the deadline as seen.
+func (t *Tenure) news() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	moved := t.deadline.After(t.seen)
+	t.seen = t.deadline
+	return moved
 }
 
 // isEnded reports whether done is closed.
