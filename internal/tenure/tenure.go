@@ -26,7 +26,7 @@ type Tenure struct {
 	deadline  time.Time   // monotonic; see Deadline
 	over      *time.Timer // closes done at the deadline
 	done      chan struct{}
-	ended     bool  // done is closed
+	ended     bool      // done is closed
 	abandoned bool      // ended locally while the server may still hold it
 	err       error     // why a Keeper ended it
 	seen      time.Time // the deadline the last kept Renew returned with
