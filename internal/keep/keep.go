@@ -1,7 +1,7 @@
 // Package keep runs a workload while a lease or slot tenure is held, renewing
 // it, and cancels the workload the moment the tenure is no longer certain.
-// It is the timer logic of internal/tenure's Run (so of Lease.Run,
-// Slot.Run and the supervisor).
+// It is the timer logic of internal/tenure's Keep (so of Lease.Run,
+// Slot.Run, the supervisor and pglease run), which applies the defaults.
 package keep
 
 import (
@@ -22,7 +22,9 @@ type Tenure interface {
 	Deadline() time.Time
 }
 
-// Config tunes Hold. All fields are required; callers apply their defaults.
+// Config tunes Hold. The durations, IsLost and Logger are required (no
+// defaults here: internal/tenure's Keep applies them); the callbacks are
+// optional.
 type Config struct {
 	// RenewInterval is the time between successful renewals.
 	RenewInterval time.Duration
@@ -39,6 +41,10 @@ type Config struct {
 	// OnStuck, when set, is called once when the workload has not returned
 	// StopTimeout after its context was cancelled.
 	OnStuck func(cause error)
+	// OnRenew, when set, is called after each successful renewal, on
+	// Hold's goroutine, with the deadline the renewal moved t to. It must
+	// return quickly: the deadline timer is re-armed after it returns.
+	OnRenew func(deadline time.Time)
 }
 
 // Causes of cancellation, set as the workload context's cause
@@ -171,7 +177,11 @@ func (h *holder) renewed(err error) {
 	}
 	switch {
 	case err == nil:
-		left := time.Until(h.t.Deadline())
+		deadline := h.t.Deadline()
+		if h.cfg.OnRenew != nil {
+			h.cfg.OnRenew(deadline)
+		}
+		left := time.Until(deadline)
 		h.cfg.Logger.Debug("renewed", "deadline_in", left)
 		h.deadline.Reset(left)
 		h.next.Reset(h.cfg.RenewInterval)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -256,6 +257,35 @@ func TestParentCancelKeepsRenewing(t *testing.T) {
 		}
 		if got := (<-stuck).Sub(start); got != cfg.StopTimeout {
 			t.Fatalf("stuck reported %s after the cancellation, want %s", got, cfg.StopTimeout)
+		}
+	})
+}
+
+// TestOnRenewReportsDeadlines: OnRenew gets the deadline each successful
+// renewal moved the tenure to, and nothing for a failed one.
+func TestOnRenewReportsDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		tn := newTenure(300*time.Millisecond, func(_ context.Context, n int) error {
+			if n == 2 {
+				return errors.New("connection reset")
+			}
+			return nil
+		})
+		cfg := config()
+		var got []time.Duration // appended on Hold's goroutine, which is this one
+		cfg.OnRenew = func(deadline time.Time) { got = append(got, deadline.Sub(start)) }
+		res := keep.Hold(context.Background(), tn, cfg, func(context.Context) error {
+			time.Sleep(85 * time.Millisecond)
+			return nil
+		})
+		if res.Lost || res.Cause != nil {
+			t.Fatalf("Hold = %+v, want a clean return", res)
+		}
+		// 30 ok (deadline 330), 60 fails, 70 ok (retry; deadline 370).
+		want := []time.Duration{330 * time.Millisecond, 370 * time.Millisecond}
+		if !slices.Equal(got, want) {
+			t.Fatalf("OnRenew deadlines %v after the start, want %v", got, want)
 		}
 	})
 }

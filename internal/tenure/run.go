@@ -5,18 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/pglease/pglease/internal/keep"
 	"github.com/pglease/pglease/internal/purge"
 )
 
 // Run keeps t while fn runs and releases it after fn returns; pglease's
-// Lease.Run documents the contract. The keep policy is the client's:
-// renewals every RenewInterval (default TTL/3), a renewal whose outcome is
-// unknown retried after RetryDelay (default TTL/20, at least 10ms) while
-// the deadline allows, a stuck workload reported after StopTimeout
-// (default TTL).
+// Lease.Run documents the contract. The keep policy is Keep's, with the
+// client's RenewInterval, RetryDelay, StopTimeout and OnStuck.
 func (t *Tenure) Run(ctx context.Context, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		return Invalidf("fn must not be nil")
@@ -33,12 +32,12 @@ func (t *Tenure) Run(ctx context.Context, fn func(ctx context.Context) error) er
 		defer wg.Wait()
 		defer stop()
 	}
-	renew := cmp.Or(c.cfg.RenewInterval, t.ttl/3)
-	res := keep.Hold(ctx, t, keep.Config{
-		RenewInterval: renew,
-		RetryDelay:    cmp.Or(c.cfg.RetryDelay, max(t.ttl/20, minRetryDelay)),
-		StopTimeout:   cmp.Or(c.cfg.StopTimeout, t.ttl),
-		IsLost:        func(err error) bool { return errors.Is(err, c.kind.Lost) },
+	res := Keep(ctx, t, KeepConfig{
+		TTL:           t.ttl,
+		RenewInterval: c.cfg.RenewInterval,
+		RetryDelay:    c.cfg.RetryDelay,
+		StopTimeout:   c.cfg.StopTimeout,
+		Lost:          c.kind.Lost,
 		Logger:        logger,
 		OnStuck:       c.cfg.OnStuck,
 	}, func(kctx context.Context) error {
@@ -67,6 +66,69 @@ func (t *Tenure) Run(ctx context.Context, fn func(ctx context.Context) error) er
 	return res.WorkErr
 }
 
+// Kept is a tenure Keep can keep: a *Tenure, a pglease.Lease or a
+// runslots.Slot.
+type Kept = keep.Tenure
+
+// KeepResult says how a Keep ended (keep.Result documents the fields).
+type KeepResult = keep.Result
+
+// Causes of a loss that Keep sets on its workload's context
+// (context.Cause) and in KeepResult.Cause.
+var (
+	// ErrRefused: the server refused a renewal.
+	ErrRefused = keep.ErrRefused
+	// ErrDeadline: the local deadline passed without a successful renewal.
+	ErrDeadline = keep.ErrDeadline
+	// ErrNoTime: a renewal failed with no time left to retry before the
+	// local deadline.
+	ErrNoTime = keep.ErrNoTime
+)
+
+// KeepConfig is the keep policy of one tenure. Zero durations mean their
+// defaults, which derive from TTL.
+type KeepConfig struct {
+	// TTL is the tenure's time to live. Required.
+	TTL time.Duration
+	// RenewInterval is the time between renewals. Defaults to TTL/3.
+	RenewInterval time.Duration
+	// RetryDelay is the pause before retrying a renewal whose outcome is
+	// unknown, while the deadline allows. Defaults to TTL/20, at least
+	// 10ms.
+	RetryDelay time.Duration
+	// StopTimeout is how long after cancelling the workload Keep waits
+	// before reporting it as stuck (it keeps waiting). Defaults to TTL.
+	StopTimeout time.Duration
+	// Lost is the kind's lost sentinel: a renewal error matching it is
+	// the server's refusal. Required.
+	Lost error
+	// Logger receives renewal failures and stuck workloads. Required.
+	Logger *slog.Logger
+	// OnStuck, when set, is called once when the workload has not
+	// returned StopTimeout after its context was cancelled.
+	OnStuck func(cause error)
+	// OnRenew, when set, is called after each successful renewal with the
+	// tenure's new deadline, on Keep's goroutine; it must return quickly.
+	OnRenew func(deadline time.Time)
+}
+
+// Keep runs fn while renewing t by cfg's policy, cancels fn's context the
+// moment t is no longer certain (its cause: ctx's error, or one matching
+// ErrRefused, ErrDeadline or ErrNoTime), and returns once fn has returned.
+// It neither releases nor ends t: Run does that for its own tenures, and
+// pglease run for the lease and slot it holds around a command.
+func Keep(ctx context.Context, t Kept, cfg KeepConfig, fn func(ctx context.Context) error) KeepResult {
+	return keep.Hold(ctx, t, keep.Config{
+		RenewInterval: cmp.Or(cfg.RenewInterval, cfg.TTL/3),
+		RetryDelay:    cmp.Or(cfg.RetryDelay, max(cfg.TTL/20, minRetryDelay)),
+		StopTimeout:   cmp.Or(cfg.StopTimeout, cfg.TTL),
+		IsLost:        func(err error) bool { return errors.Is(err, cfg.Lost) },
+		Logger:        cfg.Logger,
+		OnStuck:       cfg.OnStuck,
+		OnRenew:       cfg.OnRenew,
+	}, fn)
+}
+
 // workContext returns the context fn runs with: cancelled when kctx (keep's
 // workload context) is, with keep's loss causes turned into errors that
 // match the kind's lost sentinel. Call stop once fn has returned.
@@ -85,7 +147,7 @@ func (t *Tenure) workContext(kctx context.Context) (ctx context.Context, stop fu
 	}
 }
 
-// isLoss reports whether cause is one of keep's causes for a lost tenure.
+// isLoss reports whether cause is one of Keep's causes for a lost tenure.
 func isLoss(cause error) bool {
-	return errors.Is(cause, keep.ErrRefused) || errors.Is(cause, keep.ErrDeadline) || errors.Is(cause, keep.ErrNoTime)
+	return errors.Is(cause, ErrRefused) || errors.Is(cause, ErrDeadline) || errors.Is(cause, ErrNoTime)
 }
