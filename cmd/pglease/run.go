@@ -18,7 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglease/pglease/internal/keep"
+	"github.com/pglease/pglease/internal/tenure"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/runslots"
 )
@@ -161,9 +161,9 @@ type runOptions struct {
 	argv     []string
 }
 
-// tenure is a held lease or slot.
-type tenure interface {
-	keep.Tenure
+// kept is a held lease or slot.
+type kept interface {
+	tenure.Kept
 	Release(ctx context.Context) error
 	Fence() int64
 }
@@ -172,11 +172,11 @@ type tenure interface {
 type step struct {
 	// take takes it, waiting or not, or returns an *exitError with
 	// exitHeld when it is held elsewhere (not waiting).
-	take func(ctx context.Context) (tenure, error)
+	take func(ctx context.Context) (kept, error)
 	// env is what the command learns about the tenure.
-	env func(t tenure) []string
+	env func(t kept) []string
 	// describe names the tenure for messages.
-	describe func(t tenure) string
+	describe func(t kept) string
 }
 
 // runner runs one command under a lease and/or slot.
@@ -204,7 +204,7 @@ type runner struct {
 // cancelled when the tenure is lost.
 type level struct {
 	what string
-	t    tenure
+	t    kept
 	ctx  context.Context
 }
 
@@ -228,22 +228,13 @@ func (r *runner) nearest() (what string, deadline time.Time) {
 	return what, deadline
 }
 
-// watched is a tenure whose successful renewals tell the runner, which
-// hands the new deadline to whoever stops the command.
-type watched struct {
-	tenure
-	r *runner
-}
-
-func (w watched) Renew(ctx context.Context) error {
-	err := w.tenure.Renew(ctx)
-	if err == nil {
-		select {
-		case w.r.moved <- struct{}{}:
-		default: // a signal is pending already
-		}
+// renewed tells whoever stops the command that a renewal moved a
+// tenure's deadline: it reads the new one with deadline.
+func (r *runner) renewed(time.Time) {
+	select {
+	case r.moved <- struct{}{}:
+	default: // a signal is pending already
 	}
-	return err
 }
 
 func (a *app) run(ctx context.Context, db *dbFlag, o runOptions) error {
@@ -316,7 +307,7 @@ func (r *runner) steps() ([]step, error) {
 		}
 		name := r.o.lease
 		steps = append(steps, step{
-			take: func(ctx context.Context) (tenure, error) {
+			take: func(ctx context.Context) (kept, error) {
 				l, err := c.TryAcquire(ctx, name, r.o.ttl)
 				if held, ok := errors.AsType[*pglease.HeldError](err); ok {
 					if !r.o.wait {
@@ -333,10 +324,10 @@ func (r *runner) steps() ([]step, error) {
 				}
 				return l, nil
 			},
-			env: func(t tenure) []string {
+			env: func(t kept) []string {
 				return []string{"PGLEASE_LEASE=" + name, "PGLEASE_FENCE=" + strconv.FormatInt(t.Fence(), 10)}
 			},
-			describe: func(t tenure) string { return fmt.Sprintf("lease %s (fence %d)", quoteName(name), t.Fence()) },
+			describe: func(t kept) string { return fmt.Sprintf("lease %s (fence %d)", quoteName(name), t.Fence()) },
 		})
 	}
 	if r.o.scope != "" {
@@ -346,7 +337,7 @@ func (r *runner) steps() ([]step, error) {
 		}
 		scope, capacity := r.o.scope, r.o.capacity
 		steps = append(steps, step{
-			take: func(ctx context.Context) (tenure, error) {
+			take: func(ctx context.Context) (kept, error) {
 				s, err := c.TryClaim(ctx, scope, capacity, r.o.ttl)
 				if full, ok := errors.AsType[*runslots.FullError](err); ok {
 					if !r.o.wait {
@@ -363,12 +354,12 @@ func (r *runner) steps() ([]step, error) {
 				}
 				return s, nil
 			},
-			env: func(t tenure) []string {
+			env: func(t kept) []string {
 				s := t.(*runslots.Slot)
 				return []string{"PGLEASE_SLOT_SCOPE=" + scope, "PGLEASE_SLOT=" + strconv.Itoa(s.Number()),
 					"PGLEASE_SLOT_FENCE=" + strconv.FormatInt(s.Fence(), 10)}
 			},
-			describe: func(t tenure) string {
+			describe: func(t kept) string {
 				return fmt.Sprintf("slot %d of scope %s (fence %d)", t.(*runslots.Slot).Number(), quoteName(scope), t.Fence())
 			},
 		})
@@ -407,12 +398,12 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 	desc := st.describe(t)
 	log := r.log.With("tenure", desc, "holder", r.o.holder)
 	log.Info("acquired")
-	res := keep.Hold(parent, watched{tenure: t, r: r}, keep.Config{
-		RenewInterval: r.o.ttl / 3,
-		RetryDelay:    max(r.o.ttl/20, 10*time.Millisecond),
-		StopTimeout:   r.o.grace + r.o.ttl,
-		IsLost:        func(err error) bool { return errors.Is(err, pglease.ErrLeaseLost) },
-		Logger:        log,
+	res := tenure.Keep(parent, t, tenure.KeepConfig{
+		TTL:         r.o.ttl,
+		StopTimeout: r.o.grace + r.o.ttl,
+		Lost:        pglease.ErrLeaseLost, // runslots.ErrSlotLost matches it
+		Logger:      log,
+		OnRenew:     r.renewed,
 	}, func(wctx context.Context) error {
 		r.mu.Lock()
 		r.levels = append(r.levels, level{what: desc, t: t, ctx: wctx})
@@ -450,7 +441,7 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 }
 
 // release releases t, waiting at most timeout.
-func (r *runner) release(parent context.Context, t tenure, desc string, log *slog.Logger, timeout time.Duration) {
+func (r *runner) release(parent context.Context, t kept, desc string, log *slog.Logger, timeout time.Duration) {
 	if timeout <= 0 {
 		return
 	}
@@ -495,11 +486,11 @@ func quoteName(name string) string {
 // causeText says in a few words why a tenure was lost.
 func causeText(cause error) string {
 	switch {
-	case errors.Is(cause, keep.ErrRefused):
+	case errors.Is(cause, tenure.ErrRefused):
 		return "the server refused a renewal: the tenure was ended, force-released or expired"
-	case errors.Is(cause, keep.ErrDeadline):
+	case errors.Is(cause, tenure.ErrDeadline):
 		return "no renewal succeeded before the local deadline"
-	case errors.Is(cause, keep.ErrNoTime):
+	case errors.Is(cause, tenure.ErrNoTime):
 		return "a renewal failed with no time left to retry before the local deadline"
 	}
 	return oneLine(cause.Error())
