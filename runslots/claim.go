@@ -40,7 +40,7 @@ func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl t
 	}
 	if !row.Claimed {
 		full := &FullError{Scope: scope, Capacity: capacity, InUse: int(row.InUse), RetryIn: orZero(row.RetryIn)}
-		return nil, full.refusal(), full
+		return nil, full.refusal(sent), full
 	}
 	return &Slot{t: c.c.Grant(scope, int(row.Slot.Int32), row.Fence.Int64, ttl, sent)}, nil, nil
 }
@@ -109,7 +109,7 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 				full.Capacity = w.Capacity
 			}
 		}
-		return nil, full.refusal(), full
+		return nil, full.refusal(sent), full
 	}
 	if len(row.Slots) != len(wants) || len(row.Fences) != len(wants) {
 		return nil, nil, errors.New("runslots: pglease.claim_slots returned fewer slots than scopes; the schema does not match this client")

@@ -56,7 +56,7 @@ func (e *FullError) Error() string {
 // Is reports whether target is ErrFull.
 func (e *FullError) Is(target error) bool { return target == ErrFull }
 
-// refusal is the wait of a claim refused with e.
-func (e *FullError) refusal() *tenure.Refusal {
-	return &tenure.Refusal{Name: e.Scope, RetryIn: e.RetryIn}
+// refusal is the wait of a claim, sent at sent, refused with e.
+func (e *FullError) refusal(sent time.Time) *tenure.Refusal {
+	return &tenure.Refusal{Name: e.Scope, RetryIn: e.RetryIn, Sent: sent}
 }

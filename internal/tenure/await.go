@@ -14,6 +14,26 @@ type Refusal struct {
 	// RetryIn is when a retry may succeed without a release: the holder's
 	// expiry, or a backoff after an error the caller retries.
 	RetryIn time.Duration
+	// Sent is when the refused request was sent. The server read its clock
+	// after that, so Sent + RetryIn is at or before the expiry, by the
+	// request's travel time: a retry sent then reaches the server at about
+	// the expiry. Waiting RetryIn from the reply instead would add the
+	// reply's travel time and the client's own delays, which grow with load
+	// (a takeover after a crash waits for exactly this). Zero: RetryIn
+	// counts from the wait.
+	Sent time.Time
+}
+
+// retryPad is added to a wait anchored at Refusal.Sent: a retry that
+// arrives a little before the expiry costs one more round trip.
+const retryPad = time.Millisecond
+
+// wait returns how long to wait after r before trying again.
+func (r *Refusal) wait() time.Duration {
+	if r.Sent.IsZero() {
+		return r.RetryIn
+	}
+	return max(time.Until(r.Sent.Add(r.RetryIn))+retryPad, 0)
 }
 
 // Await calls try until it grants or fails, waiting between refusals for a
@@ -52,7 +72,7 @@ func Await[T any](ctx context.Context, c *Core, try func(ctx context.Context) (T
 		if c.OnWait != nil {
 			c.OnWait(ref.Name, err)
 		}
-		if err := w.Wait(ctx, ref.RetryIn); err != nil {
+		if err := w.Wait(ctx, ref.wait()); err != nil {
 			var zero T
 			return zero, err
 		}
