@@ -33,6 +33,39 @@ func (e *env) diagnosticWorkloads() []workload {
 	}
 }
 
+// The floor of any pglease.renew: a PL/pgSQL function with renew's
+// signature, SECURITY DEFINER with a pinned search_path (what every pglease
+// function needs, so that another role can neither bypass it nor redirect
+// its operators), empty and around the limit UPDATE. pglease.renew cannot
+// cost less than the second: its execution-time target is read against it.
+const (
+	floorFunctionsSQL = `
+CREATE OR REPLACE FUNCTION bench_floor_empty(
+    p_name text, p_holder text, p_fence bigint, p_ttl interval,
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN renewed := true; END $$;
+CREATE OR REPLACE FUNCTION bench_floor_update(
+    p_name text, p_holder text, p_fence bigint, p_ttl interval,
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE public.bench_limit AS l SET expires_at = now() + interval '30 s'
+    WHERE l.name = p_name
+    RETURNING l.expires_at INTO expires_at;
+    renewed := FOUND;
+END
+$$;`
+	floorEmptySQL  = `SELECT renewed FROM bench_floor_empty($1, 'bench', 1, interval '30 s')`
+	floorUpdateSQL = `SELECT renewed FROM bench_floor_update($1, 'bench', 1, interval '30 s')`
+	// releaseByNameSQL releases the tenure acquireSQL just took (the
+	// subjects take turns: it runs right after it, on a connection of its
+	// own).
+	releaseByNameSQL = `SELECT released FROM pglease.release($1, $2,
+		(SELECT s.fence FROM pglease.lease_status AS s WHERE s.name = $1))`
+)
+
 // execSamples is how many times each statement is timed by the server.
 const execSamples = 100
 
@@ -80,9 +113,26 @@ func (e *env) renewExecTimes(ctx context.Context) ([]ExecTime, error) {
 		args []any
 		ds   []time.Duration
 	}
+	const cycle = "exec/cycle"
+	acquireArgs := func(ctx context.Context, conn *pgx.Conn) ([]any, error) {
+		return []any{cycle, holder, heldTTL}, nil
+	}
+	releaseArgs := func(ctx context.Context, conn *pgx.Conn) ([]any, error) {
+		return []any{cycle, holder}, nil
+	}
+	floorArgs := func(ctx context.Context, conn *pgx.Conn) ([]any, error) {
+		if _, err := conn.Exec(ctx, floorFunctionsSQL); err != nil {
+			return nil, fmt.Errorf("create the floor's functions: %w", err)
+		}
+		return limitArgs(ctx, conn)
+	}
 	subjects := []*subject{
 		{ExecTime: ExecTime{Name: "UPDATE one row (the limit)", Path: "SQL"}, sql: limitUpdateSQL, prep: limitArgs},
 		{ExecTime: ExecTime{Name: "pglease.renew", Path: "as migrated"}, sql: renewSQL, prep: renewArgs},
+		{ExecTime: ExecTime{Name: "empty PL/pgSQL function, SECURITY DEFINER, SET search_path, renew's signature", Path: "floor"}, sql: floorEmptySQL, prep: floorArgs},
+		{ExecTime: ExecTime{Name: "the same function around the limit UPDATE", Path: "floor"}, sql: floorUpdateSQL, prep: floorArgs},
+		{ExecTime: ExecTime{Name: "pglease.acquire of a free lease", Path: "as migrated"}, sql: acquireSQL, prep: acquireArgs},
+		{ExecTime: ExecTime{Name: "pglease.release (fence read by a subquery)", Path: "as migrated"}, sql: releaseByNameSQL, prep: releaseArgs},
 	}
 	for _, s := range subjects {
 		var err error

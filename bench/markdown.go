@@ -66,7 +66,7 @@ func (r *Report) writeMarkdown(w io.Writer) {
 	p("")
 	throughputTable(w, r.Diagnostics)
 	p("")
-	p("pglease.renew's own cost, timed by the server (EXPLAIN ANALYZE's execution time, median of %d calls each, taking turns on one connection each): no round trip, no commit. It matters once the server's CPUs, not its WAL flushes, are what clients wait for.", execSamples)
+	p("pglease.renew's own cost, timed by the server (EXPLAIN ANALYZE's execution time, median of %d calls each, taking turns on one connection each): no round trip, no commit. It matters once the server's CPUs, not its WAL flushes, are what clients wait for. The floor rows are what any renew written as pglease's functions must be costs before it does anything: a PL/pgSQL function with renew's signature, SECURITY DEFINER with a pinned search_path (without them another role could bypass the function or redirect its operators), empty, and around the limit UPDATE.", execSamples)
 	p("")
 	p("| Statement | Path | execution ms | × UPDATE |")
 	p("| --- | --- | ---: | ---: |")

@@ -38,10 +38,16 @@ func (r *Report) checkTargets() {
 		r.add(name, row.VsLimit >= goal, "%.2f× (%s ops/s vs %s ops/s)",
 			row.VsLimit, count(row.OpsPerSec), count(row.OpsPerSec/row.VsLimit))
 	}
+	var floor string
+	for _, x := range r.ExecTimes {
+		if x.Path == "floor" {
+			floor = fmt.Sprintf("%s; floor: %s %.2f×", floor, x.Name, x.VsLimit)
+		}
+	}
 	for _, x := range r.ExecTimes {
 		if x.Name == "pglease.renew" {
 			r.add(fmt.Sprintf("pglease.renew's server execution time ≤ %.1f× the UPDATE's", maxRenewExec),
-				x.VsLimit <= maxRenewExec, "%.2f× (%.3f ms vs %.3f ms)", x.VsLimit, x.Ms, x.Ms/x.VsLimit)
+				x.VsLimit <= maxRenewExec, "%.2f× (%.3f ms vs %.3f ms)%s", x.VsLimit, x.Ms, x.Ms/x.VsLimit, floor)
 		}
 	}
 
