@@ -218,14 +218,36 @@ func namesOn(t testing.TB, proxy querier, prefix string, want, n int) []string {
 
 // waitFor polls cond until it reports true, failing the test after 10s. It
 // is for states only the server can tell (a lease expiring), never to give
-// another goroutine time to run.
+// another goroutine time to run. Only the test's goroutine may call it:
+// callbacks and other goroutines use [waitUntil].
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("wait for %s: still not the case after 10s", what)
+	if err := waitUntil(testContext(t), 10*time.Second, what, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitUntil polls cond until it reports true and returns nil, or returns
+// an error saying what it waited for when cond fails, ctx ends or within
+// passes. It fails no test, so a callback can return its error.
+func waitUntil(ctx context.Context, within time.Duration, what string, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := cond(ctx)
+		switch {
+		case ok:
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("wait for %s: still not the case after %v (%w)", what, within, context.Cause(ctx))
+		case err != nil:
+			return fmt.Errorf("wait for %s: %w", what, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
 	}
 }

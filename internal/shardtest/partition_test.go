@@ -4,6 +4,7 @@ package shardtest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 
 // TestPartitionOfListenAndFence finds a name's partition through the
 // proxy with pglease.PartitionOf, connects to it as the same role, and
-// there gets the release NOTIFY that the proxy cannot carry, and a fenced
-// transaction whose row lock holds.
+// there gets the release NOTIFY that the proxy cannot carry, and runs a
+// fenced transaction whose row lock holds a write through the proxy until
+// it commits. No deadline of the test is near a TTL: it waits on the
+// notification and on the server's lock wait.
 func TestPartitionOfListenAndFence(t *testing.T) {
 	t.Parallel()
 	s := newSharded(t, fleet, 4)
@@ -58,20 +61,24 @@ func TestPartitionOfListenAndFence(t *testing.T) {
 	if !release(t, proxy, name, "a", 1) {
 		t.Fatal("release refused")
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	n, err := listener.WaitForNotification(waitCtx)
 	if err != nil {
-		t.Fatalf("no release notification on partition %d within 10s: %v", part.Index, err)
+		t.Fatalf("no release notification on partition %d within 30s: %v", part.Index, err)
 	}
 	if !strings.Contains(n.Payload, name) {
 		t.Fatalf("notification payload %q does not name %q", n.Payload, name)
 	}
 	t.Logf("release notification on the partition %v after the release through the proxy", time.Since(released).Round(time.Microsecond))
 
-	// A fenced transaction on the partition holds the row lock: a takeover
-	// through the proxy waits for its commit.
-	mustAcquire(t, proxy, name, "b", 100*time.Millisecond, 2)
+	// A fenced transaction on the partition holds the row lock: a release
+	// through the proxy, which updates the row as a takeover would, waits
+	// for its commit. The tenure lasts far longer than the test (a
+	// takeover needs it expired, and assert_held ends a transaction left
+	// idle 100 ms after the tenure, too short a window to observe the
+	// wait under load), so only the lock orders the release.
+	mustAcquire(t, proxy, name, "b", time.Hour, 2)
 	partPool, err := pgxpool.NewWithConfig(ctx, mustPoolConfig(t, cfg))
 	if err != nil {
 		t.Fatal(err)
@@ -79,37 +86,46 @@ func TestPartitionOfListenAndFence(t *testing.T) {
 	defer partPool.Close()
 	admin := pool(t, s.Partitions[part.Index].URL, "")
 	type result struct {
-		r   acquireResult
-		err error
+		released bool
+		err      error
 	}
 	done := make(chan result, 1)
+	var fencedPID int32
+	started := false
 	err = pglease.WithFence(ctx, partPool, name, 2, func(tx pgx.Tx) error {
-		var pid int32
-		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&fencedPID); err != nil {
 			return err
 		}
-		waitFor(t, "the 100ms tenure to expire", func() bool {
-			var state string
-			return proxy.QueryRow(ctx, `SELECT state FROM pglease.lease_status WHERE name = $1`, name).Scan(&state) == nil && state == "expired"
-		})
+		started = true
 		go func() {
-			r, err := tryAcquire(ctx, proxy, name, "c", time.Minute)
-			done <- result{r, err}
+			var r result
+			r.err = proxy.QueryRow(ctx, `SELECT released FROM pglease.release($1, 'b', 2)`, name).Scan(&r.released)
+			done <- r
 		}()
-		waitFor(t, "the takeover through the proxy to wait for the fenced transaction", func() bool {
+		return waitUntil(ctx, time.Minute, "the release through the proxy to wait for the fenced transaction", func(ctx context.Context) (bool, error) {
+			select {
+			case r := <-done:
+				done <- r
+				return false, fmt.Errorf("the release returned while the fenced transaction was open: released=%v, %v", r.released, r.err)
+			default:
+			}
 			var blocked bool
 			err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND $1::integer = ANY (pg_catalog.pg_blocking_pids(pid)))`, pid).Scan(&blocked)
-			return err == nil && blocked
+				WHERE wait_event_type = 'Lock' AND $1::integer = ANY (pg_catalog.pg_blocking_pids(pid)))`, fencedPID).Scan(&blocked)
+			return blocked, err
 		})
-		return nil
 	})
+	var got result
+	if started {
+		got = <-done // the transaction has ended, so the release cannot wait for it
+	}
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("fenced transaction on partition %d (pid %d): %v", part.Index, fencedPID, err)
 	}
-	if got := <-done; got.err != nil || !got.r.Acquired || got.r.Fence != 3 {
-		t.Fatalf("takeover after the fenced transaction committed: got %+v, %v, want fence 3", got.r, got.err)
+	if got.err != nil || !got.released {
+		t.Fatalf("release through the proxy after the fenced transaction committed: got released=%v, %v, want released", got.released, got.err)
 	}
+	mustAcquire(t, proxy, name, "c", time.Hour, 3)
 }
 
 func mustPoolConfig(t *testing.T, cfg *pgx.ConnConfig) *pgxpool.Config {
