@@ -14,8 +14,8 @@ import (
 	"github.com/pglease/pglease/pglease"
 )
 
-// waiterReadyTimeout bounds the wait for the waiter's first, refused,
-// acquire.
+// waiterReadyTimeout bounds the wait for the waiter's first two, refused,
+// acquires.
 const waiterReadyTimeout = 10 * time.Second
 
 // HandoverResult is the time from the holder letting go to the waiter
@@ -38,8 +38,11 @@ type HandoverResult struct {
 }
 
 // acquireTracer records the acquire queries of the pool it traces, and
-// signals the end of the first one after each arm: the waiter was refused
-// and now waits.
+// signals the end of the second one after each arm: a refused Acquire
+// starts to LISTEN and tries once more before it waits (so that a release
+// in between is not missed), so after its second refusal the waiter
+// listens and waits. Letting go after the first would race the release with
+// that retry.
 type acquireTracer struct {
 	mu    sync.Mutex
 	armed chan struct{}
@@ -52,7 +55,7 @@ type span struct{ start, end time.Time }
 type acquireQueryKey struct{}
 
 // arm forgets the queries recorded so far and returns a channel closed at
-// the end of the next acquire query.
+// the end of the second acquire query from now.
 func (t *acquireTracer) arm() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -88,7 +91,7 @@ func (t *acquireTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.spans = append(t.spans, span{start: start, end: time.Now()})
-	if t.armed != nil {
+	if t.armed != nil && len(t.spans) == 2 {
 		close(t.armed)
 		t.armed = nil
 	}
@@ -153,8 +156,8 @@ type handover struct {
 }
 
 // trial runs one handover of lease name: the holder takes it for ttl, the
-// waiter starts a blocking Acquire, and once the waiter has been refused the
-// holder lets go: it releases, or, for a crash, renews one last time and
+// waiter starts a blocking Acquire, and once the waiter has been refused and
+// waits (see acquireTracer) the holder lets go: it releases, or, for a crash, renews one last time and
 // goes silent. total runs from the release call, or from the last renewal
 // being sent, to the waiter's Acquire returning.
 func (p *handoverPair) trial(ctx context.Context, name string, ttl time.Duration, crash bool) (handover, error) {
