@@ -4,8 +4,8 @@
 # server binaries, a proxy database (migrations/proxy) over four partition
 # databases spread over both, and against the proxy the SQL contract, the
 # Go lease client, runslots and the supervisor, role binding across the
-# hop, a stopped cluster (fault isolation), the history checker with
-# backend kills, and adding partitions.
+# hop, a stopped cluster and a blackholed partition (fault isolation), the
+# history checker with backend kills, and adding partitions.
 # The tests carry build tag sharded, so that go test ./... (make test, CI)
 # does not start their clusters.
 #
