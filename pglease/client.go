@@ -85,7 +85,8 @@ type Config struct {
 	PurgeEvery time.Duration
 
 	// RenewInterval is the time between Run's renewals. Defaults to a third
-	// of the tenure's TTL. When set, every TTL used with this client must
+	// of the tenure's TTL; with a Keeper, to RetryDelay + 1ms, since each
+	// of Run's renewals then waits for the keeper's next round. When set, every TTL used with this client must
 	// exceed RenewInterval plus the safety margin.
 	RenewInterval time.Duration
 
@@ -158,6 +159,12 @@ func newCore(database DB, kind tenure.Kind, cfg Config) (*tenure.Core, error) {
 		k = cfg.Keeper.k
 		if cfg.Holder == "" {
 			cfg.Holder = k.Holder()
+		}
+		if cfg.RenewInterval == 0 {
+			// A kept Renew waits for the keeper's next round, so Run may
+			// renew again at once: it then learns of each round as it
+			// ends, not up to an interval later.
+			cfg.RenewInterval = cfg.RetryDelay + time.Millisecond
 		}
 	}
 	c, err := tenure.New(database, kind, tenure.Config{

@@ -95,6 +95,8 @@ func TestKeeperKeepsMany(t *testing.T) {
 	// Ten of the leases run a workload meanwhile.
 	rctx, stop := context.WithCancel(ctx)
 	var runs sync.WaitGroup
+	defer runs.Wait() // also when the test fails
+	defer stop()
 	for _, h := range held[:10] {
 		runs.Go(func() {
 			err := h.(*pglease.Lease).Run(rctx, func(ctx context.Context) error { <-ctx.Done(); return nil })

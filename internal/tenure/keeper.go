@@ -307,12 +307,12 @@ func (k *Keeper) deregister(t *Tenure) {
 // each new deadline within one interval, not two. Otherwise it waits for
 // the keeper's next round and returns its verdict on t.
 func (k *Keeper) renew(ctx context.Context, t *Tenure) error {
+	k.mu.Lock()
+	r := k.next // before news: a round settled after this closes r
+	k.mu.Unlock()
 	if t.news() {
 		return nil
 	}
-	k.mu.Lock()
-	r := k.next
-	k.mu.Unlock()
 	defer t.news()
 	select {
 	case <-t.done:
