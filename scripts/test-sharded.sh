@@ -63,8 +63,10 @@ SUB_NOTIFY='NotifyLease|NotifySlot'
 #   of a waiting call outlives it, and lock waits happen on the partition,
 #   not on the server the test watches (TestLeaseRace checks that fenced
 #   writes commit in fence order, which only assert_held's row lock
-#   ensures: through the proxy a takeover does not wait for them);
-TOP_LOCKS='TestFencedTransactionBound|TestServerClockAfterWaits|TestLeaseRace'
+#   ensures: through the proxy a takeover does not wait for them;
+#   TestWithFenceIdleBound reads the idle timeout assert_held sets for the
+#   rest of the transaction, which is the partition's);
+TOP_LOCKS='TestFencedTransactionBound|TestWithFenceIdleBound|TestServerClockAfterWaits|TestLeaseRace'
 SUB_LOCKS='AssertHeldBlocksTakeover|ClaimSlotsAfterConcurrentRelease|ClaimSlotAfterConcurrentRelease'
 # - claim_slots across routing keys is refused; renew_holder's expires_at
 #   is the earliest of the partitions' clocks;
