@@ -40,7 +40,6 @@ type Config = pglease.Config
 // keeper per holder to occupy more.
 type Client struct {
 	c     *tenure.Core
-	db    pglease.DB
 	turns turns
 }
 
@@ -64,7 +63,7 @@ func New(database pglease.DB, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{c: c, db: database}, nil
+	return &Client{c: c}, nil
 }
 
 // Holder returns the identity this client claims slots as.

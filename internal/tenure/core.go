@@ -85,6 +85,7 @@ type Core struct {
 	hub   *notify.Hub   // release notifications for the blocking calls
 	cfg   Config        // with defaults applied
 	purge time.Duration
+	kept  *Keeper // keeps every tenure granted, when set (UseKeeper)
 
 	// OnWait, when set, is called each time a blocking call has been
 	// refused and is about to wait, with the name it waits on and the

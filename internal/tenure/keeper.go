@@ -5,11 +5,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/internal/db"
@@ -335,11 +333,7 @@ func (k *Keeper) renew(ctx context.Context, t *Tenure) error {
 // Config is pglease's, builds its clients with it.
 var NewClientCore func(database DB, kind Kind, cfg any) (*Core, error)
 
-// keepers maps a Core to the Keeper its tenures register with (UseKeeper).
-// The keys are weak: a client dropped by its program takes its entry along.
-var keepers sync.Map // weak.Pointer[Core] -> *Keeper
-
-// UseKeeper makes k keep every tenure c grants from now on, or returns an
+// UseKeeper makes k keep every tenure c grants, or returns an
 // error when c cannot be kept by k: another holder, or a keeper TTL and
 // interval that the client's SafetyMargin leaves no room for.
 func (c *Core) UseKeeper(k *Keeper) error {
@@ -355,16 +349,9 @@ func (c *Core) UseKeeper(k *Keeper) error {
 		return Invalidf("the Keeper's Interval %s plus RetryDelay %s must be shorter than its TTL minus the client's SafetyMargin (%s)",
 			k.cfg.Interval, k.cfg.RetryDelay, left)
 	}
-	wp := weak.Make(c)
-	keepers.Store(wp, k)
-	runtime.AddCleanup(c, func(wp weak.Pointer[Core]) { keepers.Delete(wp) }, wp)
+	c.kept = k
 	return nil
 }
 
 // keeper returns the Keeper c uses, or nil.
-func (c *Core) keeper() *Keeper {
-	if k, ok := keepers.Load(weak.Make(c)); ok {
-		return k.(*Keeper)
-	}
-	return nil
-}
+func (c *Core) keeper() *Keeper { return c.kept }
