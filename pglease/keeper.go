@@ -23,8 +23,8 @@ type KeeperConfig struct {
 
 	// TTL is what each round renews every tenure of the holder to.
 	// Acquire and claim with the same TTL: the TTL passed to them holds
-	// only until the first round after the grant. Defaults to
-	// DefaultKeeperTTL (15s).
+	// only until the first round after the grant, and a longer one is
+	// refused (ErrInvalidArgument). Defaults to DefaultKeeperTTL (15s).
 	TTL time.Duration
 
 	// Interval is the time between rounds. Defaults to a third of TTL.

@@ -239,6 +239,23 @@ func TestKeeperClientRefused(t *testing.T) {
 			t.Errorf("runslots.New = %v, want ErrInvalidArgument saying %q", err, tc.want)
 		}
 	}
+	// A grant longer than the keeper's TTL is refused before any query: the
+	// rounds would shorten it on the server.
+	c, err := pglease.New(pool, pglease.Config{Keeper: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const longer = "is longer than the Keeper's TTL 1s"
+	if _, err := c.TryAcquire(context.Background(), "kept/longer", 2*time.Second); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), longer) {
+		t.Errorf("TryAcquire for 2s on a client kept at 1s = %v, want ErrInvalidArgument saying %q", err, longer)
+	}
+	s, err := runslots.New(pool, pglease.Config{Keeper: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TryClaim(context.Background(), "kept/longer", 1, 2*time.Second); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), longer) {
+		t.Errorf("TryClaim for 2s on a client kept at 1s = %v, want ErrInvalidArgument saying %q", err, longer)
+	}
 	if _, err := pglease.NewKeeper(pool, pglease.KeeperConfig{TTL: -time.Second}); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "TTL must be") {
 		t.Errorf("NewKeeper with TTL -1s = %v, want ErrInvalidArgument naming TTL", err)
 	}

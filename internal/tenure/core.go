@@ -181,6 +181,13 @@ func (c *Core) CheckTTL(ttl time.Duration) error {
 	if ttl < time.Microsecond || ttl > MaxTTL {
 		return Invalidf("ttl must be from 1µs to %s, got %s", MaxTTL, ttl)
 	}
+	if c.kept != nil && ttl > c.kept.cfg.TTL {
+		// A round renews to the keeper's TTL: a longer grant would be
+		// shortened on the server while, should the round's reply be
+		// lost, its local deadline stayed where the grant put it.
+		return Invalidf("ttl %s is longer than the Keeper's TTL %s: a kept tenure is renewed to the Keeper's TTL, so ask for at most that",
+			ttl, c.kept.cfg.TTL)
+	}
 	if c.cfg.SafetyMargin >= ttl {
 		return Invalidf("ttl %s must be longer than the client's SafetyMargin %s", ttl, c.cfg.SafetyMargin)
 	}
