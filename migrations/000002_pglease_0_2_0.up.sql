@@ -1484,7 +1484,10 @@ $$;
 --     had expired before this call (lost; acquire or claim again for a new
 --     fence). Empty arrays, never NULL, when there is nothing.
 -- now is the server clock read once when the call starts: expires_at =
--- now + p_ttl and expires_in = p_ttl for everything renewed. As with
+-- now + p_ttl and expires_in = p_ttl for everything renewed. A tenure
+-- that already ends later keeps its end: renew_holder never moves an end
+-- earlier, so a tenure granted (or re-pinned) while the call ran never
+-- ends before its grant said. As with
 -- pglease.renew, a tenure is renewed only when it is live on the clock
 -- read after any wait for its row lock: one whose row another transaction
 -- holds (the holder's own fenced write, say) is waited for, in a
@@ -1514,7 +1517,7 @@ BEGIN
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
         PERFORM pglease._check_text('renew_holder', 'p_holder', p_holder);
     END IF;
-    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('renew_holder', p_ttl);
     END IF;
@@ -1528,7 +1531,7 @@ BEGIN
         FOR NO KEY UPDATE SKIP LOCKED
     ), renewed AS (
         UPDATE pglease.leases AS l
-        SET expires_at = v_now + v_ttl, holder_role = v_role
+        SET expires_at = greatest(l.expires_at, v_now + v_ttl), holder_role = v_role
         FROM mine AS m
         WHERE l.name = m.name
         RETURNING l.name, l.fence
@@ -1544,7 +1547,7 @@ BEGIN
         FOR NO KEY UPDATE SKIP LOCKED
     ), renewed AS (
         UPDATE pglease.slots AS s
-        SET expires_at = v_now + v_ttl, holder_role = v_role
+        SET expires_at = greatest(s.expires_at, v_now + v_ttl), holder_role = v_role
         FROM mine AS m
         WHERE (s.scope, s.slot) = (m.scope, m.slot)
         RETURNING s.scope, s.slot, s.fence
@@ -1558,18 +1561,22 @@ BEGIN
     -- each in a subtransaction and decide on the clock read after the
     -- wait; a lock taken for nothing goes with the subtransaction. Each
     -- row is found again by its name or scope, never by the holder
-    -- (compared with IS NOT DISTINCT FROM, as in pglease.renew).
+    -- (compared with IS NOT DISTINCT FROM, as in pglease.renew). What the
+    -- fast path renewed is left out by a hashed NOT IN: = ANY over the
+    -- array would compare each row with every element (quadratic: 10,000
+    -- leases cost seconds).
     FOR v_name, v_fence IN
         SELECT l.name, l.fence FROM pglease.leases AS l
         WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-          AND l.expires_at > clock_timestamp() AND NOT (l.name = ANY (leases))
+          AND l.expires_at > clock_timestamp()
+          AND l.name NOT IN (SELECT r.name FROM unnest(leases) AS r(name))
     LOOP
         BEGIN
             PERFORM 1 FROM pglease.leases AS l
             WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
             FOR NO KEY UPDATE;
             UPDATE pglease.leases AS l
-            SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+            SET expires_at = greatest(l.expires_at, clock_timestamp() + v_ttl), holder_role = v_role
             WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
               AND coalesce(l.holder_role = v_role, true) AND l.expires_at > clock_timestamp();
             IF NOT FOUND THEN
@@ -1585,15 +1592,15 @@ BEGIN
         SELECT s.scope, s.slot, s.fence FROM pglease.slots AS s
         WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp()
-          AND NOT EXISTS (SELECT 1 FROM unnest(slot_scopes, slots) AS r(scope, slot)
-                          WHERE (r.scope, r.slot) = (s.scope, s.slot))
+          AND (s.scope, s.slot) NOT IN (SELECT r.scope, r.slot
+                                        FROM unnest(slot_scopes, slots) AS r(scope, slot))
     LOOP
         BEGIN
             PERFORM 1 FROM pglease.slots AS s
             WHERE s.scope = v_name AND s.slot = v_slot AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = v_fence
             FOR NO KEY UPDATE;
             UPDATE pglease.slots AS s
-            SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+            SET expires_at = greatest(s.expires_at, clock_timestamp() + v_ttl), holder_role = v_role
             WHERE s.scope = v_name AND s.slot = v_slot AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = v_fence
               AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp();
             IF NOT FOUND THEN

@@ -29,6 +29,7 @@ func TestSlots(t *testing.T) {
 		{"RenewSlotCompareAndSwap", testRenewSlotCompareAndSwap},
 		{"ReleaseSlotCompareAndSwap", testReleaseSlotCompareAndSwap},
 		{"RenewHolder", testRenewHolder},
+		{"RenewHolderNeverShortens", testRenewHolderNeverShortens},
 		{"SlotStatusViews", testSlotStatusViews},
 		{"NotifySlot", testNotifySlot},
 	})
@@ -528,6 +529,28 @@ func renewHolder(t testing.TB, q querier, holder string, ttl time.Duration) rene
 		t.Fatalf("renew_holder(%q, %v): %v", holder, ttl, err)
 	}
 	return r
+}
+
+// testRenewHolderNeverShortens: renew_holder moves no tenure's end
+// earlier. A tenure that already ends later than now + p_ttl (granted
+// with a longer TTL, or while the call ran) keeps its end and is renewed.
+func testRenewHolderNeverShortens(t *testing.T, db *testDB) {
+	pool := db.pool
+	n := namer(t)
+	a := n("a")
+	mustAcquire(t, pool, n("L-long"), a, time.Hour, 1)
+	mustClaimSlot(t, pool, n("S-long"), a, 1, time.Hour, 1, 1)
+	lease, slot := mustLeaseStatus(t, pool, n("L-long")), mustSlotStatus(t, pool, n("S-long"), 1)
+	r := renewHolder(t, pool, a, time.Minute)
+	if !reflect.DeepEqual(r.Leases, []string{n("L-long")}) || !reflect.DeepEqual(r.SlotScopes, []string{n("S-long")}) {
+		t.Fatalf("renew_holder renewed leases %v, slots of %v; want %s and %s", r.Leases, r.SlotScopes, n("L-long"), n("S-long"))
+	}
+	if got := mustLeaseStatus(t, pool, n("L-long")); !got.ExpiresAt.Equal(*lease.ExpiresAt) {
+		t.Errorf("lease taken for 1h, renew_holder for 1m: expires_at %v, want it kept at %v", *got.ExpiresAt, *lease.ExpiresAt)
+	}
+	if got := mustSlotStatus(t, pool, n("S-long"), 1); !got.ExpiresAt.Equal(*slot.ExpiresAt) {
+		t.Errorf("slot claimed for 1h, renew_holder for 1m: expires_at %v, want it kept at %v", *got.ExpiresAt, *slot.ExpiresAt)
+	}
 }
 
 func testRenewHolder(t *testing.T, db *testDB) {
