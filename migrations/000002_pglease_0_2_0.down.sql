@@ -6,8 +6,8 @@ BEGIN;
 
 -- pglease 0.2.0 -> 0.1.0: undoes sql/upgrades/0.2.0.up.sql and drops what
 -- 0.2.0 added. Runs before the functions and privileges of 0.1.0 are
--- applied again. Leases, slots and fences stay; the role binding and the
--- capacities of live tenures go (0.1.0 has neither). A call running
+-- applied again. Leases, slots and fences stay; the role binding, the
+-- capacities of live tenures and the slot counters go (0.1.0 has none). A call running
 -- 0.2.0's code when this commits fails once (SQLSTATE 42703: the column
 -- went under it); its retry runs 0.1.0's.
 
@@ -29,6 +29,10 @@ $pglease$;
 DROP FUNCTION pglease._wake(text, text, boolean);
 ALTER TABLE pglease.slots RESET (vacuum_truncate);
 ALTER TABLE pglease.leases RESET (vacuum_truncate);
+DROP INDEX pglease.slots_counted_capacity_idx;
+DROP INDEX pglease.slots_counted_expires_idx;
+ALTER TABLE pglease.slots DROP COLUMN counted;
+ALTER TABLE pglease.slot_scopes DROP COLUMN counted;
 ALTER TABLE pglease.slots DROP COLUMN capacity;
 ALTER TABLE pglease.slots DROP COLUMN holder_role;
 ALTER TABLE pglease.leases DROP COLUMN holder_role;

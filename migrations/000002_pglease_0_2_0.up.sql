@@ -164,12 +164,35 @@ CREATE TABLE pglease.fence_floor (
 COMMENT ON TABLE pglease.fence_floor IS
     'pglease: fences of purged rows never come back; change only through the pglease functions';
 
+-- The scope counter first (see below): claims lock a scope row before its
+-- slot rows, and so does this upgrade, so that it cannot deadlock with one.
+ALTER TABLE pglease.slot_scopes ADD COLUMN counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0);
+
 -- Tenures bound to the role that took them, one capacity per scope (see
 -- sql/schema/10_schema.sql). Tenures granted by 0.1.0 keep NULL: the first
 -- renewal binds them to its role; a NULL capacity constrains no claim.
 ALTER TABLE pglease.leases ADD COLUMN holder_role text;
 ALTER TABLE pglease.slots ADD COLUMN holder_role text;
 ALTER TABLE pglease.slots ADD COLUMN capacity integer CHECK (capacity BETWEEN 1 AND 1000000);
+
+-- Slot claims count live holders in O(1) (see sql/schema/10_schema.sql).
+-- The ALTER TABLE holds every slot row under its lock until the upgrade
+-- commits: no tenure is claimed, renewed or released meanwhile. A row whose
+-- tenure may still be live (it ends after this transaction began) is
+-- counted; one that ended before cannot come back (a renewal extends only
+-- a live tenure). Counting one that ended since is harmless: the next claim
+-- in its scope un-counts it. Every scope with slot rows gets its counter.
+ALTER TABLE pglease.slots ADD COLUMN counted boolean NOT NULL DEFAULT false;
+UPDATE pglease.slots AS s SET counted = true WHERE s.expires_at > now();
+INSERT INTO pglease.slot_scopes AS sc (scope)
+SELECT DISTINCT s.scope FROM pglease.slots AS s
+ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
+UPDATE pglease.slot_scopes AS sc SET counted = c.n
+FROM (SELECT s.scope, count(*)::integer AS n FROM pglease.slots AS s
+      WHERE s.counted GROUP BY s.scope) AS c
+WHERE sc.scope = c.scope;
+CREATE INDEX slots_counted_expires_idx ON pglease.slots (scope, expires_at) WHERE counted;
+CREATE INDEX slots_counted_capacity_idx ON pglease.slots (scope, capacity) WHERE counted;
 
 -- No VACUUM truncation of the tables renewals write (see
 -- sql/schema/10_schema.sql).
@@ -972,17 +995,23 @@ $$;
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
 -- lock, so counting live holders and taking a slot cannot interleave. Then
--- it touches (a no-op update) every slot that looks expired but still has
--- a holder: this waits for any renewal in flight of it (which checked the
--- tenure live before it expired, and would extend it after the claim
--- counted the slot free), and a renewal that comes later waits for the
--- claim's commit and then, the row having changed, checks it again on the
--- clock read again and finds the tenure over, which it was.
+-- it un-counts (pglease.slots.counted, with the scope's counter) every
+-- counted slot whose tenure ended by the clock read after the lock: only
+-- those that ended since the previous claim, read by an index range. The
+-- un-count is an update of each such row: it waits for any renewal in
+-- flight of it (which checked the tenure live before it ended: the row is
+-- then re-read, found extended and stays counted), and a renewal that comes
+-- later waits for the claim's commit and then, the row having changed,
+-- checks it again on the clock read again and finds the tenure over, which
+-- it was.
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_now  timestamptz;
+    v_gone integer;
 BEGIN
     PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
     IF NOT FOUND THEN
@@ -990,8 +1019,14 @@ BEGIN
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
     END IF;
-    UPDATE pglease.slots AS s SET expires_at = s.expires_at
-    WHERE s.scope = p_scope AND s.holder IS NOT NULL AND s.expires_at <= clock_timestamp();
+    v_now := clock_timestamp();
+    UPDATE pglease.slots AS s SET counted = false
+    WHERE s.scope = p_scope AND s.counted AND s.expires_at <= v_now;
+    GET DIAGNOSTICS v_gone = ROW_COUNT;
+    IF v_gone > 0 THEN
+        UPDATE pglease.slot_scopes AS sc SET counted = sc.counted - v_gone
+        WHERE sc.scope = p_scope;
+    END IF;
 END
 $$;
 
@@ -1013,7 +1048,14 @@ $$;
 -- it back, re-pinned to p_now + p_ttl (same fence, same capacity).
 -- Otherwise it reuses the longest-free slot numbered up to p_capacity
 -- (fence + 1), else creates the next slot number (fence floor + 1, see
--- pglease.purge). Cost grows with the slots in use, never with p_capacity.
+-- pglease.purge).
+-- The slots in use are counted, not read: first the counted slots that
+-- ended by p_now are un-counted (see pglease._scope_lock, which did so on
+-- an earlier clock: normally none is left), and then the counted slots are
+-- exactly those in use, their number is the scope's counter, their smallest
+-- capacity the first entry of slots_counted_capacity_idx. Every step is an
+-- index read: the cost grows neither with the slots in use nor with
+-- p_capacity.
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer,
     p_now timestamptz, p_ttl interval,
@@ -1025,10 +1067,17 @@ AS $$
 DECLARE
     v_role text := session_user::text;
     v_cap  integer;
+    v_gone integer;
 BEGIN
+    UPDATE pglease.slots AS s SET counted = false
+    WHERE s.scope = p_scope AND s.counted AND s.expires_at <= p_now;
+    GET DIAGNOSTICS v_gone = ROW_COUNT;
+    SELECT sc.counted - v_gone INTO in_use
+    FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+
     -- The outer statement finds the slot by its scope, never by the holder
     -- (compared with IS NOT DISTINCT FROM, as in pglease.renew).
-    -- Re-entrant: our own live slot comes back.
+    -- Re-entrant: our own live slot comes back (it is counted).
     UPDATE pglease.slots AS s
     SET expires_at = p_now + p_ttl, holder_role = v_role
     WHERE (s.scope, s.slot) = (
@@ -1040,59 +1089,58 @@ BEGIN
     RETURNING s.slot, s.fence INTO slot, fence;
     IF FOUND THEN
         claimed := true;
-        SELECT count(*)::integer INTO in_use FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.expires_at > p_now;
+    ELSE
+        SELECT min(s.capacity) INTO v_cap
+        FROM pglease.slots AS s WHERE s.scope = p_scope AND s.counted;
+        -- A pass fails only when the slot it chose changed under it.
+        FOR attempt IN 1..10 LOOP
+            EXIT WHEN in_use >= least(p_capacity, v_cap);
+            UPDATE pglease.slots AS s
+            SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
+                fence = s.fence + 1, acquired_at = p_now, expires_at = p_now + p_ttl,
+                counted = true
+            WHERE (s.scope, s.slot) = (
+                    SELECT f.scope, f.slot FROM pglease.slots AS f
+                    WHERE f.scope = p_scope AND f.expires_at <= p_now
+                      AND f.slot <= p_capacity
+                    ORDER BY f.expires_at LIMIT 1)
+              AND s.expires_at <= p_now AND NOT s.counted
+            RETURNING s.slot, s.fence INTO slot, fence;
+            IF NOT FOUND THEN
+                SELECT coalesce(max(s.slot), 0) + 1 INTO slot
+                FROM pglease.slots AS s WHERE s.scope = p_scope;
+                IF slot <= p_capacity THEN
+                    -- A new slot starts above the fence floor (see
+                    -- pglease.purge, which takes the scope lock we hold, so
+                    -- this statement sees the floor of any purge of the scope).
+                    INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at,
+                                                    holder_role, capacity, counted)
+                    VALUES (p_scope, slot, p_holder,
+                            coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
+                            p_now, p_now + p_ttl, v_role, p_capacity, true)
+                    ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
+                    RETURNING s.fence INTO fence;
+                END IF;
+            END IF;
+            IF fence IS NOT NULL THEN
+                claimed := true;
+                in_use := in_use + 1;
+                EXIT;
+            END IF;
+        END LOOP;
+    END IF;
+    IF claimed OR v_gone > 0 THEN
+        UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
+    END IF;
+    IF claimed THEN
         RETURN;
     END IF;
-
-    -- A pass fails only when the slot it chose changed under it; count
-    -- again then.
-    FOR attempt IN 1..10 LOOP
-        SELECT count(*)::integer, min(s.capacity) INTO in_use, v_cap
-        FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.expires_at > p_now;
-        IF in_use >= least(p_capacity, v_cap) THEN
-            EXIT;
-        END IF;
-
-        UPDATE pglease.slots AS s
-        SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
-            fence = s.fence + 1, acquired_at = p_now, expires_at = p_now + p_ttl
-        WHERE (s.scope, s.slot) = (
-                SELECT f.scope, f.slot FROM pglease.slots AS f
-                WHERE f.scope = p_scope AND f.expires_at <= p_now
-                  AND f.slot <= p_capacity
-                ORDER BY f.expires_at LIMIT 1)
-          AND s.expires_at <= p_now
-        RETURNING s.slot, s.fence INTO slot, fence;
-        IF NOT FOUND THEN
-            SELECT coalesce(max(s.slot), 0) + 1 INTO slot
-            FROM pglease.slots AS s WHERE s.scope = p_scope;
-            IF slot <= p_capacity THEN
-                -- A new slot starts above the fence floor (see
-                -- pglease.purge, which takes the scope lock we hold, so
-                -- this statement sees the floor of any purge of the scope).
-                INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at,
-                                                holder_role, capacity)
-                VALUES (p_scope, slot, p_holder,
-                        coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
-                        p_now, p_now + p_ttl, v_role, p_capacity)
-                ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
-                RETURNING s.fence INTO fence;
-            END IF;
-        END IF;
-        IF fence IS NOT NULL THEN
-            claimed := true;
-            in_use := in_use + 1;
-            RETURN;
-        END IF;
-    END LOOP;
     claimed := false;
     slot := NULL;
     fence := NULL;
     SELECT min(s.expires_at) - clock_timestamp() INTO retry_in
     FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.expires_at > p_now;
+    WHERE s.scope = p_scope AND s.counted;
     retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
 END
 $$;
@@ -1126,7 +1174,8 @@ $$;
 -- wait; expires_in = p_ttl, true when the call returns.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
--- trip; its cost grows with live holders, not with p_capacity.
+-- trip; its cost grows neither with live holders nor with p_capacity (the
+-- scope keeps count of its live holders; see pglease._slot_claim_locked).
 -- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
 -- capacity not in 1..1000000, a TTL not in (0, 24 hours]; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
@@ -1388,7 +1437,10 @@ $$;
 -- (p_holder, p_fence) of the caller's role (session_user) held the slot
 -- live (the tenure ends at the server clock read after any wait; waiters
 -- hear it by a NOTIFY on 'pglease', see pglease._wake); otherwise released
--- = false and nothing changes. The slot row keeps its fence.
+-- = false and nothing changes. The slot row keeps its fence, and stays
+-- counted in the scope's live holders until the next claim in the scope,
+-- which takes the scope lock this does not wait for, finds it over on its
+-- clock (see pglease._scope_lock).
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
 -- fence; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.release_slot(

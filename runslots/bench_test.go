@@ -36,11 +36,12 @@ func BenchmarkClaimNearlyFull(b *testing.B) {
 		// Fill the scope by writing the rows that capacity-1 claims would
 		// leave, as the schema owner: claiming them one by one costs
 		// O(capacity²).
-		if _, err := pool.Exec(ctx, `INSERT INTO pglease.slot_scopes (scope) VALUES ($1)`, scope(capacity)); err != nil {
+		// The scope counts them (slot_scopes.counted, slots.counted).
+		if _, err := pool.Exec(ctx, `INSERT INTO pglease.slot_scopes (scope, counted) VALUES ($1, $2)`, scope(capacity), capacity-1); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := pool.Exec(ctx, `INSERT INTO pglease.slots (scope, slot, holder, fence, acquired_at, expires_at)
-			SELECT $1, g, 'filler-' || g, 1, now(), now() + interval '1 hour' FROM generate_series(1, $2::integer) AS g`,
+		if _, err := pool.Exec(ctx, `INSERT INTO pglease.slots (scope, slot, holder, fence, acquired_at, expires_at, counted)
+			SELECT $1, g, 'filler-' || g, 1, now(), now() + interval '1 hour', true FROM generate_series(1, $2::integer) AS g`,
 			scope(capacity), capacity-1); err != nil {
 			b.Fatal(err)
 		}

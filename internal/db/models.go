@@ -49,11 +49,13 @@ type PgleaseSlot struct {
 	ExpiresAt  time.Time
 	HolderRole pgtype.Text
 	Capacity   pgtype.Int4
+	Counted    bool
 }
 
 // pglease slot scopes; the row lock serialises claims within one scope
 type PgleaseSlotScope struct {
-	Scope string
+	Scope   string
+	Counted int32
 }
 
 // pglease slot scopes: live holders (in_use) and slot rows ever created (slots)

@@ -552,10 +552,12 @@ func TestUpgradeUnderTraffic(t *testing.T) {
 			old := catalog(ctx, t, conn, true)
 			pool := pgtest.Pool(t, url)
 
+			endSlotTenures(ctx, t, conn)
 			tr := startTraffic(ctx, t, pool, false)
 			u.upgrade(t, url)
 			// A few more rounds of renewals on the new schema.
 			waitRenewals(ctx, t, tr, 15*(len(tr.leases)+len(tr.slots)))
+			requireSlotCounts(ctx, t, conn)
 			tr.check(ctx, pool)
 			requireVersion(ctx, t, conn, head)
 			if u.name != "ALTER EXTENSION" {
@@ -571,6 +573,52 @@ func TestUpgradeUnderTraffic(t *testing.T) {
 			u.upgrade(t, url)
 			requireVersion(ctx, t, conn, head)
 		})
+	}
+}
+
+// endSlotTenures leaves, on the released schema, a slot tenure that expired
+// in scope "ended-expired" and one that was released in "ended-released".
+func endSlotTenures(ctx context.Context, t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	if _, err := conn.Exec(ctx, `SELECT pglease.claim_slot('ended-expired', 'old', 1, interval '1 millisecond');
+		SELECT pglease.release_slot('ended-released', r.slot, 'old', r.fence)
+		FROM pglease.claim_slot('ended-released', 'old', 1, interval '1 minute') AS r`); err != nil {
+		t.Fatalf("end slot tenures on %s: %v", released, err)
+	}
+}
+
+// requireSlotCounts checks the slot counters the upgrade filled in: each
+// scope counts exactly its counted rows and every live tenure is counted, so
+// a claim at capacity 1 is refused beside a tenure claimed before the
+// upgrade and still live, and granted where the tenure from before expired
+// or was released.
+func requireSlotCounts(ctx context.Context, t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	var wrong []string
+	if err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(sc.scope ORDER BY sc.scope), '{}')
+		FROM pglease.slot_scopes AS sc
+		WHERE sc.counted <> (SELECT count(*) FROM pglease.slots AS s WHERE s.scope = sc.scope AND s.counted)
+		   OR EXISTS (SELECT 1 FROM pglease.slots AS s
+		              WHERE s.scope = sc.scope AND s.expires_at > clock_timestamp() AND NOT s.counted)`).Scan(&wrong); err != nil {
+		t.Fatal(err)
+	}
+	if len(wrong) > 0 {
+		t.Errorf("after the upgrade, the slot counters of scopes %v are not their live holders", wrong)
+	}
+	for _, c := range []struct {
+		scope   string
+		claimed bool
+	}{{"gpu", false}, {"ended-expired", true}, {"ended-released", true}} {
+		var claimed bool
+		var inUse int32
+		if err := conn.QueryRow(ctx, `SELECT claimed, in_use FROM pglease.claim_slot($1, 'upgrade-probe', 1, interval '1 minute')`,
+			c.scope).Scan(&claimed, &inUse); err != nil {
+			t.Fatal(err)
+		}
+		if claimed != c.claimed || inUse != 1 {
+			t.Errorf("claim at capacity 1 in %s after the upgrade: got claimed %v, in_use %d; want claimed %v, in_use 1",
+				c.scope, claimed, inUse, c.claimed)
+		}
 	}
 }
 

@@ -25,7 +25,8 @@
 -- wait; expires_in = p_ttl, true when the call returns.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
--- trip; its cost grows with live holders, not with p_capacity.
+-- trip; its cost grows neither with live holders nor with p_capacity (the
+-- scope keeps count of its live holders; see pglease._slot_claim_locked).
 -- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
 -- capacity not in 1..1000000, a TTL not in (0, 24 hours]; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(

@@ -5,7 +5,10 @@
 -- (p_holder, p_fence) of the caller's role (session_user) held the slot
 -- live (the tenure ends at the server clock read after any wait; waiters
 -- hear it by a NOTIFY on 'pglease', see pglease._wake); otherwise released
--- = false and nothing changes. The slot row keeps its fence.
+-- = false and nothing changes. The slot row keeps its fence, and stays
+-- counted in the scope's live holders until the next claim in the scope,
+-- which takes the scope lock this does not wait for, finds it over on its
+-- clock (see pglease._scope_lock).
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
 -- fence; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.release_slot(

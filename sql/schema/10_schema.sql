@@ -40,9 +40,13 @@ COMMENT ON TABLE pglease.leases IS
 CREATE INDEX leases_holder_idx ON pglease.leases (holder) WHERE holder IS NOT NULL;
 
 -- One row per slot scope; claims lock it so that counting live holders and
--- taking a slot happen as one step per scope.
+-- taking a slot happen as one step per scope. counted is how many of the
+-- scope's slot rows are counted (pglease.slots.counted), kept exact by the
+-- claims under this lock: a claim first un-counts the rows that ended by
+-- its clock, and then counted is the number of slots in use, read in O(1).
 CREATE TABLE pglease.slot_scopes (
-    scope text PRIMARY KEY
+    scope   text    PRIMARY KEY,
+    counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0)
 );
 COMMENT ON TABLE pglease.slot_scopes IS
     'pglease slot scopes; the row lock serialises claims within one scope';
@@ -52,7 +56,12 @@ COMMENT ON TABLE pglease.slot_scopes IS
 -- claimed with. Same states as pglease.leases; holder_role as there;
 -- capacity is the capacity the tenure was claimed with (NULL before 0.2.0):
 -- a claim succeeds only while the scope has fewer live holders than the
--- smallest capacity of any live holder and its own.
+-- smallest capacity of any live holder and its own. counted is true from
+-- the claim that takes the slot until a later claim in the scope finds the
+-- tenure over on its clock (released or expired) and un-counts it; every
+-- change of it happens under the scope lock, with the scope's counter. So
+-- after a claim's un-counting, the counted rows are exactly the slots in
+-- use (a renewal extends only a live tenure, which is counted).
 CREATE TABLE pglease.slots (
     scope       text        NOT NULL,
     slot        integer     NOT NULL CHECK (slot > 0),
@@ -62,6 +71,7 @@ CREATE TABLE pglease.slots (
     expires_at  timestamptz NOT NULL,
     holder_role text,
     capacity    integer     CHECK (capacity BETWEEN 1 AND 1000000),
+    counted     boolean     NOT NULL DEFAULT false,
     PRIMARY KEY (scope, slot)
 ) WITH (fillfactor = 50, vacuum_truncate = false);
 COMMENT ON TABLE pglease.slots IS
@@ -69,6 +79,11 @@ COMMENT ON TABLE pglease.slots IS
 
 CREATE INDEX slots_scope_expires_idx ON pglease.slots (scope, expires_at);
 CREATE INDEX slots_holder_idx ON pglease.slots (holder, scope) WHERE holder IS NOT NULL;
+-- The counted rows of a scope by end (what a claim un-counts: those that
+-- ended since the last claim) and by capacity (the smallest capacity of the
+-- live holders), each an index range read whatever the holders' number.
+CREATE INDEX slots_counted_expires_idx ON pglease.slots (scope, expires_at) WHERE counted;
+CREATE INDEX slots_counted_capacity_idx ON pglease.slots (scope, capacity) WHERE counted;
 
 -- Who waits for a release, so that a release NOTIFYs only when someone
 -- listens for it (see pglease._wake). A NOTIFY makes its transaction commit
