@@ -86,8 +86,9 @@ type Config struct {
 
 	// RenewInterval is the time between Run's renewals. Defaults to a third
 	// of the tenure's TTL; with a Keeper, to RetryDelay + 1ms, since each
-	// of Run's renewals then waits for the keeper's next round. When set, every TTL used with this client must
-	// exceed RenewInterval plus the safety margin.
+	// of Run's renewals then waits for the keeper's next round. When set,
+	// every TTL used with this client must exceed RenewInterval plus the
+	// safety margin.
 	RenewInterval time.Duration
 
 	// RetryDelay is the pause before Run retries a renewal whose outcome is

@@ -135,7 +135,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		sent := time.Now()
-		if err := k.renewAll(ctx); err != nil && ctx.Err() == nil {
+		if err := k.renewAll(ctx, sent); err != nil && ctx.Err() == nil {
 			k.cfg.Logger.Warn("pglease: renew_holder failed, outcome unknown; retrying",
 				"holder", k.cfg.Holder, "err", err, "retry_in", k.cfg.RetryDelay)
 			t.Reset(k.cfg.RetryDelay)
@@ -145,17 +145,17 @@ func (k *Keeper) Run(ctx context.Context) error {
 	}
 }
 
-// renewAll makes one renew_holder call and settles the registered tenures
-// with its result. An error leaves the outcome unknown: nothing is
-// extended, nothing ends. Renews waiting for a round get this one's
-// verdict, also when they started waiting after it was sent.
-func (k *Keeper) renewAll(ctx context.Context) error {
+// renewAll makes one renew_holder call, sent no earlier than sent, and
+// settles the registered tenures with its result. An error leaves the
+// outcome unknown: nothing is extended, nothing ends. Renews waiting for a
+// round get this one's verdict, also when they started waiting after it
+// was sent.
+func (k *Keeper) renewAll(ctx context.Context, sent time.Time) error {
 	k.mu.Lock()
 	k.sent++
 	n := k.sent
 	k.mu.Unlock()
 
-	sent := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, k.cfg.TTL) // a later reply extends nothing
 	row, err := k.q.HolderRenew(cctx, db.HolderRenewParams{Holder: k.cfg.Holder, Ttl: k.cfg.TTL})
 	cancel()
