@@ -61,17 +61,33 @@ type Config struct {
 	Scope    string
 	Capacity int
 
-	// TTL is the lease's time to live on the server. Defaults to 15s.
+	// TTL is the lease's time to live on the server. Defaults to 15s; with
+	// a Keeper, to the keeper's TTL, and must not exceed it.
 	TTL time.Duration
 
 	// RenewInterval is the time between renewals. Defaults to TTL/3. Must
 	// be shorter than TTL - SafetyMargin, so that a renewal is due well
-	// before the local deadline.
+	// before the local deadline. Must be zero with a Keeper, whose
+	// Interval applies.
 	RenewInterval time.Duration
 
 	// RetryDelay is the pause before retrying a renewal whose outcome is
 	// unknown (connection error, timeout). Defaults to RenewInterval/5.
+	// Must be zero with a Keeper, whose RetryDelay applies.
 	RetryDelay time.Duration
+
+	// Keeper, when set, renews this supervisor's lease (or slot) together
+	// with every other tenure of the keeper's holder, in one round trip per
+	// keeper interval (see pglease.Keeper): a process running a supervisor
+	// per shard or tenant makes one renewal call per interval, not one per
+	// supervisor. Run the keeper (Keeper.Run) for as long as its
+	// supervisors run: without its rounds, a leader's workload is cancelled
+	// at its deadline. Holder defaults to the keeper's and must equal it.
+	// Every supervisor of a keeper shares its holder, and tenures are
+	// re-entrant per holder, so Run refuses to run two of them with the
+	// same Name (or Scope) at once: several slots of one Scope need a
+	// keeper (a holder) each.
+	Keeper *pglease.Keeper
 
 	// SafetyMargin is how long before the server's expiry the local
 	// deadline falls (see pglease.Lease.Deadline). Defaults to TTL/10.
@@ -106,7 +122,9 @@ type Config struct {
 	RestartDelay time.Duration
 
 	// Holder is this supervisor's identity. Defaults to
-	// pglease.NewHolderID(); must be unique per supervisor.
+	// pglease.NewHolderID(), with a Keeper to the keeper's holder; must be
+	// unique per supervisor of a Name or Scope (tenures are re-entrant per
+	// holder).
 	Holder string
 
 	// PurgeEvery is how often Run calls pglease.purge_due to delete what
@@ -160,6 +178,19 @@ func (cfg Config) withDefaults() (Config, error) {
 			return cfg, invalidf("%s must not be negative, got %s", d.name, d.v)
 		}
 	}
+	if k := cfg.Keeper; k != nil {
+		switch {
+		case cfg.Holder != "" && cfg.Holder != k.Holder():
+			return cfg, invalidf("Holder %q differs from the Keeper's holder %q: leave Holder empty to get the keeper's", cfg.Holder, k.Holder())
+		case cfg.RenewInterval != 0 || cfg.RetryDelay != 0:
+			return cfg, invalidf("RenewInterval and RetryDelay must be zero with a Keeper (got %s, %s): the keeper's Interval and RetryDelay apply",
+				cfg.RenewInterval, cfg.RetryDelay)
+		case cfg.TTL > k.TTL():
+			return cfg, invalidf("TTL %s is longer than the Keeper's TTL %s: a kept lease is renewed to the keeper's TTL; leave TTL zero to get it",
+				cfg.TTL, k.TTL())
+		}
+		cfg.Holder, cfg.TTL = k.Holder(), cmp.Or(cfg.TTL, k.TTL())
+	}
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
 	if cfg.TTL > pglease.MaxTTL {
 		return cfg, invalidf("TTL must be at most %s, got %s", pglease.MaxTTL, cfg.TTL)
@@ -172,15 +203,10 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, invalidf("HardStop %s must be shorter than SafetyMargin %s: the process must exit before the lease can expire on the server",
 			cfg.HardStop, cfg.SafetyMargin)
 	}
-	cfg.RenewInterval = cmp.Or(cfg.RenewInterval, cfg.TTL/3)
-	if cfg.RenewInterval >= cfg.TTL-cfg.SafetyMargin {
-		return cfg, invalidf("RenewInterval %s must be shorter than TTL - SafetyMargin (%s - %s): renew well before the lease can expire",
-			cfg.RenewInterval, cfg.TTL, cfg.SafetyMargin)
-	}
-	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, cfg.RenewInterval/5)
-	if cfg.RetryDelay >= cfg.RenewInterval {
-		return cfg, invalidf("RetryDelay %s must be shorter than RenewInterval %s: retry while the deadline allows",
-			cfg.RetryDelay, cfg.RenewInterval)
+	if cfg.Keeper == nil {
+		if err := cfg.renewDefaults(); err != nil {
+			return cfg, err
+		}
 	}
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, cfg.TTL)
 	cfg.RestartDelay = cmp.Or(cfg.RestartDelay, DefaultRestartDelay)
@@ -194,6 +220,22 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return cfg, nil
+}
+
+// renewDefaults applies and checks RenewInterval and RetryDelay of a
+// supervisor that renews on its own (no Keeper).
+func (cfg *Config) renewDefaults() error {
+	cfg.RenewInterval = cmp.Or(cfg.RenewInterval, cfg.TTL/3)
+	if cfg.RenewInterval >= cfg.TTL-cfg.SafetyMargin {
+		return invalidf("RenewInterval %s must be shorter than TTL - SafetyMargin (%s - %s): renew well before the lease can expire",
+			cfg.RenewInterval, cfg.TTL, cfg.SafetyMargin)
+	}
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, cfg.RenewInterval/5)
+	if cfg.RetryDelay >= cfg.RenewInterval {
+		return invalidf("RetryDelay %s must be shorter than RenewInterval %s: retry while the deadline allows",
+			cfg.RetryDelay, cfg.RenewInterval)
+	}
+	return nil
 }
 
 // observe passes e to the Observer, if any.

@@ -14,9 +14,16 @@
 // another instance holds it, it waits for the release NOTIFY or until the
 // holder's reported expiry (plus jitter), never a blind fixed-interval poll.
 // Holding, it runs the workload under pglease.Lease.Run, with a context of
-// its own, renewing every RenewInterval (TTL/3 by default). With Scope and Capacity set instead of Name, up to
-// Capacity instances run at once, each guarded by one slot (package
-// runslots).
+// its own, renewing every RenewInterval (TTL/3 by default). With Scope
+// and Capacity set instead of Name, up to Capacity instances run at once,
+// each guarded by one slot (package runslots).
+//
+// A process that runs many supervisors (one per shard or tenant) can share
+// a pglease.Keeper among them (Config.Keeper): the keeper renews every
+// lease they hold in one renew_holder call per interval, and each
+// supervisor still cancels its own workload when its own lease is lost or
+// its deadline passes. They share the keeper's holder, so a keeper serves
+// one supervisor per Name or Scope.
 //
 // # Safety
 //

@@ -23,6 +23,7 @@ import (
 type Supervisor struct {
 	cfg    Config
 	name   string // lease name or slot scope
+	kind   string // "lease" or "slot"
 	log    *slog.Logger
 	leader atomic.Bool
 	fence  atomic.Int64
@@ -38,6 +39,41 @@ type Supervisor struct {
 	waiting func()
 	// exit ends the process for Config.HardStop: os.Exit, or a test's hook.
 	exit func(code int)
+}
+
+// runKey is a keeper's lease or slot scope.
+type runKey struct {
+	keeper     *pglease.Keeper
+	kind, name string
+}
+
+// running is the runKeys of the kept Runs running in this process.
+var running runSet
+
+// runSet is a set of runKeys, safe for concurrent use.
+type runSet struct {
+	mu   sync.Mutex
+	keys map[runKey]struct{}
+}
+
+// add adds key and reports whether it was absent.
+func (r *runSet) add(key runKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.keys[key]; ok {
+		return false
+	}
+	if r.keys == nil {
+		r.keys = map[runKey]struct{}{}
+	}
+	r.keys[key] = struct{}{}
+	return true
+}
+
+func (r *runSet) remove(key runKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.keys, key)
 }
 
 // kept is a held lease or slot: both keep themselves with Run.
@@ -69,10 +105,11 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 		PurgeEvery:    -1, // Run purges, standing by too
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 		OnStuck: s.stuck, OnRelease: s.released, OnWait: s.refused,
+		Keeper: cfg.Keeper,
 	}
-	kind := "lease"
+	s.kind = "lease"
 	if cfg.Scope != "" {
-		kind, s.name = "slot", cfg.Scope
+		s.kind, s.name = "slot", cfg.Scope
 		c, err := runslots.New(database, ccfg)
 		if err != nil {
 			return nil, err
@@ -86,7 +123,7 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 		}
 		s.take = func(ctx context.Context) (kept, error) { return c.Acquire(ctx, cfg.Name, cfg.TTL) }
 	}
-	s.log = cfg.Logger.With(kind, s.name, "holder", cfg.Holder)
+	s.log = cfg.Logger.With(s.kind, s.name, "holder", cfg.Holder)
 	return s, nil
 }
 
@@ -111,8 +148,20 @@ func (s *Supervisor) Holder() string { return s.cfg.Holder }
 // again; or, when ctx has ended, returns ctx.Err(). What happens when
 // workload returns on its own is set by Config.OnExit. Errors while
 // standing by (database down) are logged and retried with capped backoff.
-// No goroutine started by Run outlives it.
+// No goroutine started by Run outlives it. With a Keeper, Run returns an
+// error matching pglease.ErrInvalidArgument at once while another Run in
+// this process runs with the same keeper and Name (or Scope): sharing the
+// keeper's holder, both would hold the one tenure and run their workloads
+// together.
 func (s *Supervisor) Run(ctx context.Context, workload func(ctx context.Context) error) error {
+	if k := s.cfg.Keeper; k != nil {
+		key := runKey{keeper: k, kind: s.kind, name: s.name}
+		if !running.add(key) {
+			return invalidf("another Run in this process runs %s %q with this Keeper (holder %q): "+
+				"the supervisors of a keeper share its holder, so give each %s a keeper of its own", s.kind, s.name, k.Holder(), s.kind)
+		}
+		defer running.remove(key)
+	}
 	if s.pool != nil && s.cfg.PurgeEvery > 0 {
 		pctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
