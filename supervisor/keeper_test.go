@@ -367,3 +367,66 @@ func TestKeeperConfigValidation(t *testing.T) {
 		t.Fatalf("Holder = %q, want the keeper's (k)", s.Holder())
 	}
 }
+
+// TestKeeperStoppedCancelsBeforeExpiry: when the keeper stops renewing, a
+// kept supervisor's workload is cancelled at its local deadline, while the
+// server still has the lease (the server's clock says so), and the lease is
+// not released while the workload runs.
+func TestKeeperStoppedCancelsBeforeExpiry(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	k, err := pglease.NewKeeper(pool, pglease.KeeperConfig{TTL: 3 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx, stopKeeper := context.WithCancel(context.Background())
+	kept := make(chan error, 1)
+	go func() { kept <- k.Run(kctx) }()
+	defer stopKeeper()
+	s := newSupervisor(t, pool, supervisor.Config{Name: "unkept", Keeper: k})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leading := make(chan struct{}, 1)
+	type verdict struct {
+		cause error
+		left  time.Duration // server's expires_at minus its clock, at the cancellation
+	}
+	got := make(chan verdict, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Run(ctx, func(wctx context.Context) error {
+			select {
+			case leading <- struct{}{}:
+			default: // led again after the loss
+				<-wctx.Done()
+				return nil
+			}
+			<-wctx.Done()
+			var left time.Duration
+			err := pool.QueryRow(context.Background(), `SELECT expires_at - clock_timestamp() FROM pglease.leases
+				WHERE name = 'unkept' AND holder = $1`, s.Holder()).Scan(&left)
+			if err != nil {
+				t.Errorf("read the lease at the cancellation: %v", err)
+			}
+			got <- verdict{context.Cause(wctx), left}
+			return nil
+		})
+	}()
+	<-leading
+	stopKeeper()
+	if err := <-kept; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Keeper.Run = %v, want context.Canceled", err)
+	}
+	v := <-got
+	t.Logf("cancelled with %s left on the server: %v", v.left, v.cause)
+	if !errors.Is(v.cause, pglease.ErrLeaseLost) {
+		t.Fatalf("cancel cause = %v, want ErrLeaseLost (the deadline passed)", v.cause)
+	}
+	if v.left <= 0 {
+		t.Fatalf("workload cancelled %s after the server's expiry, want before it", -v.left)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run = %v, want context.Canceled", err)
+	}
+}
