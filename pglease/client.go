@@ -30,9 +30,12 @@ const (
 // AfterConnect hooks, but outside the pool, so waiting never takes a pool
 // connection) or implements Listener (a wrapped pool, say). The waiters of
 // one client share that connection; it is opened by the first waiter and
-// closed DefaultNotifyLinger after the last one left. Without it, or when it
-// cannot be opened (logged once at warn), they wait until the expiry the
-// server reported: correct, only slower after a release.
+// closed DefaultNotifyLinger after the last one left. Without it, they wait
+// until the expiry the server reported: correct, only slower after a
+// release. When it cannot be opened (the server's connection limit, say;
+// logged once at warn), they try again to open it, and look again, after a
+// backoff from 100ms doubling to 2s, each wait ending at the expiry at the
+// latest.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

@@ -184,3 +184,67 @@ func (f handlerFunc) Enabled(context.Context, slog.Level) bool      { return tru
 func (f handlerFunc) Handle(_ context.Context, r slog.Record) error { f(r); return nil }
 func (f handlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return f }
 func (f handlerFunc) WithGroup(string) slog.Handler                 { return f }
+
+// flakyListener is a listener whose ListenConn fails until ok is set.
+type flakyListener struct {
+	*pgxpool.Pool
+	dials atomic.Int32
+	ok    atomic.Bool
+	tried chan struct{} // receives after each failed dial (dropped when full)
+}
+
+func (l *flakyListener) ListenConn(ctx context.Context) (*pgx.Conn, error) {
+	l.dials.Add(1)
+	if !l.ok.Load() {
+		select {
+		case l.tried <- struct{}{}:
+		default:
+		}
+		return nil, errors.New("sorry, too many clients already")
+	}
+	return pgx.ConnectConfig(ctx, l.Config().ConnConfig.Copy())
+}
+
+// TestNotifyRelistens: a waiter that could not open its LISTEN connection
+// (the server's connection limit, say) keeps trying, and once it can, a
+// release wakes it long before the holder's expiry (a minute here).
+func TestNotifyRelistens(t *testing.T) {
+	t.Parallel()
+	db := &flakyListener{Pool: pgtest.NewDirectPool(t), tried: make(chan struct{}, 1)}
+	owner := newClient(t, db.Pool, "owner")
+	waiter, err := pglease.New(db, pglease.Config{Holder: "waiter", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := mustAcquire(t, owner, "jobs", time.Minute)
+	done := make(chan error, 1)
+	go func() {
+		wl, err := waiter.Acquire(ctx, "jobs", time.Minute)
+		if err == nil {
+			err = wl.Release(ctx)
+		}
+		done <- err
+	}()
+	for range 3 { // the Acquire's Listen, then two Waits that tried again
+		select {
+		case <-db.tried:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the waiter tried to listen %d times in 30s, want 3", db.dials.Load())
+		}
+	}
+	db.ok.Store(true)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		t.Logf("acquired %s after the release, %d LISTEN attempts", time.Since(released), db.dials.Load())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiter did not take the released lease within 30s (the holder's TTL is a minute): it stopped trying to listen")
+	}
+}

@@ -9,7 +9,9 @@
 // waiter and kept for a linger after the last one leaves, so that the next
 // waiter does not pay a new connection; while nobody waits, no goroutine
 // reads it. When no connection can be opened, waiters fall back to waiting
-// for the expiry the server reported, and the hub logs that once at warn.
+// for the expiry the server reported, looking again at a backoff capped at
+// maxRelisten while they try to listen anew, and the hub logs that once at
+// warn.
 package notify
 
 import (
@@ -45,6 +47,16 @@ type Payload struct {
 // maxJitter caps the random delay added to each wait, which keeps many
 // waiters from retrying in the same instant.
 const maxJitter = 20 * time.Millisecond
+
+// A waiter that cannot listen (no connection can be opened: the server's
+// connection limit, a network blip) tries again after a backoff from
+// minRelisten doubling to maxRelisten, and its caller looks again each
+// time, rather than sleeping until the expiry: a release meanwhile would go
+// unheard for up to a TTL.
+const (
+	minRelisten = 100 * time.Millisecond
+	maxRelisten = 2 * time.Second
+)
 
 // connectTimeout bounds opening the LISTEN connection: a standby whose
 // network hangs must fall back to sleeping, not hang.
@@ -115,6 +127,7 @@ type Waiter struct {
 	h          *Hub
 	link       *link         // nil while not listening
 	wake       chan struct{} // buffered 1: a release of kind/name, or the link broke
+	relisten   time.Duration // the backoff before listening anew; 0 while listening works
 }
 
 // Listen subscribes to releases of kind ("lease" or "slot") name. When the
@@ -133,13 +146,18 @@ func (h *Hub) Listen(ctx context.Context, kind, name string) *Waiter {
 // is worth a retry). A waiter that is not listening (its connection broke,
 // say in a failover, or could not be opened) listens again first and, when
 // that works, returns at once so that the caller looks again before
-// waiting. It returns ctx.Err() unchanged when ctx ends first.
+// waiting; when it does not, Wait returns after the relisten backoff if
+// that is shorter than d, so that the caller looks again and Wait tries to
+// listen again. It returns ctx.Err() unchanged when ctx ends first.
 func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
 	if w.h.dial != nil && (w.link == nil || w.link.dead.Load()) {
 		w.Close(ctx)
 		if w.link = w.h.subscribe(ctx, w); w.link != nil {
+			w.relisten = 0
 			return ctx.Err()
 		}
+		w.relisten = min(max(2*w.relisten, minRelisten), maxRelisten)
+		d = min(d, w.relisten)
 	}
 	t := time.NewTimer(max(d, 0) + rand.N(maxJitter))
 	defer t.Stop()
@@ -293,8 +311,7 @@ func (l *link) expire() {
 
 // read reads notifications and wakes the waiters they concern, until ctx
 // is cancelled (no waiter left) or the connection breaks: then it wakes
-// every waiter (they listen again, or fall back to sleeping until expiry)
-// and detaches the link from the hub.
+// every waiter (they listen again, or back off as Wait does) and detaches the link from the hub.
 func (l *link) read(ctx context.Context, stopped chan struct{}) {
 	defer close(stopped)
 	for {
