@@ -31,9 +31,13 @@ type HandoverResult struct {
 	Latency Latency `json:"latency"`
 	// OverTTL is Latency minus the TTL, for a crash.
 	OverTTL *Latency `json:"over_ttl,omitempty"`
-	// Parts splits a client-level release handover: from the Release call
-	// to the waiter sending its next acquire ("notified": the release's
-	// commit and the NOTIFY's delivery), and that acquire ("acquire").
+	// Parts splits a release handover. At client level: from the Release
+	// call to the waiter sending its next acquire ("notified": the release's
+	// commit and the NOTIFY's delivery), and that acquire ("acquire"). At
+	// supervisor level: from the leader's workload returning to its
+	// EventReleased ("release"), from there to the standby's EventAcquired
+	// ("acquire"), and from there to the standby's workload starting
+	// ("start").
 	Parts map[string]Latency `json:"parts,omitempty"`
 }
 
@@ -214,11 +218,11 @@ func (p *handoverPair) letGo(ctx context.Context, held *pglease.Lease, crash boo
 	return held.Release(ctx)
 }
 
-// benchHandover measures trials graceful handovers (Release wakes the
-// waiter's Acquire through NOTIFY) and trials crash takeovers (the holder
+// benchHandover measures releases graceful handovers (Release wakes the
+// waiter's Acquire through NOTIFY) and crashes crash takeovers (the holder
 // stops renewing a lease of crashTTL; the waiter's Acquire returns after the
-// expiry).
-func (e *env) benchHandover(ctx context.Context, trials int, crashTTL time.Duration) ([]HandoverResult, error) {
+// expiry), the two kinds taking turns while both have trials left.
+func (e *env) benchHandover(ctx context.Context, releases, crashes int, crashTTL time.Duration) ([]HandoverResult, error) {
 	p, err := e.handoverPair(ctx)
 	if err != nil {
 		return nil, err
@@ -226,13 +230,18 @@ func (e *env) benchHandover(ctx context.Context, trials int, crashTTL time.Durat
 	defer p.close()
 
 	var graceful, crash, over, notified, acquire []time.Duration
-	for i := range trials {
-		g, err := p.trial(ctx, fmt.Sprintf("handover/release/%d", i), cycleTTL, false)
-		if err != nil {
-			return nil, fmt.Errorf("release handover %d: %w", i, err)
+	for i := range max(releases, crashes) {
+		if i < releases {
+			g, err := p.trial(ctx, fmt.Sprintf("handover/release/%d", i), cycleTTL, false)
+			if err != nil {
+				return nil, fmt.Errorf("release handover %d: %w", i, err)
+			}
+			graceful = append(graceful, g.total)
+			notified, acquire = append(notified, g.notified), append(acquire, g.acquire)
 		}
-		graceful = append(graceful, g.total)
-		notified, acquire = append(notified, g.notified), append(acquire, g.acquire)
+		if i >= crashes {
+			continue
+		}
 		c, err := p.trial(ctx, fmt.Sprintf("handover/crash/%d", i), crashTTL, true)
 		if err != nil {
 			return nil, fmt.Errorf("crash takeover %d: %w", i, err)
@@ -242,9 +251,9 @@ func (e *env) benchHandover(ctx context.Context, trials int, crashTTL time.Durat
 	overTTL := summarize(over)
 	return []HandoverResult{
 		{
-			Kind: "release", Level: "client", Trials: trials, TTLMs: ms(cycleTTL), Latency: summarize(graceful),
+			Kind: "release", Level: "client", Trials: releases, TTLMs: ms(cycleTTL), Latency: summarize(graceful),
 			Parts: map[string]Latency{"notified": summarize(notified), "acquire": summarize(acquire)},
 		},
-		{Kind: "crash", Level: "client", Trials: trials, TTLMs: ms(crashTTL), Latency: summarize(crash), OverTTL: &overTTL},
+		{Kind: "crash", Level: "client", Trials: crashes, TTLMs: ms(crashTTL), Latency: summarize(crash), OverTTL: &overTTL},
 	}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"time"
 
@@ -19,11 +20,29 @@ const supervisorTTL = 10 * time.Second
 // supervisorTrialTimeout bounds each step of a supervisor handover trial.
 const supervisorTrialTimeout = 10 * time.Second
 
+// endListenersSQL ends the LISTEN connections that earlier trials' clients
+// left open. Each trial's two supervisors are new clients, and a client
+// keeps its LISTEN connection pglease.DefaultNotifyLinger (30 s) after its
+// last waiter left, for the next one; at tens of milliseconds a trial they
+// would fill max_connections within a hundred trials, after which a
+// standby cannot LISTEN and waits for the leader's expiry. A process keeps
+// its supervisors, so this is the benchmark's own artefact. Those clients
+// are never used again: nothing reads the ended connections.
+const endListenersSQL = `SELECT count(pg_catalog.pg_terminate_backend(a.pid))
+	FROM pg_catalog.pg_stat_activity AS a
+	WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid()
+	AND a.state = 'idle' AND a.query LIKE '%LISTEN pglease%'` // sqlc prefixes the query's name
+
+// supervisorSlow is a handover slow enough to log on its own: the standby
+// was not woken by the release's NOTIFY.
+const supervisorSlow = time.Second
+
 // benchSupervisorHandover measures trials handovers between two
 // supervisors: the leader's workload returns (OnExit Return: it releases and
 // Run returns), and the standby, which had already seen the leader, starts
 // its workload. Latency runs from the leader's workload returning to the
-// standby's workload starting.
+// standby's workload starting; Parts splits it at the leader's
+// EventReleased and the standby's EventAcquired.
 func (e *env) benchSupervisorHandover(ctx context.Context, trials int) (HandoverResult, error) {
 	res := HandoverResult{Kind: "release", Level: "supervisor", Trials: trials, TTLMs: ms(supervisorTTL)}
 	var pools [2]*pgxpool.Pool
@@ -38,43 +57,73 @@ func (e *env) benchSupervisorHandover(ctx context.Context, trials int) (Handover
 		}
 		defer pools[i].Close()
 	}
-	lat := make([]time.Duration, trials)
+	var lat, release, acquire, start []time.Duration
 	for i := range trials {
-		var err error
-		if lat[i], err = supervisorTrial(ctx, pools, fmt.Sprintf("handover/supervisor/%d", i)); err != nil {
+		h, err := supervisorTrial(ctx, pools, fmt.Sprintf("handover/supervisor/%d", i))
+		if err != nil {
 			return res, fmt.Errorf("supervisor handover %d: %w", i, err)
 		}
+		if _, err := pools[0].Exec(ctx, endListenersSQL); err != nil {
+			return res, fmt.Errorf("end the LISTEN connections of supervisor handover %d: %w", i, err)
+		}
+		lat = append(lat, h.started.Sub(h.returned))
+		if d := h.started.Sub(h.returned); d > supervisorSlow {
+			log.Printf("supervisor handover %d took %s: release %s, acquire %s, start %s", i, d.Round(time.Millisecond),
+				h.released.Sub(h.returned).Round(time.Microsecond), h.acquired.Sub(h.released).Round(time.Microsecond), h.started.Sub(h.acquired).Round(time.Microsecond))
+		}
+		release = append(release, h.released.Sub(h.returned))
+		acquire = append(acquire, h.acquired.Sub(h.released))
+		start = append(start, h.started.Sub(h.acquired))
 	}
 	res.Latency = summarize(lat)
+	res.Parts = map[string]Latency{"release": summarize(release), "acquire": summarize(acquire), "start": summarize(start)}
 	return res, nil
+}
+
+// supervisorHandover is when each step of one supervisor handover was
+// seen: the leader's workload returning, the leader's EventReleased, the
+// standby's EventAcquired and the standby's workload starting.
+type supervisorHandover struct {
+	returned, released, acquired, started time.Time
+}
+
+// at returns an Observer that sends the time of the first event of kind
+// to ch (of capacity 1) and passes every event to next, if any.
+func at(kind supervisor.EventKind, ch chan<- time.Time, next func(supervisor.Event)) func(supervisor.Event) {
+	return func(ev supervisor.Event) {
+		if ev.Kind == kind {
+			select {
+			case ch <- time.Now():
+			default:
+			}
+		}
+		if next != nil {
+			next(ev)
+		}
+	}
 }
 
 // supervisorTrial runs one handover of lease name from a supervisor on
 // pools[0] to one on pools[1].
-func supervisorTrial(ctx context.Context, pools [2]*pgxpool.Pool, name string) (time.Duration, error) {
+func supervisorTrial(ctx context.Context, pools [2]*pgxpool.Pool, name string) (supervisorHandover, error) {
+	var h supervisorHandover
 	ctx, cancel := context.WithTimeout(ctx, 3*supervisorTrialTimeout)
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
-	seen := make(chan struct{}, 1)
+	seen, released, acquired := make(chan time.Time, 1), make(chan time.Time, 1), make(chan time.Time, 1)
 	leader, err := supervisor.New(pools[0], supervisor.Config{
 		Name: name, TTL: supervisorTTL, OnExit: supervisor.Return, Holder: "bench/" + name + "/leader", Logger: quiet,
+		Observer: at(supervisor.EventReleased, released, nil),
 	})
 	if err != nil {
-		return 0, err
+		return h, err
 	}
 	standby, err := supervisor.New(pools[1], supervisor.Config{
 		Name: name, TTL: supervisorTTL, OnExit: supervisor.Return, Holder: "bench/" + name + "/standby", Logger: quiet,
-		Observer: func(ev supervisor.Event) {
-			if ev.Kind == supervisor.EventLeaderSeen {
-				select {
-				case seen <- struct{}{}:
-				default:
-				}
-			}
-		},
+		Observer: at(supervisor.EventLeaderSeen, seen, at(supervisor.EventAcquired, acquired, nil)),
 	})
 	if err != nil {
-		return 0, err
+		return h, err
 	}
 
 	leading, stop := make(chan struct{}), make(chan struct{})
@@ -93,7 +142,7 @@ func supervisorTrial(ctx context.Context, pools [2]*pgxpool.Pool, name string) (
 		})
 	}()
 	if _, err := recv(ctx, leading, "the leader to start its workload"); err != nil {
-		return 0, err
+		return h, err
 	}
 	go func() {
 		runs <- standby.Run(ctx, func(context.Context) error {
@@ -102,18 +151,24 @@ func supervisorTrial(ctx context.Context, pools [2]*pgxpool.Pool, name string) (
 		})
 	}()
 	if _, err := recv(ctx, seen, "the standby to see the leader"); err != nil {
-		return 0, err
+		return h, err
 	}
 	close(stop)
-	t0, err := recv(ctx, returned, "the leader's workload to return")
-	if err != nil {
-		return 0, err
+	for _, s := range []struct {
+		t    *time.Time
+		ch   <-chan time.Time
+		what string
+	}{
+		{&h.returned, returned, "the leader's workload to return"},
+		{&h.released, released, "the leader's EventReleased"},
+		{&h.acquired, acquired, "the standby's EventAcquired"},
+		{&h.started, started, "the standby to start its workload"},
+	} {
+		if *s.t, err = recv(ctx, s.ch, s.what); err != nil {
+			return h, err
+		}
 	}
-	t1, err := recv(ctx, started, "the standby to start its workload")
-	if err != nil {
-		return 0, err
-	}
-	return t1.Sub(t0), errors.Join(<-runs, <-runs)
+	return h, errors.Join(<-runs, <-runs)
 }
 
 // recv receives from ch, waiting at most supervisorTrialTimeout.

@@ -25,6 +25,12 @@ const (
 	limitRowSQL   = `INSERT INTO bench_limit (name, holder, fence, acquired_at, expires_at)
 		VALUES ($1, 'bench', 1, now(), now() + interval '30 s') ON CONFLICT (name) DO NOTHING`
 	limitUpdateSQL = `UPDATE bench_limit SET expires_at = now() + interval '30 s' WHERE name = $1`
+	// limitUpdateAsyncSQL is the limit UPDATE in a transaction whose commit
+	// does not wait for its WAL flush, in one statement, the way
+	// releaseAsyncSQL (sql/queries/leases.sql's LeaseReleaseAsync) does it.
+	limitUpdateAsyncSQL = `WITH u AS (
+		UPDATE bench_limit SET expires_at = now() + interval '30 s' WHERE name = $1 RETURNING name)
+		SELECT u.name FROM u CROSS JOIN LATERAL pg_catalog.set_config('synchronous_commit', 'off', true) AS s`
 
 	acquireSQL = `SELECT acquired, fence FROM pglease.acquire($1, $2, $3)`
 	renewSQL   = `SELECT renewed FROM pglease.renew($1, $2, $3, $4)`
@@ -70,6 +76,7 @@ func sqlAcquire(ctx context.Context, conn *pgx.Conn, name, holder string, ttl ti
 func (e *env) leaseWorkloads() []workload {
 	return []workload{
 		e.limitWorkload(),
+		e.renewFloor(),
 		e.renewSQL("renew/sql"),
 		{
 			key: "renew/pkg", name: "pglease.renew", path: "Go package: Lease.Renew",
@@ -84,6 +91,7 @@ func (e *env) leaseWorkloads() []workload {
 				})
 			},
 		},
+		e.limitCycle(),
 		e.acquireReleaseSQL("acquire-release/sql", "SQL via pgx", releaseSQL),
 		e.acquireReleaseSQL("acquire-release/sql-async", "SQL via pgx, asynchronous release", releaseAsyncSQL),
 		{
@@ -156,6 +164,62 @@ func (e *env) leaseWorkloads() []workload {
 // transaction, each client on a row of its own.
 func (e *env) limitWorkload() workload {
 	return e.singleStatement("update-limit", "UPDATE one row (the limit)", limitUpdateSQL, 1)
+}
+
+// renewFloor is the floor of any pglease.renew (floorUpdateSQL: an empty
+// SECURITY DEFINER PL/pgSQL function with renew's signature and a pinned
+// search_path, around the limit UPDATE) on client i's row of the limit's
+// table. floorFunctionsSQL must have run.
+func (e *env) renewFloor() workload {
+	const key = "renew-floor"
+	return workload{
+		key: key, name: "renew's floor: SECURITY DEFINER PL/pgSQL around the UPDATE", path: "SQL",
+		steps: []string{"renew"},
+		start: func(ctx context.Context, n int) (*instance, error) {
+			return e.perConn(ctx, n, func(ctx context.Context, i int, conn *pgx.Conn) ([]step, error) {
+				row := id(key, i)
+				_, err := conn.Exec(ctx, limitRowSQL, row)
+				return []step{func(ctx context.Context) error {
+					var renewed bool
+					if err := conn.QueryRow(ctx, floorUpdateSQL, row).Scan(&renewed); err != nil {
+						return err
+					}
+					if !renewed {
+						return errRefused("floor renew " + row)
+					}
+					return nil
+				}}, err
+			})
+		},
+	}
+}
+
+// limitCycle is the ceiling of any acquire + release whose grant is durable
+// and whose release is asynchronous, each at least a one-row UPDATE: the
+// limit UPDATE, then the same UPDATE with synchronous_commit off for its
+// transaction, on client i's row of the limit's table.
+func (e *env) limitCycle() workload {
+	const key = "limit-cycle"
+	return workload{
+		key: key, name: "limit cycle: UPDATE (durable) + UPDATE (asynchronous commit)", path: "SQL",
+		steps: []string{"update", "update-async"},
+		start: func(ctx context.Context, n int) (*instance, error) {
+			return e.perConn(ctx, n, func(ctx context.Context, i int, conn *pgx.Conn) ([]step, error) {
+				row := id(key, i)
+				_, err := conn.Exec(ctx, limitRowSQL, row)
+				exec := func(sql string) step {
+					return func(ctx context.Context) error {
+						tag, err := conn.Exec(ctx, sql, row)
+						if err == nil && tag.RowsAffected() != 1 {
+							err = fmt.Errorf("%s: %d rows, want 1", tag, tag.RowsAffected())
+						}
+						return err
+					}
+				}
+				return []step{exec(limitUpdateSQL), exec(limitUpdateAsyncSQL)}, err
+			})
+		},
+	}
 }
 
 // singleStatement is a workload whose op is sql, run with the name of

@@ -44,7 +44,8 @@ type config struct {
 	json        string
 	pgbench     string
 	pgbenchTime time.Duration
-	handovers   int
+	handovers   int // release handovers, client and supervisor level
+	crashes     int // crash takeovers
 	crashTTL    time.Duration
 	leases      int
 	purgeNames  int
@@ -87,7 +88,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.json, "json", "results/latest.json", "JSON file to write with every figure")
 	fs.StringVar(&cfg.pgbench, "pgbench", "", "pgbench binary (default: from PATH, else "+pgbenchFallback+")")
 	fs.DurationVar(&cfg.pgbenchTime, "pgbench-time", 3*time.Second, "pgbench cross-check duration")
-	fs.IntVar(&cfg.handovers, "handovers", 50, "handovers of each kind")
+	fs.IntVar(&cfg.handovers, "handovers", 200, "release handovers, at client and at supervisor level")
+	fs.IntVar(&cfg.crashes, "crash-handovers", 50, "crash takeovers")
 	fs.DurationVar(&cfg.crashTTL, "crash-ttl", 200*time.Millisecond, "TTL of the lease in the crash takeovers")
 	fs.IntVar(&cfg.leases, "renew-holder-leases", 1000, "leases of the renew_holder comparison")
 	fs.IntVar(&cfg.purgeNames, "purge-names", 1_000_000, "unique names of the table-size run, with and without purge (0: skip it)")
@@ -111,8 +113,8 @@ func parseFlags(args []string) (config, error) {
 	switch {
 	case cfg.rounds < 1 || cfg.cell/time.Duration(cfg.rounds) < 10*time.Millisecond:
 		return cfg, errors.New("-duration / -rounds must be at least 10ms")
-	case cfg.handovers < 1 || cfg.leases < 1:
-		return cfg, errors.New("-handovers and -renew-holder-leases must be at least 1")
+	case cfg.handovers < 1 || cfg.crashes < 1 || cfg.leases < 1:
+		return cfg, errors.New("-handovers, -crash-handovers and -renew-holder-leases must be at least 1")
 	case cfg.purgeNames < 0 || (cfg.purgeOnly && cfg.purgeNames == 0):
 		return cfg, errors.New("-purge-names must be 0 or more, and more than 0 with -purge-only")
 	}
@@ -161,6 +163,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	if err := e.exec(ctx, limitTableSQL); err != nil {
 		return fmt.Errorf("create the limit's table: %w", err)
 	}
+	if err := e.exec(ctx, floorFunctionsSQL); err != nil {
+		return fmt.Errorf("create the floor's functions: %w", err)
+	}
 	if err := e.createPglockTable(); err != nil {
 		return fmt.Errorf("create pglock's table: %w", err)
 	}
@@ -197,8 +202,8 @@ func run(ctx context.Context, cfg config) (err error) {
 		return fmt.Errorf("renew_holder: %w", err)
 	}
 
-	log.Printf("%d release handovers and %d crash takeovers", cfg.handovers, cfg.handovers)
-	if r.Handover, err = e.benchHandover(ctx, cfg.handovers, cfg.crashTTL); err != nil {
+	log.Printf("%d release handovers and %d crash takeovers", cfg.handovers, cfg.crashes)
+	if r.Handover, err = e.benchHandover(ctx, cfg.handovers, cfg.crashes, cfg.crashTTL); err != nil {
 		return fmt.Errorf("handover: %w", err)
 	}
 	log.Printf("%d supervisor handovers", cfg.handovers)

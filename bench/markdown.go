@@ -46,6 +46,8 @@ func (r *Report) writeMarkdown(w io.Writer) {
 	p("")
 	p("C clients, each working on its own lease, slot scope or lock, so that the rows measure the cost of an operation and not contention. All draw their connections from one pgxpool per C (pglock through database/sql on it); the Go package's Acquire also LISTENs on a connection of its own. An op is one call (one round trip and one autocommit transaction, except the BEGIN; assert_held; COMMIT row: three round trips, one transaction); a cycle is the row's sequence of ops. × UPDATE is ops/s over the UPDATE limit's ops/s at the same C. Latencies are per op.")
 	p("")
+	p("Two rows are bounds rather than pglease calls. renew's floor is the limit UPDATE inside an otherwise empty PL/pgSQL function with renew's signature, SECURITY DEFINER with a pinned search_path (what every pglease function must be, so that another role can neither bypass it nor redirect its operators): no pglease.renew can beat it. The limit cycle is the limit UPDATE followed by the same UPDATE in a statement that sets synchronous_commit off for its own transaction (as the asynchronous release does): no acquire + release whose grant is durable and whose release is asynchronous, each at least a one-row UPDATE, can complete more cycles/s.")
+	p("")
 	throughputTable(w, r.Throughput)
 	p("")
 	if pb := r.Pgbench; pb.Skipped != "" {
@@ -129,8 +131,15 @@ func (r *Report) writeMarkdown(w io.Writer) {
 		}
 		part := func(k string) string { return fmt.Sprintf("%.2f / %.2f ms", h.Parts[k].P50, h.Parts[k].P99) }
 		p("")
-		line := fmt.Sprintf("The %s-level release handover by part (p50 / p99): from the Release call to the waiter sending its next acquire (the release's commit, the NOTIFY's delivery, the wake-up) %s; that acquire (a commit too) %s.",
-			h.Level, part("notified"), part("acquire"))
+		var line string
+		switch h.Level {
+		case "supervisor":
+			line = fmt.Sprintf("The supervisor-level release handover by part (p50 / p99, n=%d): from the leader's workload returning to the leader's EventReleased (the release, sent once the workload has returned) %s; from there to the standby's EventAcquired (the NOTIFY's delivery, the wake-up, the standby's acquire) %s; from there to the standby's workload starting %s.",
+				h.Trials, part("release"), part("acquire"), part("start"))
+		default:
+			line = fmt.Sprintf("The %s-level release handover by part (p50 / p99, n=%d): from the Release call to the waiter sending its next acquire (the release's commit, the NOTIFY's delivery, the wake-up) %s; that acquire (a commit too) %s.",
+				h.Level, h.Trials, part("notified"), part("acquire"))
+		}
 		if lim := r.row("update-limit", 1); lim != nil {
 			line += fmt.Sprintf(" For scale, one commit (the limit UPDATE at C=1) took %.2f / %.2f ms in this run.", lim.Latency.P50, lim.Latency.P99)
 		}
