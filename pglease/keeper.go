@@ -64,6 +64,12 @@ type KeeperConfig struct {
 // round, and their workload is cancelled when it reports the tenure lost
 // or the Deadline passes. So are Renew calls.
 //
+// The clients of a keeper also share one LISTEN connection for their
+// blocking calls (Acquire, Claim, a supervisor standing by), opened on the
+// keeper's database when it is a *pgxpool.Pool or a Listener: a process
+// with a hundred supervisors standing by holds one connection for their
+// wake-ups, not a hundred.
+//
 // renew_holder renews every live tenure of the holder taken by the
 // connecting role (session_user): run the keeper on a database that
 // connects as the same role as its clients' (the same pool, usually).

@@ -430,3 +430,80 @@ func TestKeeperStoppedCancelsBeforeExpiry(t *testing.T) {
 		t.Fatalf("Run = %v, want context.Canceled", err)
 	}
 }
+
+// countingListener is a pool whose LISTEN connections are counted.
+type countingListener struct {
+	*pgxpool.Pool
+	dials atomic.Int32
+}
+
+func (l *countingListener) ListenConn(ctx context.Context) (*pgx.Conn, error) {
+	l.dials.Add(1)
+	return pgx.ConnectConfig(ctx, l.Config().ConnConfig.Copy())
+}
+
+// TestKeeperSharedListen: ten supervisors of one keeper standing by on
+// ten leases held elsewhere wait on one LISTEN connection, and each wakes
+// at its own lease's release, long before the holder's expiry.
+func TestKeeperSharedListen(t *testing.T) {
+	t.Parallel()
+	const n = 10
+	db := &countingListener{Pool: pgtest.NewDirectPool(t)}
+	k := startKeeper(t, db, 5*time.Second)
+	owner, err := pglease.New(db.Pool, pglease.Config{Holder: "owner", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var held []*pglease.Lease
+	seen := make(chan struct{}, n)
+	started := make(chan string, n)
+	var sups []*supervisor.Supervisor
+	for i := range n {
+		name := fmt.Sprintf("shard/%d", i)
+		l, err := owner.TryAcquire(ctx, name, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+		sups = append(sups, newSupervisor(t, db, supervisor.Config{Name: name, Keeper: k, Observer: func(e supervisor.Event) {
+			if e.Kind == supervisor.EventLeaderSeen {
+				seen <- struct{}{}
+			}
+		}}))
+	}
+	wg := runAll(t, ctx, sups, func(s *supervisor.Supervisor) func(context.Context) error {
+		return func(wctx context.Context) error {
+			started <- s.Holder()
+			<-wctx.Done()
+			return nil
+		}
+	})
+	for i := range n {
+		select {
+		case <-seen:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d supervisors stand by after 30s", i, n)
+		}
+	}
+	if got := db.dials.Load(); got != 1 {
+		t.Fatalf("%d LISTEN connections for %d standbys of one keeper, want 1", got, n)
+	}
+	released := time.Now()
+	for _, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d supervisors led within 30s of the releases (the TTL is a minute): a wake-up was lost", i, n)
+		}
+	}
+	t.Logf("%d standbys on 1 LISTEN connection led %s after the releases", n, time.Since(released))
+	cancel()
+	wg.Wait()
+}

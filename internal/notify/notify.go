@@ -98,8 +98,9 @@ type Hub struct {
 	log    *slog.Logger
 	warned atomic.Bool
 
-	mu   sync.Mutex
-	link *link // the current connection; nil when none
+	mu      sync.Mutex
+	link    *link // the current connection; nil when none
+	dialing bool  // a waiter is opening a connection
 }
 
 // NewHub returns a hub that opens its connection with dial (nil: waiters
@@ -108,6 +109,9 @@ type Hub struct {
 func NewHub(dial Dial, linger time.Duration, log *slog.Logger) *Hub {
 	return &Hub{dial: dial, linger: linger, log: log}
 }
+
+// Listens reports whether the hub can listen at all (it has a Dial).
+func (h *Hub) Listens() bool { return h.dial != nil }
 
 // link is one LISTEN connection. Its fields other than conn and dead are
 // guarded by the hub's mu.
@@ -181,29 +185,41 @@ func (w *Waiter) Close(context.Context) {
 }
 
 // subscribe adds w to the hub's connection, opening one when needed. It
-// returns nil when there is none and none can be opened. The connection is
-// made without holding the hub's lock, so a hanging network delays only
-// the waiter that opens it.
+// returns nil when there is none and none can be opened, or while another
+// waiter opens one (the caller tries again after its backoff, by when it
+// is open): the connection is made by one waiter at a time, without
+// holding the hub's lock, so a hanging network delays only the waiter that
+// opens it.
 func (h *Hub) subscribe(ctx context.Context, w *Waiter) *link {
 	if h.dial == nil {
 		return nil
 	}
-	if l := h.join(w); l != nil {
-		return l
+	for {
+		if l := h.join(w); l != nil {
+			return l
+		}
+		h.mu.Lock()
+		if h.dialing {
+			h.mu.Unlock()
+			return nil
+		}
+		if l := h.link; l == nil || l.dead.Load() {
+			h.dialing = true
+			h.mu.Unlock()
+			break
+		}
+		h.mu.Unlock() // a connection was opened since join looked: join it
 	}
 	conn, err := h.connect(ctx)
+	h.mu.Lock()
+	h.dialing = false
 	if err != nil {
+		h.mu.Unlock()
 		if ctx.Err() == nil && h.warned.CompareAndSwap(false, true) {
 			h.log.Warn("pglease: cannot LISTEN for release notifications; blocked calls wait for the holder's expiry instead (logged once)",
 				"err", err)
 		}
 		return nil
-	}
-	h.mu.Lock()
-	if l := h.link; l != nil && !l.dead.Load() { // another waiter won the race
-		h.mu.Unlock()
-		_ = conn.Close(context.WithoutCancel(ctx))
-		return h.subscribe(ctx, w)
 	}
 	l := &link{h: h, conn: conn, waiters: map[*Waiter]struct{}{}}
 	h.link = l

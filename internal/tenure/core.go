@@ -118,18 +118,26 @@ func New(database DB, kind Kind, cfg Config) (*Core, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	c := &Core{kind: kind, db: database, q: db.New(database), cfg: cfg, purge: cmp.Or(cfg.PurgeEvery, purge.DefaultEvery)}
-	var dial notify.Dial
-	switch d := database.(type) {
-	case *pgxpool.Pool:
-		c.pool, dial = d, notify.DialPool(d)
-	case Listener:
-		dial = d.ListenConn
-	}
-	c.hub = notify.NewHub(dial, notify.DefaultLinger, cfg.Logger)
+	c.pool, _ = database.(*pgxpool.Pool)
+	c.hub = newHub(database, cfg.Logger)
 	if cfg.OnWait != nil {
 		c.OnWait = func(_ string, refusal error) { cfg.OnWait(refusal) }
 	}
 	return c, nil
+}
+
+// newHub returns a notification hub that listens on a connection of its own
+// to database's server: dialled as a *pgxpool.Pool dials, or by a
+// Listener; one that never listens for any other DB.
+func newHub(database DB, logger *slog.Logger) *notify.Hub {
+	var dial notify.Dial
+	switch d := database.(type) {
+	case *pgxpool.Pool:
+		dial = notify.DialPool(d)
+	case Listener:
+		dial = d.ListenConn
+	}
+	return notify.NewHub(dial, notify.DefaultLinger, logger)
 }
 
 // Holder returns the identity the core holds tenures as.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/notify"
 )
 
 // DefaultKeeperTTL is the TTL a Keeper renews to when its config leaves it
@@ -34,6 +35,7 @@ type KeeperConfig struct {
 type Keeper struct {
 	db      DB
 	q       *db.Queries
+	hub     *notify.Hub  // the LISTEN connection its clients' blocking calls share
 	cfg     KeeperConfig // with defaults applied
 	running atomic.Bool
 
@@ -94,7 +96,7 @@ func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return &Keeper{
-		db: database, q: db.New(database), cfg: cfg,
+		db: database, q: db.New(database), cfg: cfg, hub: newHub(database, cfg.Logger),
 		held: make(map[key][]*Tenure), releasing: make(map[key]*zombie),
 		next: &round{done: make(chan struct{})},
 	}, nil
@@ -335,7 +337,9 @@ var NewClientCore func(database DB, kind Kind, cfg any) (*Core, error)
 
 // UseKeeper makes k keep every tenure c grants, or returns an
 // error when c cannot be kept by k: another holder, or a keeper TTL and
-// interval that the client's SafetyMargin leaves no room for.
+// interval that the client's SafetyMargin leaves no room for. When k's
+// database can listen, c's blocking calls then wait on k's LISTEN
+// connection, which every client of k shares.
 func (c *Core) UseKeeper(k *Keeper) error {
 	if c.cfg.Holder != k.cfg.Holder {
 		return Invalidf("Holder %q differs from the Keeper's holder %q: build the client with the keeper's holder (leave Holder empty to get it)",
@@ -350,6 +354,9 @@ func (c *Core) UseKeeper(k *Keeper) error {
 			k.cfg.Interval, k.cfg.RetryDelay, left)
 	}
 	c.kept = k
+	if k.hub.Listens() {
+		c.hub = k.hub
+	}
 	return nil
 }
 
