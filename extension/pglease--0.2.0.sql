@@ -179,6 +179,10 @@ COMMENT ON VIEW pglease.slot_scope_status IS
 
 -- Argument checks shared by every pglease function. Internal: not granted to
 -- clients; the SECURITY DEFINER entry points call them as the owner.
+-- Like every internal function (no SECURITY DEFINER, no grant), they run
+-- with their caller's search_path, which the entry points pin to
+-- pg_catalog, pg_temp: a SET clause here would only cost each call a
+-- settings save and restore (0.035 ms of a slot claim's 0.32).
 --
 -- Contract: each returns normally when the argument is acceptable and raises
 -- otherwise, naming the function and the argument:
@@ -189,7 +193,6 @@ COMMENT ON VIEW pglease.slot_scope_status IS
 CREATE OR REPLACE FUNCTION pglease._check_text(p_func text, p_arg text, p_value text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_value IS NULL THEN
@@ -212,7 +215,6 @@ $$;
 CREATE OR REPLACE FUNCTION pglease._check_ttl(p_func text, p_ttl interval)
 RETURNS interval
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_secs numeric;
@@ -237,7 +239,6 @@ $$;
 CREATE OR REPLACE FUNCTION pglease._check_fence(p_func text, p_fence bigint)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_fence IS NULL THEN
@@ -258,7 +259,6 @@ CREATE OR REPLACE FUNCTION pglease._check_int(p_func text, p_arg text, p_value i
                                    p_min integer, p_max integer)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_value IS NULL THEN
@@ -299,7 +299,6 @@ $$;
 CREATE OR REPLACE FUNCTION pglease._wait_register(p_kind text, p_name text, p_until timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM 1 FROM pglease.waiters AS w
@@ -324,7 +323,6 @@ $$;
 CREATE OR REPLACE FUNCTION pglease._wake(p_kind text, p_name text, p_sure boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF p_sure THEN
@@ -910,7 +908,9 @@ $$;
 
 -- Source: sql/functions/20_slot_internals.sql
 
--- Internal building blocks of the slot claims. Not granted to clients.
+-- Internal building blocks of the slot claims. Not granted to clients; they
+-- run with the search_path of the SECURITY DEFINER entry points that call
+-- them (see 00_checks.sql).
 
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
@@ -927,7 +927,6 @@ $$;
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now  timestamptz;
@@ -982,7 +981,6 @@ CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
     OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_role text := session_user::text;

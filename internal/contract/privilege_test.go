@@ -91,7 +91,51 @@ func TestPrivileges(t *testing.T) {
 	runGroup(t, 8, []subtest{
 		{"LeastPrivilege", testLeastPrivilege},
 		{"SearchPathHijack", testSearchPathHijack},
+		{"DefinersPinned", testDefinersPinned},
 	})
+}
+
+// testDefinersPinned checks the catalog rule the hijack test relies on:
+// every SECURITY DEFINER function pins search_path to pg_catalog, pg_temp,
+// and a function that does not pin it is neither SECURITY DEFINER nor
+// executable by any role but the owner (the internal helpers, which run
+// with the search_path of the entry point that calls them).
+func testDefinersPinned(t *testing.T, db *testDB) {
+	rows, err := db.pool.Query(testContext(t), `
+		SELECT p.oid::regprocedure::text, p.prosecdef,
+		       coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false),
+		       EXISTS (SELECT 1 FROM pg_catalog.aclexplode(p.proacl) AS a WHERE a.grantee <> p.proowner)
+		FROM pg_catalog.pg_proc AS p
+		WHERE p.pronamespace = 'pglease'::regnamespace
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var definers, helpers int
+	for rows.Next() {
+		var fn string
+		var definer, pinned, granted bool
+		if err := rows.Scan(&fn, &definer, &pinned, &granted); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case definer && !pinned:
+			t.Errorf("%s is SECURITY DEFINER without SET search_path = pg_catalog, pg_temp", fn)
+		case !pinned && granted:
+			t.Errorf("%s does not pin search_path and is granted to a role other than its owner", fn)
+		case definer:
+			definers++
+		case !pinned:
+			helpers++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if definers == 0 || helpers == 0 {
+		t.Fatalf("%d pinned SECURITY DEFINER functions and %d internal helpers, want some of each", definers, helpers)
+	}
 }
 
 func testLeastPrivilege(t *testing.T, db *testDB) {

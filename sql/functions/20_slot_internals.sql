@@ -1,4 +1,6 @@
--- Internal building blocks of the slot claims. Not granted to clients.
+-- Internal building blocks of the slot claims. Not granted to clients; they
+-- run with the search_path of the SECURITY DEFINER entry points that call
+-- them (see 00_checks.sql).
 
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
@@ -15,7 +17,6 @@
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now  timestamptz;
@@ -70,7 +71,6 @@ CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
     OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_role text := session_user::text;
