@@ -192,6 +192,14 @@ func init() {
 	}
 }
 
+// CloseIdle closes the connection the client LISTENs on for release
+// notifications, if no blocking call waits on it, instead of
+// DefaultNotifyLinger after the last one left: for a client that is done
+// waiting (a short-lived one, say). The client stays usable; a later
+// blocking call opens a new connection. The connection of a Keeper, which
+// its clients share, stays open.
+func (c *Client) CloseIdle() { c.c.CloseIdle() }
+
 // Holder returns the identity this client acquires leases as.
 func (c *Client) Holder() string { return c.c.Holder() }
 

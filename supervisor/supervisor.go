@@ -29,6 +29,7 @@ type Supervisor struct {
 	fence  atomic.Int64
 	pool   *pgxpool.Pool // non-nil when the database is a pool: purges run on it
 	take   func(ctx context.Context) (kept, error)
+	idle   func() // closes the client's idle LISTEN connection
 
 	// On Run's goroutine only (the clients call back on it):
 	held kept    // the tenure being kept, for events
@@ -115,6 +116,7 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 			return nil, err
 		}
 		s.take = func(ctx context.Context) (kept, error) { return c.Claim(ctx, cfg.Scope, cfg.Capacity, cfg.TTL) }
+		s.idle = c.CloseIdle
 	} else {
 		s.name = cfg.Name
 		c, err := pglease.New(database, ccfg)
@@ -122,6 +124,7 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 			return nil, err
 		}
 		s.take = func(ctx context.Context) (kept, error) { return c.Acquire(ctx, cfg.Name, cfg.TTL) }
+		s.idle = c.CloseIdle
 	}
 	s.log = cfg.Logger.With(s.kind, s.name, "holder", cfg.Holder)
 	return s, nil
@@ -148,7 +151,9 @@ func (s *Supervisor) Holder() string { return s.cfg.Holder }
 // again; or, when ctx has ended, returns ctx.Err(). What happens when
 // workload returns on its own is set by Config.OnExit. Errors while
 // standing by (database down) are logged and retried with capped backoff.
-// No goroutine started by Run outlives it. With a Keeper, Run returns an
+// No goroutine started by Run outlives it. The connection it LISTENs on
+// while standing by is closed once it leads, and when Run returns (a
+// Keeper's shared connection stays open). With a Keeper, Run returns an
 // error matching pglease.ErrInvalidArgument at once while another Run in
 // this process runs with the same keeper and Name (or Scope): sharing the
 // keeper's holder, both would hold the one tenure and run their workloads
@@ -169,11 +174,13 @@ func (s *Supervisor) Run(ctx context.Context, workload func(ctx context.Context)
 		defer wg.Wait()
 		defer stop()
 	}
+	defer s.idle()
 	for {
 		t, err := s.standby(ctx)
 		if err != nil {
 			return err
 		}
+		s.idle() // a leader listens for nothing
 		if done, err := s.hold(ctx, t, workload); done {
 			return err
 		}

@@ -309,6 +309,22 @@ func (l *link) remove(w *Waiter) {
 	}
 }
 
+// CloseIdle closes the hub's connection now when no waiter uses it,
+// instead of after the linger: a later waiter opens a new one.
+func (h *Hub) CloseIdle() {
+	h.mu.Lock()
+	l := h.link
+	if l == nil || len(l.waiters) > 0 || l.idle == nil { // in use, or its reader is stopping
+		h.mu.Unlock()
+		return
+	}
+	l.idle.Stop()
+	l.idle = nil
+	h.link = nil
+	h.mu.Unlock()
+	_ = l.conn.Close(context.Background())
+}
+
 // expire closes the connection once the linger has passed with no waiter.
 func (l *link) expire() {
 	h := l.h
@@ -327,7 +343,8 @@ func (l *link) expire() {
 
 // read reads notifications and wakes the waiters they concern, until ctx
 // is cancelled (no waiter left) or the connection breaks: then it wakes
-// every waiter (they listen again, or back off as Wait does) and detaches the link from the hub.
+// every waiter (they listen again, or back off as Wait does) and detaches
+// the link from the hub.
 func (l *link) read(ctx context.Context, stopped chan struct{}) {
 	defer close(stopped)
 	for {

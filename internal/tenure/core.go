@@ -140,6 +140,15 @@ func newHub(database DB, logger *slog.Logger) *notify.Hub {
 	return notify.NewHub(dial, notify.DefaultLinger, logger)
 }
 
+// CloseIdle closes the core's LISTEN connection now if no call waits on
+// it; a keeper's shared connection stays open.
+func (c *Core) CloseIdle() {
+	if c.kept != nil && c.hub == c.kept.hub {
+		return
+	}
+	c.hub.CloseIdle()
+}
+
 // Holder returns the identity the core holds tenures as.
 func (c *Core) Holder() string { return c.cfg.Holder }
 
