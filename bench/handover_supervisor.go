@@ -33,8 +33,9 @@ const endListenersSQL = `SELECT count(pg_catalog.pg_terminate_backend(a.pid))
 	WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid()
 	AND a.state = 'idle' AND a.query LIKE '%LISTEN pglease%'` // sqlc prefixes the query's name
 
-// supervisorSlow is a handover slow enough to log on its own: the standby
-// was not woken by the release's NOTIFY.
+// supervisorSlow is a handover slow enough to log on its own, by part: a
+// standby that waited for the leader's expiry, say, rather than being woken
+// by the release's NOTIFY.
 const supervisorSlow = time.Second
 
 // benchSupervisorHandover measures trials handovers between two
@@ -66,14 +67,11 @@ func (e *env) benchSupervisorHandover(ctx context.Context, trials int) (Handover
 		if _, err := pools[0].Exec(ctx, endListenersSQL); err != nil {
 			return res, fmt.Errorf("end the LISTEN connections of supervisor handover %d: %w", i, err)
 		}
-		lat = append(lat, h.started.Sub(h.returned))
-		if d := h.started.Sub(h.returned); d > supervisorSlow {
-			log.Printf("supervisor handover %d took %s: release %s, acquire %s, start %s", i, d.Round(time.Millisecond),
-				h.released.Sub(h.returned).Round(time.Microsecond), h.acquired.Sub(h.released).Round(time.Microsecond), h.started.Sub(h.acquired).Round(time.Microsecond))
+		total, rel, acq, st := h.started.Sub(h.returned), h.released.Sub(h.returned), h.acquired.Sub(h.released), h.started.Sub(h.acquired)
+		lat, release, acquire, start = append(lat, total), append(release, rel), append(acquire, acq), append(start, st)
+		if total > supervisorSlow {
+			log.Printf("supervisor handover %d took %s: release %s, acquire %s, start %s", i, total, rel, acq, st)
 		}
-		release = append(release, h.released.Sub(h.returned))
-		acquire = append(acquire, h.acquired.Sub(h.released))
-		start = append(start, h.started.Sub(h.acquired))
 	}
 	res.Latency = summarize(lat)
 	res.Parts = map[string]Latency{"release": summarize(release), "acquire": summarize(acquire), "start": summarize(start)}
