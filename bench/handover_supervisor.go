@@ -20,19 +20,6 @@ const supervisorTTL = 10 * time.Second
 // supervisorTrialTimeout bounds each step of a supervisor handover trial.
 const supervisorTrialTimeout = 10 * time.Second
 
-// endListenersSQL ends the LISTEN connections that earlier trials' clients
-// left open. Each trial's two supervisors are new clients, and a client
-// keeps its LISTEN connection pglease.DefaultNotifyLinger (30 s) after its
-// last waiter left, for the next one; at tens of milliseconds a trial they
-// would fill max_connections within a hundred trials, after which a
-// standby cannot LISTEN and waits for the leader's expiry. A process keeps
-// its supervisors, so this is the benchmark's own artefact. Those clients
-// are never used again: nothing reads the ended connections.
-const endListenersSQL = `SELECT count(pg_catalog.pg_terminate_backend(a.pid))
-	FROM pg_catalog.pg_stat_activity AS a
-	WHERE a.datname = pg_catalog.current_database() AND a.pid <> pg_catalog.pg_backend_pid()
-	AND a.state = 'idle' AND a.query LIKE '%LISTEN pglease%'` // sqlc prefixes the query's name
-
 // supervisorSlow is a handover slow enough to log on its own, by part: a
 // standby that waited for the leader's expiry, say, rather than being woken
 // by the release's NOTIFY.
@@ -63,9 +50,6 @@ func (e *env) benchSupervisorHandover(ctx context.Context, trials int) (Handover
 		h, err := supervisorTrial(ctx, pools, fmt.Sprintf("handover/supervisor/%d", i))
 		if err != nil {
 			return res, fmt.Errorf("supervisor handover %d: %w", i, err)
-		}
-		if _, err := pools[0].Exec(ctx, endListenersSQL); err != nil {
-			return res, fmt.Errorf("end the LISTEN connections of supervisor handover %d: %w", i, err)
 		}
 		total, rel, acq, st := h.started.Sub(h.returned), h.released.Sub(h.returned), h.acquired.Sub(h.released), h.started.Sub(h.acquired)
 		lat, release, acquire, start = append(lat, total), append(release, rel), append(acquire, acq), append(start, st)
