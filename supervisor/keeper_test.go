@@ -383,7 +383,9 @@ func TestKeeperStoppedCancelsBeforeExpiry(t *testing.T) {
 	kept := make(chan error, 1)
 	go func() { kept <- k.Run(kctx) }()
 	defer stopKeeper()
-	s := newSupervisor(t, pool, supervisor.Config{Name: "unkept", Keeper: k})
+	// A wide margin: the check reads the server's clock after the
+	// cancellation, so a slow scheduler must not eat it.
+	s := newSupervisor(t, pool, supervisor.Config{Name: "unkept", Keeper: k, SafetyMargin: 1500 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	leading := make(chan struct{}, 1)
