@@ -83,8 +83,10 @@ type Result struct {
 //   - ctx ends.
 //
 // After ctx ends, renewals go on until work returns, so the tenure does not
-// lapse while the workload winds down. Hold never releases the tenure; the
-// caller does that once it has returned with Lost false.
+// lapse while the workload winds down. Once work has returned, a renewal
+// in flight is ended (its context cancelled) and Hold returns. Hold never
+// releases the tenure; the caller does that once it has returned with Lost
+// false.
 func Hold(ctx context.Context, t Tenure, cfg Config, work func(context.Context) error) Result {
 	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelWork(nil)
@@ -103,7 +105,17 @@ func Hold(ctx context.Context, t Tenure, cfg Config, work func(context.Context) 
 		select {
 		case err := <-done:
 			if h.renewing {
-				h.renewed(<-h.renewDone) // bounded by the deadline
+				// The workload is over, and the caller releases the tenure
+				// by compare-and-set whatever this renewal does: end it
+				// rather than wait for a hanging call (or a Keeper's next
+				// round) until the deadline. A verdict it already has
+				// still counts.
+				h.cancelRenew()
+				if rerr := <-h.renewDone; errors.Is(rerr, context.Canceled) {
+					h.renewing = false
+				} else {
+					h.renewed(rerr)
+				}
 			}
 			return Result{WorkErr: err, Cause: h.cause, Lost: h.lost}
 		case <-parentDone:
@@ -135,16 +147,17 @@ func Hold(ctx context.Context, t Tenure, cfg Config, work func(context.Context) 
 
 // holder is Hold's state; it lives on Hold's goroutine only.
 type holder struct {
-	t          Tenure
-	cfg        Config
-	cancelWork context.CancelCauseFunc
-	deadline   *time.Timer
-	next       *time.Timer
-	renewDone  chan error
-	renewing   bool
-	lost       bool
-	cause      error
-	stuckTimer *time.Timer
+	t           Tenure
+	cfg         Config
+	cancelWork  context.CancelCauseFunc
+	deadline    *time.Timer
+	next        *time.Timer
+	renewDone   chan error
+	renewing    bool
+	cancelRenew context.CancelFunc // ends the renewal in flight
+	lost        bool
+	cause       error
+	stuckTimer  *time.Timer
 }
 
 // stop cancels the workload with cause (the first cause wins).
@@ -159,11 +172,13 @@ func (h *holder) stop(cause error, lost bool) {
 	}
 }
 
-// renew starts one renewal on its own goroutine, bounded by the deadline.
+// renew starts one renewal on its own goroutine, bounded by the deadline
+// and ended early when the workload returns.
 func (h *holder) renew() {
 	h.renewing = true
+	rctx, cancel := context.WithDeadline(context.Background(), h.t.Deadline())
+	h.cancelRenew = cancel
 	go func() {
-		rctx, cancel := context.WithDeadline(context.Background(), h.t.Deadline())
 		defer cancel()
 		h.renewDone <- h.t.Renew(rctx)
 	}()

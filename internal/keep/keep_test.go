@@ -289,3 +289,29 @@ func TestOnRenewReportsDeadlines(t *testing.T) {
 		}
 	})
 }
+
+// TestReturnEndsHangingRenewal: when the workload returns while a renewal
+// hangs (a dead connection, or a Keeper's next round that may never come),
+// Hold ends that renewal and returns at once, not at the deadline, and the
+// tenure is not reported lost: the caller releases it.
+func TestReturnEndsHangingRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hanging := make(chan struct{})
+		tn := newTenure(time.Second, func(ctx context.Context, n int) error {
+			close(hanging)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		start := time.Now()
+		res := keep.Hold(context.Background(), tn, config(), func(context.Context) error {
+			<-hanging
+			return nil
+		})
+		if took := time.Since(start); took != renewInterval {
+			t.Fatalf("Hold returned %s after it started, want at the hanging renewal's start (%s)", took, renewInterval)
+		}
+		if res.Lost || res.Cause != nil || res.WorkErr != nil {
+			t.Fatalf("Hold = %+v, want not lost, no cause", res)
+		}
+	})
+}
