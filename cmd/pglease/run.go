@@ -318,6 +318,7 @@ func (r *runner) steps() ([]step, error) {
 					fmt.Fprintf(r.a.stderr, "pglease: waiting for the lease %s, held by %q (fence %d) for another %s (--wait)\n",
 						quoteName(name), held.Holder, held.Fence, held.ExpiresIn.Round(time.Millisecond))
 					l, err = c.Acquire(ctx, name, r.o.ttl)
+					c.CloseIdle() // the command needs no LISTEN connection
 				}
 				if err != nil {
 					return nil, r.takeError(ctx, fmt.Sprintf("acquire lease %s", quoteName(name)), err)
@@ -348,6 +349,7 @@ func (r *runner) steps() ([]step, error) {
 					fmt.Fprintf(r.a.stderr, "pglease: waiting for a slot of scope %s: %d holders for capacity %d, the earliest expires in %s (--wait)\n",
 						quoteName(scope), full.InUse, capacity, full.RetryIn.Round(time.Millisecond))
 					s, err = c.Claim(ctx, scope, capacity, r.o.ttl)
+					c.CloseIdle() // the command needs no LISTEN connection
 				}
 				if err != nil {
 					return nil, r.takeError(ctx, fmt.Sprintf("claim a slot of scope %s", quoteName(scope)), err)
