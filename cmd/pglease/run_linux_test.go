@@ -33,12 +33,19 @@ var keeperCases = []cliCase{
 // a daemon whose parent exits (a double fork). Each prints "ROLE PID". All
 // hold the FIFO $FIFO open for writing, so the reader sees end of file when
 // the last of them is dead. With $IGNORE_TERM set, all ignore SIGTERM.
+//
+// The session and the daemon each write a line to the FIFO $READY once they
+// have printed theirs. With $EXIT_AT_ONCE set, the command exits as soon as
+// it has read both: it leaves every process of the tree behind, and every
+// "ROLE PID" line has been written before pglease can kill what was left
+// (exiting before that raced with them on a loaded machine: pglease killed
+// the session before it printed its line).
 const treeScript = `#!/bin/sh
-exec 9>"$FIFO"
+exec 9>"$FIFO" 8<>"$READY"
 [ -n "$IGNORE_TERM" ] && trap '' TERM
 case "$1" in
-session) echo "session $$"; exec sleep 1000 ;;
-daemon) echo "daemon $$"; exec sleep 1000 ;;
+session) echo "session $$"; echo >&8; exec sleep 1000 ;;
+daemon) echo "daemon $$"; echo >&8; exec sleep 1000 ;;
 forker) "$0" daemon & exit 0 ;;
 esac
 sleep 1000 &
@@ -46,7 +53,7 @@ echo "child $!"
 setsid "$0" session &
 "$0" forker &
 echo "command $$"
-[ -n "$EXIT_AT_ONCE" ] && exit 7
+if [ -n "$EXIT_AT_ONCE" ]; then read -r _ <&8; read -r _ <&8; exit 7; fi
 wait
 `
 
@@ -64,12 +71,14 @@ type tree struct {
 func startTree(t *testing.T, c cli, env []string, args ...string) *tree {
 	t.Helper()
 	dir := t.TempDir()
-	script, fifo := filepath.Join(dir, "tree.sh"), filepath.Join(dir, "deaths")
+	script, fifo, ready := filepath.Join(dir, "tree.sh"), filepath.Join(dir, "deaths"), filepath.Join(dir, "ready")
 	if err := os.WriteFile(script, []byte(treeScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{fifo, ready} {
+		if err := syscall.Mkfifo(f, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tr := &tree{pids: map[string]int{}, gone: make(chan time.Time, 1)}
 	go func() {
@@ -92,7 +101,7 @@ func startTree(t *testing.T, c cli, env []string, args ...string) *tree {
 			f.Close()
 		}
 	})
-	tr.b = c.with(append(env, "FIFO="+fifo)...).start(append(args, "--", script)...)
+	tr.b = c.with(append(env, "FIFO="+fifo, "READY="+ready)...).start(append(args, "--", script)...)
 	for len(tr.pids) < 4 {
 		line := tr.b.readLine(30 * time.Second)
 		role, pid, _ := strings.Cut(line, " ")
