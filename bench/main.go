@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
 	"os/signal"
@@ -274,14 +275,20 @@ func dropScratch(ctx context.Context, s *scratch) error {
 }
 
 // write prints the markdown and writes it to cfg.out, and the JSON to
-// cfg.json.
+// cfg.json. The hand-written part of the cfg.out it replaces (see
+// handWritten) is kept below the new tables.
 func (r *Report) write(cfg config) error {
+	old, err := os.ReadFile(cfg.out)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	kept := handWritten(old)
 	var md bytes.Buffer
-	r.writeMarkdown(&md)
+	r.writeMarkdown(&md, kept != nil)
 	if _, err := os.Stdout.Write(md.Bytes()); err != nil {
 		return err
 	}
-	if err := os.WriteFile(cfg.out, md.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(cfg.out, withHandWritten(md.Bytes(), kept), 0o644); err != nil {
 		return err
 	}
 	return r.writeJSON(cfg.json)

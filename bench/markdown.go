@@ -1,14 +1,42 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 )
 
-// writeMarkdown renders r as the BENCHMARKS.md page.
-func (r *Report) writeMarkdown(w io.Writer) {
+// handWrittenMarker starts the part of BENCHMARKS.md that is written by
+// hand (what the figures mean, runs this one does not record): make bench
+// keeps it, from the marker to the end, below the tables it writes anew.
+const handWrittenMarker = "<!-- Written by hand from here to the end: make bench keeps it, below the tables it writes. -->"
+
+// handWritten returns the hand-written part of a previous BENCHMARKS.md,
+// from handWrittenMarker to its end, or nil when it has none.
+func handWritten(old []byte) []byte {
+	i := bytes.Index(old, []byte(handWrittenMarker))
+	if i < 0 {
+		return nil
+	}
+	return old[i:]
+}
+
+// withHandWritten returns the generated page followed by the kept
+// hand-written part, if any, after one blank line.
+func withHandWritten(generated, kept []byte) []byte {
+	if kept == nil {
+		return generated
+	}
+	out := append(bytes.TrimRight(generated, "\n"), "\n\n"...)
+	return append(out, kept...)
+}
+
+// writeMarkdown renders r as the BENCHMARKS.md page. notes says that the
+// page will end with the hand-written part (handWritten), which its header
+// then points to.
+func (r *Report) writeMarkdown(w io.Writer, notes bool) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	s := r.Server.Settings
 	p("# pglease benchmarks")
@@ -24,6 +52,10 @@ func (r *Report) writeMarkdown(w io.Writer) {
 	}
 	p("- Each cell: %s s of measurement per row and concurrency C, in %d turns interleaved with the other rows at the same C (so that drifts of the disk's flush latency hit every row alike), each turn after an unmeasured warm-up of %d cycle(s) per client. Every write is an autocommit transaction with the settings above; nothing sets synchronous_commit.",
 		strconv.FormatFloat(r.Run.CellSeconds, 'f', -1, 64), r.Run.Rounds, warmupCycles)
+	if notes {
+		p("")
+		p("What the figures mean, where they cannot go, and a run under load: [Reading these figures](#reading-these-figures), at the end (written by hand).")
+	}
 	p("")
 
 	p("## Targets")

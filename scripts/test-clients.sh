@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs the non-Go clients against a real Postgres: the README's psql block
 # and the sql blocks of docs/sql-clients.md (scripts/test-readme-psql.sh),
-# the README's stock migrate commands (scripts/test-readme-migrate.sh), the
+# the stock migrate commands of docs/install.md
+# (scripts/test-readme-migrate.sh), the
 # Python example (examples/python, unittest, Debian's python3-psycopg
 # under /usr/bin/python3) and the Node example (examples/node, node --test
 # over pg from npm, installed with npm ci from its lockfile). Ends with one
@@ -28,7 +29,7 @@ die() {
     exit 2
 }
 
-command -v go >/dev/null 2>&1 || die "go is missing: the README's migrate commands need it (Go 1.26)"
+command -v go >/dev/null 2>&1 || die "go is missing: the migrate commands of docs/install.md need it (Go 1.26)"
 command -v psql >/dev/null 2>&1 || die "psql is missing: make deps (Debian: apt-get install postgresql-client)"
 "$python" -c 'import psycopg' 2>/dev/null ||
     die "psycopg 3 is missing for $python: make deps (Debian: apt-get install python3-psycopg)"
@@ -45,7 +46,7 @@ failed=0
 echo "test-clients: the README's psql block and the guide's (docs/sql-clients.md)" >&2
 if ./scripts/test-readme-psql.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
-echo "test-clients: the README's stock migrate commands" >&2
+echo "test-clients: the stock migrate commands of docs/install.md" >&2
 if ./scripts/test-readme-migrate.sh; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 echo "test-clients: examples/python ($python -m unittest)" >&2
