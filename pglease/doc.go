@@ -29,8 +29,8 @@
 // Leases, ForceRelease and Purge are the operator's view: they take the
 // database, not a holder.
 //
-// Apply the schema first with Migrate (or the migrate CLI, or `pglease
-// migrate up`).
+// Apply the schema first with package pgleasemigrate (or `pglease migrate
+// up`, or the migrate CLI).
 //
 // # Safety
 //

@@ -30,8 +30,8 @@ var (
 
 	// ErrNotMigrated means schema pglease, or a function this client calls,
 	// is missing from the database: the migrations were not applied, or are
-	// older than this client needs. Apply them (Migrate, or `pglease migrate
-	// up`).
+	// older than this client needs. Apply them (pgleasemigrate.Up, or
+	// `pglease migrate up`).
 	ErrNotMigrated = tenure.ErrNotMigrated
 
 	// ErrPermissionDenied means the connecting role may not call pglease's

@@ -42,7 +42,7 @@
 // of a scope from one process, use one Client per concurrent claim.
 // Concurrent Runs of one scope on one Client take turns.
 //
-// Apply the schema first with pglease.Migrate (or `pglease migrate up`).
+// Apply the schema first with pgleasemigrate.Up (or `pglease migrate up`).
 //
 // # Safety
 //

@@ -18,6 +18,7 @@ import (
 	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleasemigrate"
 )
 
 // TestAsyncReleaseCrash shows, on a throwaway cluster, what a crash does to
@@ -57,7 +58,7 @@ func TestAsyncReleaseCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pglease.Migrate(ctx, dbURL); err != nil {
+	if err := pgleasemigrate.Up(ctx, dbURL); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleasemigrate"
 	"github.com/pglease/pglease/runslots"
 	"github.com/pglease/pglease/supervisor"
 )
@@ -56,8 +57,8 @@ func TestNoPasswordLeaks(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			note("pglease.Migrate", pglease.Migrate(ctx, conn))
-			note("pglease.MigrateDown", pglease.MigrateDown(ctx, conn))
+			note("pgleasemigrate.Up", pgleasemigrate.Up(ctx, conn))
+			note("pgleasemigrate.Down", pgleasemigrate.Down(ctx, conn))
 			var logs bytes.Buffer
 			var logMu sync.Mutex
 			logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -19,7 +19,7 @@ var (
 	ErrSlotLost error = slotLost{}
 	// ErrNotMigrated means schema pglease, or a function this client calls,
 	// is missing.
-	ErrNotMigrated = errors.New("pglease: schema pglease is missing or older than this client needs; apply the migrations (pglease.Migrate, or `pglease migrate up`)")
+	ErrNotMigrated = errors.New("pglease: schema pglease is missing or older than this client needs; apply the migrations (pgleasemigrate.Up, or `pglease migrate up`)")
 	// ErrPermissionDenied means the connecting role may not call pglease's
 	// functions.
 	ErrPermissionDenied = errors.New("pglease: permission denied; grant role pglease_client to the connecting role")
