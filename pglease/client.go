@@ -81,7 +81,8 @@ type Config struct {
 	Logger *slog.Logger
 
 	// PurgeEvery is how often Run, while its workload runs, calls
-	// pglease.purge_due to delete what has been free for a day (see Purge);
+	// pglease.purge_due to delete what has been free for a day (see
+	// pgleaseadmin.Purge);
 	// the server lets one call per interval through across every caller of
 	// the database. Defaults to an hour; negative disables it. It runs only
 	// when the database is a *pgxpool.Pool.

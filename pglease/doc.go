@@ -26,8 +26,9 @@
 // workload under a lease in a loop, standing by while another instance has
 // it; most services want that or Run rather than calling Renew themselves.
 //
-// Leases, ForceRelease and Purge are the operator's view: they take the
-// database, not a holder.
+// The operator's view (listing every lease, force-releasing one whose
+// holder is gone, purging what has been free for a while) is package
+// pgleaseadmin; the migrations are package pgleasemigrate.
 //
 // Apply the schema first with package pgleasemigrate (or `pglease migrate
 // up`, or the migrate CLI).

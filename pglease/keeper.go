@@ -52,7 +52,7 @@ type KeeperConfig struct {
 // renews all of them to TTL and settles each one:
 //   - renewed: its Deadline moves to when the round was sent, plus TTL,
 //     minus the client's safety margin (the rule of Lease.Renew);
-//   - not renewed (released by ForceRelease, taken over, expired): it ends,
+//   - not renewed (force-released by an operator, taken over, expired): it ends,
 //     Done closes, and Renew and Run report an error matching ErrLeaseLost
 //     (runslots.ErrSlotLost for a slot) that names it and its fence.
 //

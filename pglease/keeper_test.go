@@ -16,6 +16,7 @@ import (
 
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -169,7 +170,7 @@ func TestKeeperForceRelease(t *testing.T) {
 	}()
 	<-started
 	for _, name := range []string{"a", "c"} {
-		if r, err := pglease.ForceRelease(ctx, pool, name); err != nil || !r.Released {
+		if r, err := pgleaseadmin.ForceRelease(ctx, pool, name); err != nil || !r.Released {
 			t.Fatalf("ForceRelease(%s) = %+v, %v", name, r, err)
 		}
 	}

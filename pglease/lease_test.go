@@ -15,6 +15,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/testsignal"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 )
 
 func newClient(t *testing.T, db pglease.DB, holder string) *pglease.Client {
@@ -61,11 +62,11 @@ func TestRoundTrip(t *testing.T) {
 	if err := l.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("second Release = %v, want ErrLeaseLost", err)
 	}
-	statuses, err := pglease.Leases(ctx, pool)
+	statuses, err := pgleaseadmin.Leases(ctx, pool)
 	if err != nil {
 		t.Fatalf("Leases: %v", err)
 	}
-	if len(statuses) != 1 || statuses[0].State != pglease.StateFree || statuses[0].Fence != 1 {
+	if len(statuses) != 1 || statuses[0].State != pgleaseadmin.LeaseFree || statuses[0].Fence != 1 {
 		t.Fatalf("Leases = %+v, want one free lease with fence 1", statuses)
 	}
 }
@@ -131,7 +132,7 @@ func TestFenceMonotonic(t *testing.T) {
 	}
 	l = mustAcquire(t, b, "jobs", 200*time.Millisecond)
 	check(l)
-	waitState(t, pool, "jobs", pglease.StateExpired)
+	waitState(t, pool, "jobs", pgleaseadmin.LeaseExpired)
 	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("Renew of expired lease = %v, want ErrLeaseLost", err)
 	}
@@ -145,11 +146,11 @@ func TestFenceMonotonic(t *testing.T) {
 
 // waitState polls the server until lease name is in state; time passing is
 // the subject here, so polling with a deadline is the honest wait.
-func waitState(t *testing.T, db pglease.DB, name string, state pglease.LeaseState) {
+func waitState(t *testing.T, db pglease.DB, name string, state pgleaseadmin.LeaseState) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		all, err := pglease.Leases(context.Background(), db)
+		all, err := pgleaseadmin.Leases(context.Background(), db)
 		if err != nil {
 			t.Fatalf("Leases: %v", err)
 		}
@@ -664,7 +665,7 @@ func TestDone(t *testing.T) {
 	awaitDone(t, released, "after Release")
 
 	refused := mustAcquire(t, c, "refused", time.Minute)
-	if r, err := pglease.ForceRelease(ctx, pool, "refused"); err != nil || !r.Released {
+	if r, err := pgleaseadmin.ForceRelease(ctx, pool, "refused"); err != nil || !r.Released {
 		t.Fatalf("ForceRelease = %+v, %v", r, err)
 	}
 	if err := refused.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
@@ -693,14 +694,14 @@ func TestLeaseRun(t *testing.T) {
 	if err := l.Run(ctx, func(context.Context) error { return errBoom }); err != errBoom {
 		t.Fatalf("Run = %v, want fn's error unchanged", err)
 	}
-	if st := leaseState(t, pool, "run"); st != pglease.StateFree {
+	if st := leaseState(t, pool, "run"); st != pgleaseadmin.LeaseFree {
 		t.Fatalf("lease after Run is %s, want free (released)", st)
 	}
 
 	l = mustAcquire(t, c, "lost", 900*time.Millisecond)
 	var cause error
 	err := l.Run(ctx, func(fctx context.Context) error {
-		if r, err := pglease.ForceRelease(ctx, pool, "lost"); err != nil || !r.Released {
+		if r, err := pgleaseadmin.ForceRelease(ctx, pool, "lost"); err != nil || !r.Released {
 			t.Errorf("ForceRelease = %+v, %v", r, err)
 		}
 		select {
@@ -724,9 +725,9 @@ func TestLeaseRun(t *testing.T) {
 }
 
 // leaseState returns the server's state of lease name.
-func leaseState(t *testing.T, pool pglease.DB, name string) pglease.LeaseState {
+func leaseState(t *testing.T, pool pglease.DB, name string) pgleaseadmin.LeaseState {
 	t.Helper()
-	leases, err := pglease.Leases(context.Background(), pool)
+	leases, err := pgleaseadmin.Leases(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}

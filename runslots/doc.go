@@ -30,8 +30,8 @@
 //     pglease.Lease.Run keeps a lease; Slot.Renew extends a tenure,
 //     Slot.Release ends it early; Slot.Deadline says until when the caller
 //     may rely on it, and Slot.Done closes when it can no longer be trusted.
-//   - Slots and Scopes list the occupancy the server sees; they take the
-//     database, not a holder (the operator's view).
+//   - The occupancy the server sees (every slot and scope, whoever holds
+//     it) is the operator's view: pgleaseadmin.Slots and Scopes.
 //
 // Slots and leases are two kinds of one tenure: the same Config
 // (pglease.Config), the same deadline rule, the same keep policy in Run,

@@ -128,7 +128,7 @@ type Config struct {
 	Holder string
 
 	// PurgeEvery is how often Run calls pglease.purge_due to delete what
-	// has been free for a day (see pglease.Purge); the server lets one call
+	// has been free for a day (see pgleaseadmin.Purge); the server lets one call
 	// per interval through across every caller of the database, so a fleet
 	// purges once per interval. Defaults to an hour; negative disables it.
 	// It runs only when the database is a *pgxpool.Pool.

@@ -21,6 +21,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/testsignal"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/supervisor"
 )
 
@@ -371,7 +372,7 @@ func TestRefusedRenewalCancels(t *testing.T) {
 	}()
 	<-leading
 	forced := time.Now()
-	if r, err := pglease.ForceRelease(context.Background(), pool, "refused"); err != nil || !r.Released {
+	if r, err := pgleaseadmin.ForceRelease(context.Background(), pool, "refused"); err != nil || !r.Released {
 		t.Fatalf("ForceRelease = %+v, %v", r, err)
 	}
 	select {
@@ -519,7 +520,7 @@ func TestHardStop(t *testing.T) {
 		})
 	}()
 	<-leading
-	if _, err := pglease.ForceRelease(context.Background(), pool, "hard-stop"); err != nil {
+	if _, err := pgleaseadmin.ForceRelease(context.Background(), pool, "hard-stop"); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
 	}
 	select {

@@ -19,6 +19,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/schema"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -418,7 +419,7 @@ func testRunNoWaitAndWait(t *testing.T, c cli) {
 // forceRelease ends the tenure of lease name as an operator would.
 func forceRelease(t *testing.T, pool *pgxpool.Pool, name string) {
 	t.Helper()
-	r, err := pglease.ForceRelease(t.Context(), pool, name)
+	r, err := pgleaseadmin.ForceRelease(t.Context(), pool, name)
 	if err != nil || !r.Released {
 		t.Fatalf("force release %q: got %+v, %v, want released", name, r, err)
 	}
