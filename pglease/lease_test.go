@@ -719,7 +719,7 @@ func TestLeaseRun(t *testing.T) {
 	if !ok || !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("Run = %v, want a *LostError matching ErrLeaseLost", err)
 	}
-	if lost.Name != "lost" || lost.Slot != 0 || lost.Fence != l.Fence() || lost.WorkErr != nil {
+	if lost.Name != "lost" || lost.Fence != l.Fence() || lost.WorkErr != nil {
 		t.Fatalf("LostError = %+v, want lease %q fence %d, no workload error", lost, "lost", l.Fence())
 	}
 }

@@ -26,16 +26,20 @@
 //     the earliest expiry).
 //   - TryClaimAll and ClaimAll take one slot in each of several scopes, all
 //     or nothing ("a tenant slot and a GPU slot").
-//   - Slot.Run keeps a claimed slot while a function runs, as
-//     pglease.Lease.Run keeps a lease; Slot.Renew extends a tenure,
+//   - Slot.Run holds a claimed slot while a function runs, as
+//     pglease.Lease.Run holds a lease; Slot.Renew extends a tenure,
 //     Slot.Release ends it early; Slot.Deadline says until when the caller
 //     may rely on it, and Slot.Done closes when it can no longer be trusted.
 //   - The occupancy the server sees (every slot and scope, whoever holds
 //     it) is the operator's view: pgleaseadmin.Slots and Scopes.
 //
-// Slots and leases are two kinds of one tenure: the same Config
-// (pglease.Config), the same deadline rule, the same keep policy in Run,
-// and the same errors (a loss is a *pglease.LostError, matching ErrSlotLost).
+// Slots and leases are two kinds of one tenure, with one core: Config has
+// the fields of pglease.Config with the same defaults and rules, the
+// deadline rule and Run's renewal policy are the same, one pglease.Keeper
+// renews both, and the errors match alike (ErrSlotLost matches
+// pglease.ErrLeaseLost; invalid arguments, a missing schema and a missing
+// grant are pglease's ErrInvalidArgument, ErrNotMigrated and
+// ErrPermissionDenied).
 //
 // A Client is one holder and holds at most one slot per scope: claiming a
 // scope it already holds returns the same tenure. To occupy several slots

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -70,6 +71,32 @@ func Interpret(ctx context.Context, prefix string, lost, err error) error {
 		}
 	}
 	return fmt.Errorf("%s: %w", prefix, err)
+}
+
+// LostText returns the message of a kind's LostError: head, then the
+// cause and what the workload returned, when set.
+func LostText(head string, cause, workErr error) string {
+	var b strings.Builder
+	b.WriteString(head)
+	if cause != nil {
+		fmt.Fprintf(&b, ": %v", cause)
+	}
+	if workErr != nil {
+		fmt.Fprintf(&b, "; the workload returned: %v", workErr)
+	}
+	return b.String()
+}
+
+// LostUnwrap returns what a kind's LostError wraps: the kind's lost
+// sentinel, and the cause and the workload's error when set.
+func LostUnwrap(lost, cause, workErr error) []error {
+	errs := []error{lost}
+	for _, err := range []error{cause, workErr} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // Invalidf returns an error matching ErrInvalidArgument with a message.

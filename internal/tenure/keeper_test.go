@@ -78,11 +78,8 @@ func keptCore(t *testing.T, d DB) (*Keeper, *Core) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(d, leaseKind, Config{Holder: "h"})
+	c, err := New(d, leaseKind, Config{Keeper: k})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.UseKeeper(k); err != nil {
 		t.Fatal(err)
 	}
 	return k, c
@@ -252,8 +249,8 @@ func TestKeeperReleasesAbandoned(t *testing.T) {
 	})
 }
 
-// TestKeeperConfigRefused: NewKeeper and UseKeeper refuse invalid settings,
-// naming the field.
+// TestKeeperConfigRefused: NewKeeper, and New with a Keeper, refuse
+// invalid settings, naming the field.
 func TestKeeperConfigRefused(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  KeeperConfig
@@ -279,15 +276,14 @@ func TestKeeperConfigRefused(t *testing.T) {
 		want string
 	}{
 		{Config{Holder: "other"}, `Holder "other" differs from the Keeper's holder "h"`},
-		{Config{Holder: "h", SafetyMargin: 2 * time.Second}, "ttl 1s must be longer than the client's SafetyMargin 2s"},
-		{Config{Holder: "h", SafetyMargin: 650 * time.Millisecond}, "Interval 333.333333ms plus RetryDelay 50ms must be shorter than its TTL minus the client's SafetyMargin (350ms)"},
+		{Config{RenewInterval: time.Second}, "RenewInterval and RetryDelay must be zero with a Keeper"},
+		{Config{RetryDelay: time.Second}, "RenewInterval and RetryDelay must be zero with a Keeper"},
+		{Config{SafetyMargin: 2 * time.Second}, "ttl 1s must be longer than the client's SafetyMargin 2s"},
+		{Config{SafetyMargin: 650 * time.Millisecond}, "Interval 333.333333ms plus RetryDelay 66.666666ms must be shorter than its TTL minus the client's SafetyMargin (350ms)"},
 	} {
-		c, err := New(noDB{}, leaseKind, tc.cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.UseKeeper(k); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("UseKeeper with %+v = %v, want ErrInvalidArgument saying %q", tc.cfg, err, tc.want)
+		tc.cfg.Keeper = k
+		if _, err := New(noDB{}, leaseKind, tc.cfg); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New with %+v = %v, want ErrInvalidArgument saying %q", tc.cfg, err, tc.want)
 		}
 	}
 }

@@ -25,17 +25,18 @@ func (t *Tenure) Run(ctx context.Context, fn func(ctx context.Context) error) er
 	if t.slot != 0 {
 		logger = logger.With("slot", t.slot)
 	}
-	if c.pool != nil && c.purge > 0 {
+	if c.pool != nil && c.cfg.PurgeEvery > 0 {
 		pctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		wg.Go(func() { purge.Loop(pctx, c.pool, c.purge, purge.DefaultFreeFor, logger) })
+		wg.Go(func() { purge.Loop(pctx, c.pool, c.cfg.PurgeEvery, purge.DefaultFreeFor, logger) })
 		defer wg.Wait()
 		defer stop()
 	}
+	renew, retry := c.cfg.Pace(t.ttl)
 	res := Keep(ctx, t, KeepConfig{
 		TTL:           t.ttl,
-		RenewInterval: c.cfg.RenewInterval,
-		RetryDelay:    c.cfg.RetryDelay,
+		RenewInterval: renew,
+		RetryDelay:    retry,
 		StopTimeout:   c.cfg.StopTimeout,
 		Lost:          c.kind.Lost,
 		Logger:        logger,
@@ -118,9 +119,10 @@ type KeepConfig struct {
 // It neither releases nor ends t: Run does that for its own tenures, and
 // pglease run for the lease and slot it holds around a command.
 func Keep(ctx context.Context, t Kept, cfg KeepConfig, fn func(ctx context.Context) error) KeepResult {
+	renew, retry := pace(cfg.TTL, cfg.RenewInterval, cfg.RetryDelay)
 	return keep.Hold(ctx, t, keep.Config{
-		RenewInterval: cmp.Or(cfg.RenewInterval, cfg.TTL/3),
-		RetryDelay:    cmp.Or(cfg.RetryDelay, max(cfg.TTL/20, minRetryDelay)),
+		RenewInterval: renew,
+		RetryDelay:    retry,
 		StopTimeout:   cmp.Or(cfg.StopTimeout, cfg.TTL),
 		IsLost:        func(err error) bool { return errors.Is(err, cfg.Lost) },
 		Logger:        cfg.Logger,
