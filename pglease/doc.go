@@ -20,7 +20,7 @@
 // tenure, with one API: TryAcquire returns at once, Acquire blocks until the
 // lease is free (woken by the release NOTIFY, else at the holder's expiry);
 // a Lease has a Fence, a Deadline, Done (closed once it can no longer be
-// trusted), Renew, Release, and Run, which keeps it while a function runs.
+// trusted), Renew, Release, and Run, which holds it while a function runs.
 // Each tenure's fence is larger than that of every earlier tenure of the
 // lease, also across release and expiry. The supervisor package runs a
 // workload under a lease in a loop, standing by while another instance has

@@ -153,7 +153,7 @@ func TestRunLost(t *testing.T) {
 // by the local deadline alone, with a cause matching ErrSlotLost: not
 // before the deadline less one retry delay (the no-time-to-retry rule), and
 // within a generous liveness bound after it. The exact timing is pinned by
-// internal/keep's tests on a fake clock.
+// internal/hold's tests on a fake clock.
 func TestRunDeadline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

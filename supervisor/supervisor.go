@@ -92,7 +92,7 @@ type refusal struct {
 	fence  int64
 }
 
-// New returns a Supervisor that keeps its lease (or slot) in the pglease
+// New returns a Supervisor that holds its lease (or slot) in the pglease
 // schema of database. With a *pgxpool.Pool, standbys wake at a release
 // notification; with a *pgx.Conn or pgx.Tx, at the holder's expiry. It does
 // not take ownership of database. It refuses an invalid Config with an

@@ -47,7 +47,7 @@ func TestCLI(t *testing.T) {
 		{"DemoDiscovery", testDemoDiscovery},
 		{"Errors", testErrors},
 		{"NoPasswordInOutput", testNoPasswordInOutput},
-	}, keeperCases...) {
+	}, reaperCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := base
@@ -320,7 +320,7 @@ func testRunExitCodes(t *testing.T, c cli) {
 }
 
 // testRunRenews runs a command for three TTLs: each renewal must move
-// the deadline by which the command is stopped (on Linux, the keeper's).
+// the deadline by which the command is stopped (on Linux, the reaper's).
 func testRunRenews(t *testing.T, c cli) {
 	url := pgtest.NewMigrated(t)
 	// Renewals every 667 ms, each with 0.9 s to succeed before SIGTERM

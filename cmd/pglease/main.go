@@ -64,7 +64,7 @@ type app struct {
 }
 
 func main() {
-	if code, ok := runKeeper(os.Args[1:]); ok {
+	if code, ok := runReaper(os.Args[1:]); ok {
 		os.Exit(code)
 	}
 	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}

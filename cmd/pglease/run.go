@@ -76,7 +76,7 @@ by then, before the server's expiry. The rule for --grace:
 When a renewal is refused, SIGTERM comes at once and SIGKILL --grace later
 (by the local deadline at the latest). Either way pglease exits 69.
 
-On Linux, COMMAND runs under a keeper: a small process (pglease itself)
+On Linux, COMMAND runs under a reaper: a small process (pglease itself)
 that stays with it when pglease dies (SIGKILL, OOM, a panic), is the
 subreaper of everything COMMAND starts (setsid'd and double-forked
 processes included), puts it in a cgroup of its own where cgroup v2 is
@@ -87,7 +87,7 @@ stopped, by pglease, and nothing stops it if pglease dies. COMMAND runs in
 a process group of its own, so it cannot read from the terminal.
 
 Exit status: COMMAND's own; 1 when pglease failed (database error, or the
-keeper died: everything was killed); 2 usage error; 69 lease or slot lost,
+reaper died: everything was killed); 2 usage error; 69 lease or slot lost,
 or no renewal in time: COMMAND and all it started stopped; 75 held
 elsewhere or full (--no-wait), command not run; 126 command not
 executable; 127 command not found; 128+n killed by signal n (also when
@@ -161,9 +161,9 @@ type runOptions struct {
 	argv     []string
 }
 
-// kept is a held lease or slot.
-type kept interface {
-	tenure.Kept
+// held is a lease or slot held around the command.
+type held interface {
+	tenure.Held
 	Release(ctx context.Context) error
 	Fence() int64
 }
@@ -172,11 +172,11 @@ type kept interface {
 type step struct {
 	// take takes it, waiting or not, or returns an *exitError with
 	// exitHeld when it is held elsewhere (not waiting).
-	take func(ctx context.Context) (kept, error)
+	take func(ctx context.Context) (held, error)
 	// env is what the command learns about the tenure.
-	env func(t kept) []string
+	env func(t held) []string
 	// describe names the tenure for messages.
-	describe func(t kept) string
+	describe func(t held) string
 }
 
 // runner runs one command under a lease and/or slot.
@@ -204,7 +204,7 @@ type runner struct {
 // cancelled when the tenure is lost.
 type level struct {
 	what string
-	t    kept
+	t    held
 	ctx  context.Context
 }
 
@@ -307,16 +307,16 @@ func (r *runner) steps() ([]step, error) {
 		}
 		name := r.o.lease
 		steps = append(steps, step{
-			take: func(ctx context.Context) (kept, error) {
+			take: func(ctx context.Context) (held, error) {
 				l, err := c.TryAcquire(ctx, name, r.o.ttl)
-				if held, ok := errors.AsType[*pglease.HeldError](err); ok {
+				if refused, ok := errors.AsType[*pglease.HeldError](err); ok {
 					if !r.o.wait {
 						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
 							"lease %s is held by %q (fence %d) for another %s: not running the command (exit %d; --wait to wait)",
-							quoteName(name), held.Holder, held.Fence, held.ExpiresIn.Round(time.Millisecond), exitHeld)}
+							quoteName(name), refused.Holder, refused.Fence, refused.ExpiresIn.Round(time.Millisecond), exitHeld)}
 					}
 					fmt.Fprintf(r.a.stderr, "pglease: waiting for the lease %s, held by %q (fence %d) for another %s (--wait)\n",
-						quoteName(name), held.Holder, held.Fence, held.ExpiresIn.Round(time.Millisecond))
+						quoteName(name), refused.Holder, refused.Fence, refused.ExpiresIn.Round(time.Millisecond))
 					l, err = c.Acquire(ctx, name, r.o.ttl)
 					c.CloseIdle() // the command needs no LISTEN connection
 				}
@@ -325,10 +325,10 @@ func (r *runner) steps() ([]step, error) {
 				}
 				return l, nil
 			},
-			env: func(t kept) []string {
+			env: func(t held) []string {
 				return []string{"PGLEASE_LEASE=" + name, "PGLEASE_FENCE=" + strconv.FormatInt(t.Fence(), 10)}
 			},
-			describe: func(t kept) string { return fmt.Sprintf("lease %s (fence %d)", quoteName(name), t.Fence()) },
+			describe: func(t held) string { return fmt.Sprintf("lease %s (fence %d)", quoteName(name), t.Fence()) },
 		})
 	}
 	if r.o.scope != "" {
@@ -338,7 +338,7 @@ func (r *runner) steps() ([]step, error) {
 		}
 		scope, capacity := r.o.scope, r.o.capacity
 		steps = append(steps, step{
-			take: func(ctx context.Context) (kept, error) {
+			take: func(ctx context.Context) (held, error) {
 				s, err := c.TryClaim(ctx, scope, capacity, r.o.ttl)
 				if full, ok := errors.AsType[*runslots.FullError](err); ok {
 					if !r.o.wait {
@@ -356,12 +356,12 @@ func (r *runner) steps() ([]step, error) {
 				}
 				return s, nil
 			},
-			env: func(t kept) []string {
+			env: func(t held) []string {
 				s := t.(*runslots.Slot)
 				return []string{"PGLEASE_SLOT_SCOPE=" + scope, "PGLEASE_SLOT=" + strconv.Itoa(s.Number()),
 					"PGLEASE_SLOT_FENCE=" + strconv.FormatInt(s.Fence(), 10)}
 			},
-			describe: func(t kept) string {
+			describe: func(t held) string {
 				return fmt.Sprintf("slot %d of scope %s (fence %d)", t.(*runslots.Slot).Number(), quoteName(scope), t.Fence())
 			},
 		})
@@ -400,7 +400,7 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 	desc := st.describe(t)
 	log := r.log.With("tenure", desc, "holder", r.o.holder)
 	log.Info("acquired")
-	res := tenure.Keep(parent, t, tenure.KeepConfig{
+	res := tenure.Hold(parent, t, tenure.HoldConfig{
 		TTL:         r.o.ttl,
 		StopTimeout: r.o.grace + r.o.ttl,
 		Lost:        pglease.ErrLeaseLost, // runslots.ErrSlotLost matches it
@@ -443,7 +443,7 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 }
 
 // release releases t, waiting at most timeout.
-func (r *runner) release(parent context.Context, t kept, desc string, log *slog.Logger, timeout time.Duration) {
+func (r *runner) release(parent context.Context, t held, desc string, log *slog.Logger, timeout time.Duration) {
 	if timeout <= 0 {
 		return
 	}
@@ -498,7 +498,7 @@ func causeText(cause error) string {
 	return oneLine(cause.Error())
 }
 
-// Why the command was stopped, as the keeper reports it.
+// Why the command was stopped, as the reaper reports it.
 const (
 	whyExited   = "exited"   // the command exited by itself; what it left running was stopped
 	whyDeadline = "deadline" // only --grace was left before the local deadline
