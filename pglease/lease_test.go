@@ -741,14 +741,17 @@ func leaseState(t *testing.T, pool pglease.DB, name string) pgleaseadmin.LeaseSt
 }
 
 // TestSentinels: a missing schema and a missing grant are reported with
-// ErrNotMigrated and ErrPermissionDenied.
+// ErrNotMigrated and ErrPermissionDenied, a stale fence with ErrLeaseLost,
+// each saying "pglease:" once.
 func TestSentinels(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	bare := newClient(t, pgtest.Pool(t, pgtest.NewDatabase(t)), "")
-	if _, err := bare.TryAcquire(ctx, "x", time.Minute); !errors.Is(err, pglease.ErrNotMigrated) {
+	_, err := bare.TryAcquire(ctx, "x", time.Minute)
+	if !errors.Is(err, pglease.ErrNotMigrated) {
 		t.Fatalf("TryAcquire without the schema = %v, want ErrNotMigrated", err)
 	}
+	requirePrefixOnce(t, err)
 	pool := pgtest.NewPool(t)
 	role := fmt.Sprintf("pglease_nogrant_%d", time.Now().UnixNano())
 	if _, err := pool.Exec(ctx, `CREATE ROLE `+role); err != nil {
@@ -763,7 +766,25 @@ func TestSentinels(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SET LOCAL ROLE `+role); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newClient(t, tx, "").TryAcquire(ctx, "x", time.Minute); !errors.Is(err, pglease.ErrPermissionDenied) {
+	_, err = newClient(t, tx, "").TryAcquire(ctx, "x", time.Minute)
+	if !errors.Is(err, pglease.ErrPermissionDenied) {
 		t.Fatalf("TryAcquire without the grant = %v, want ErrPermissionDenied", err)
+	}
+	requirePrefixOnce(t, err)
+
+	err = pglease.WithFence(ctx, pool, "never-acquired", 1, func(pgx.Tx) error { return nil })
+	if !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("WithFence with a stale fence = %v, want ErrLeaseLost", err)
+	}
+	requirePrefixOnce(t, err)
+}
+
+// requirePrefixOnce fails unless err says "pglease:" once: the sentinels
+// and the SQL's messages start with it, and wrapping them must not repeat
+// it ("pglease: pglease: schema ...").
+func requirePrefixOnce(t *testing.T, err error) {
+	t.Helper()
+	if n := strings.Count(err.Error(), "pglease:"); n != 1 {
+		t.Fatalf("error %q says %q %d times, want once", err, "pglease:", n)
 	}
 }

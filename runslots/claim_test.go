@@ -124,6 +124,9 @@ func TestMissingSchema(t *testing.T) {
 	if !errors.Is(err, pglease.ErrNotMigrated) || !strings.Contains(err.Error(), "apply the migrations") {
 		t.Fatalf("TryClaim without the schema: got %v, want ErrNotMigrated with a hint to apply the migrations", err)
 	}
+	if n := strings.Count(err.Error(), "pglease:"); n != 1 || strings.Contains(err.Error(), "runslots:") {
+		t.Fatalf("TryClaim without the schema: %q says %q %d times, want once and no other prefix", err, "pglease:", n)
+	}
 	if _, err := pgleaseadmin.Scopes(context.Background(), pool); err == nil || !strings.Contains(err.Error(), "apply the migrations") {
 		t.Fatalf("Scopes without the schema: got %v, want a hint to apply the migrations", err)
 	}

@@ -585,6 +585,8 @@ func testErrors(t *testing.T, c cli) {
 	addr := closedPort(t)
 	host, port, _ := net.SplitHostPort(addr)
 	noSchema := pgtest.NewDatabase(t)
+	migrated := pgtest.NewMigrated(t)
+	changed := changedSchema(t)
 	for _, tc := range []struct {
 		name     string
 		database string
@@ -603,16 +605,51 @@ func testErrors(t *testing.T, c cli) {
 		{"missing schema: status", noSchema, []string{"status"}, 1, []string{"schema pglease not found", "hint: run `pglease migrate up`"}},
 		{"missing schema: run", noSchema, []string{"run", "--lease", "x", "--", "true"}, 1, []string{"schema pglease not found", "pglease migrate up"}},
 		{"missing schema: release", noSchema, []string{"release", "--force", "x", "--yes"}, 1, []string{"schema pglease not found", "pglease migrate up"}},
+		{"name too long: release", migrated, []string{"release", "--force", strings.Repeat("n", 300), "--yes"}, 2,
+			[]string{"release: invalid argument: name must be 1 to 256 bytes"}},
+		{"schema changed by hand: migrate up", changed, []string{"migrate", "up"}, 1,
+			[]string{"migrate up: ", "not applied (nothing changed): cannot upgrade schema pglease", "index my_index", "hint: "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.database == "" {
+				t.Skip("one migration only: no upgrade to refuse")
+			}
 			r := c.with("PGLEASE_DATABASE_URL="+tc.database).mustRun(tc.code, tc.args...)
 			requireOneLine(t, "stderr", r.stderr)
 			requireContains(t, "stderr", r.stderr, tc.want...)
+			// Each message says pglease once, however many layers wrap it.
+			if n := strings.Count(r.stderr, "pglease:"); n != 1 {
+				t.Fatalf("stderr says %q %d times, want once: %q", "pglease:", n, r.stderr)
+			}
 			if r.stdout != "" {
 				t.Fatalf("stdout: got %q, want nothing", r.stdout)
 			}
 		})
 	}
+}
+
+// changedSchema returns the URL of a database one migration behind this
+// build, changed by hand (an index of its own in schema pglease), so that
+// the next upgrade refuses it; "" when this build has one migration only.
+func changedSchema(t *testing.T) string {
+	t.Helper()
+	if schema.Latest() < 2 {
+		return ""
+	}
+	url := pgtest.NewDatabase(t)
+	ctx := t.Context()
+	if err := schema.Goto(ctx, url, schema.Latest()-1); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE INDEX my_index ON pglease.leases (expires_at)`); err != nil {
+		t.Fatal(err)
+	}
+	return url
 }
 
 // dbURL returns the URL of database name on the server of adminURL.

@@ -215,7 +215,7 @@ func (a *app) migrateError(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	msg, _, _ := strings.Cut(err.Error(), "\n")
+	msg, _, _ := strings.Cut(detail(err), "\n")
 	const maxLen = 1500
 	if len(msg) > maxLen {
 		msg = msg[:maxLen] + "..."

@@ -66,7 +66,7 @@ func (a *app) purge(ctx context.Context, db *dbFlag, freeFor time.Duration) erro
 	defer cancel()
 	n, err := pgleaseadmin.Purge(ctx, pool, freeFor)
 	if errors.Is(err, pglease.ErrInvalidArgument) {
-		return usagef("purge", "%v", err)
+		return usagef("purge", "%s", detail(err))
 	}
 	if err != nil {
 		return a.queryError(ctx, "purge", err)

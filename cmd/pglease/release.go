@@ -90,7 +90,7 @@ func (a *app) release(ctx context.Context, db *dbFlag, name string, yes bool) er
 
 	r, err := pgleaseadmin.ForceRelease(ctx, pool, name)
 	if errors.Is(err, pglease.ErrInvalidArgument) {
-		return usagef("release", "%v", err)
+		return usagef("release", "%s", detail(err))
 	}
 	if err != nil {
 		return a.queryError(ctx, fmt.Sprintf("force release lease %q", name), err)

@@ -303,7 +303,7 @@ func (r *runner) steps() ([]step, error) {
 	if r.o.lease != "" {
 		c, err := pglease.New(r.pool, pglease.Config{Holder: r.o.holder})
 		if err != nil {
-			return nil, usagef("run", "%v", err)
+			return nil, usagef("run", "%s", detail(err))
 		}
 		name := r.o.lease
 		steps = append(steps, step{
@@ -334,7 +334,7 @@ func (r *runner) steps() ([]step, error) {
 	if r.o.scope != "" {
 		c, err := runslots.New(r.pool, runslots.Config{Holder: r.o.holder, Logger: r.log})
 		if err != nil {
-			return nil, usagef("run", "%v", err)
+			return nil, usagef("run", "%s", detail(err))
 		}
 		scope, capacity := r.o.scope, r.o.capacity
 		steps = append(steps, step{
@@ -375,7 +375,7 @@ func (r *runner) takeError(ctx context.Context, what string, err error) error {
 		return ctx.Err()
 	}
 	if errors.Is(err, pglease.ErrInvalidArgument) {
-		return usagef("run", "%s: %v", what, err)
+		return usagef("run", "%s: %s", what, detail(err))
 	}
 	return r.a.queryError(ctx, what, err)
 }
@@ -450,7 +450,7 @@ func (r *runner) release(parent context.Context, t held, desc string, log *slog.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), timeout)
 	defer rcancel()
 	if err := t.Release(rctx); err != nil {
-		fmt.Fprintf(r.a.stderr, "pglease: release %s failed (it expires by itself within %s): %v\n", desc, r.o.ttl, r.a.scrub(oneLine(err.Error())))
+		fmt.Fprintf(r.a.stderr, "pglease: release %s failed (it expires by itself within %s): %v\n", desc, r.o.ttl, r.a.scrub(oneLine(detail(err))))
 	} else {
 		log.Info("released")
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/sqlerr"
 )
 
 // The sentinels of both kinds, exported again by pglease and runslots with
@@ -50,7 +52,9 @@ const (
 // Interpret maps err from a generated query to the sentinels, with prefix
 // ("pglease" or "runslots") and lost as the kind's words. It returns
 // ctx.Err() unchanged when ctx has ended, so callers can compare against
-// context.Canceled and context.DeadlineExceeded.
+// context.Canceled and context.DeadlineExceeded. The sentinels' messages
+// start with "pglease: " already, and so do those the SQL raises: the
+// mapped error says it once.
 func Interpret(ctx context.Context, prefix string, lost, err error) error {
 	if err == nil {
 		return nil
@@ -61,16 +65,16 @@ func Interpret(ctx context.Context, prefix string, lost, err error) error {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
 		switch pgErr.Code {
 		case notHeld:
-			return fmt.Errorf("%w: %w", lost, pgErr)
+			return fmt.Errorf("%w: %w", lost, sqlerr.Trim(pgErr))
 		case nullValue, invalidParam, badEncoding:
-			return fmt.Errorf("%w: %w", ErrInvalidArgument, pgErr)
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, sqlerr.Trim(pgErr))
 		case invalidSchema, undefinedFunc, undefinedTable:
-			return fmt.Errorf("%s: %w: %w", prefix, ErrNotMigrated, err)
+			return fmt.Errorf("%w: %w", ErrNotMigrated, err)
 		case insufficientPriv:
-			return fmt.Errorf("%s: %w: %w", prefix, ErrPermissionDenied, err)
+			return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
 		}
 	}
-	return fmt.Errorf("%s: %w", prefix, err)
+	return fmt.Errorf("%s: %w", prefix, sqlerr.Trim(err))
 }
 
 // LostText returns the message of a kind's LostError: head, then the

@@ -162,8 +162,7 @@ func (k *Keeper) renewAll(ctx context.Context, sent time.Time) error {
 	row, err := k.q.HolderRenew(cctx, db.HolderRenewParams{Holder: k.cfg.Holder, Ttl: k.cfg.TTL})
 	cancel()
 	if err != nil {
-		err = fmt.Errorf("pglease: renew_holder for holder %q, outcome unknown: %w",
-			k.cfg.Holder, Interpret(ctx, "pglease", ErrLeaseLost, err))
+		err = Interpret(ctx, fmt.Sprintf("pglease: renew_holder for holder %q, outcome unknown", k.cfg.Holder), ErrLeaseLost, err)
 		k.settled(err)
 		return err
 	}

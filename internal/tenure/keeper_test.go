@@ -287,3 +287,32 @@ func TestKeeperConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestKeeperErrorSaysPrefixOnce: a round that failed reports it to the
+// Renews waiting for it, saying "pglease:" once, whether the round's error
+// maps to a sentinel or not.
+func TestKeeperErrorSaysPrefixOnce(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		is   error
+		want string
+	}{
+		{errNoDB, errNoDB, `pglease: renew_holder for holder "h", outcome unknown: noDB: no query expected`},
+		{&pgconn.PgError{Severity: "ERROR", Code: "42883", Message: "function pglease.renew_holder(text, interval) does not exist"},
+			ErrNotMigrated, ErrNotMigrated.Error()},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			d := &scriptDB{renew: func() (db.HolderRenewRow, error) { return db.HolderRenewRow{}, tc.err }}
+			k, c := keptCore(t, d)
+			tn := c.Grant("a", 0, 7, time.Second, time.Now())
+			runKeeper(t, k)
+			err := tn.Renew(context.Background())
+			if !errors.Is(err, tc.is) || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("Renew after a failed round = %v, want an error matching %v starting %q", err, tc.is, tc.want)
+			}
+			if n := strings.Count(err.Error(), "pglease:"); n != 1 {
+				t.Fatalf("Renew after a failed round = %q: says %q %d times, want once", err, "pglease:", n)
+			}
+		})
+	}
+}
