@@ -303,6 +303,14 @@ func testRunExitCodes(t *testing.T, c cli) {
 		t.Fatalf("fence of lease env: got %d, want 1", fence)
 	}
 
+	// The default --grace follows the TTL (a quarter, at most 10s), so a
+	// short --ttl works alone; an explicit --grace above TTL/2 is refused.
+	for _, ttl := range []string{"5s", "2s", "90s"} {
+		c.mustRun(0, "run", "--lease", "short-ttl", "--ttl", ttl, "--", "true")
+	}
+	r = c.mustRun(2, "run", "--lease", "short-ttl", "--ttl", "5s", "--grace", "3s", "--", "true")
+	requireContains(t, "run --ttl 5s --grace 3s", r.stderr, "--grace must be from 0 to half the --ttl (2.5s), got 3s")
+
 	long := strings.Repeat("x", 300)
 	r = c.mustRun(2, "run", "--lease", long, "--", "true")
 	requireOneLine(t, "stderr for a too-long name", r.stderr)

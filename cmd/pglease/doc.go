@@ -6,7 +6,7 @@
 //
 //	pglease migrate up|down|version     apply, revert or show the schema
 //	pglease status [--json]             leases, slots and scopes, as the server sees them
-//	pglease run --lease NAME [--slot SCOPE:CAPACITY] [--ttl 30s] [--wait|--no-wait] [--grace 10s] -- COMMAND [ARGS...]
+//	pglease run --lease NAME [--slot SCOPE:CAPACITY] [--ttl 30s] [--wait|--no-wait] [--grace TTL/4] -- COMMAND [ARGS...]
 //	pglease release --force NAME --yes  operator override: end a tenure whoever holds it
 //	pglease demo                        three supervised instances, a crash, a handover
 //	pglease help [COMMAND]              usage; `pglease COMMAND -h` too
@@ -52,7 +52,9 @@
 //   - SIGTERM to every process COMMAND started comes --grace before the
 //     local deadline when no renewal has succeeded by then, and SIGKILL at
 //     the deadline; --grace must therefore be at most half the TTL, which
-//     leaves renewals (every TTL/3, retried) the other half;
+//     leaves renewals (every TTL/3, retried) the other half. It defaults
+//     to a quarter of the TTL, at most 10 s, so that any --ttl works with
+//     the default;
 //   - when a renewal is refused (the tenure was force-released or had
 //     expired), SIGTERM comes at once and SIGKILL --grace later, by the
 //     local deadline at the latest. The server has ended the tenure then:

@@ -25,8 +25,9 @@ import (
 
 // Defaults of pglease run.
 const (
-	defaultRunTTL   = 30 * time.Second
-	defaultRunGrace = 10 * time.Second
+	defaultRunTTL = 30 * time.Second
+	// maxDefaultGrace caps the default --grace, a quarter of the TTL.
+	maxDefaultGrace = 10 * time.Second
 	// minRunTTL keeps renewals (every TTL/3) from spinning.
 	minRunTTL = 100 * time.Millisecond
 )
@@ -36,7 +37,7 @@ var runCommand = &command{
 	summary: "Run a command only while holding a lease and/or a slot (a distributed flock)",
 	usage: `
 Usage: pglease run [--lease NAME] [--slot SCOPE:CAPACITY] [--ttl 30s]
-                   [--wait | --no-wait] [--grace 10s] [--database URL] -- COMMAND [ARGS...]
+                   [--wait | --no-wait] [--grace DURATION] [--database URL] -- COMMAND [ARGS...]
 
 Takes lease NAME (and/or one of CAPACITY slots of SCOPE; with both, the
 lease first, then a slot), runs COMMAND while renewing it every TTL/3, and
@@ -71,7 +72,8 @@ by then, before the server's expiry. The rule for --grace:
 
   when no renewal has succeeded by then, SIGTERM comes --grace before the
   local deadline and SIGKILL at it; so --grace must be at most half the
-  TTL (the other half is for renewals, every TTL/3, retried).
+  TTL (the other half is for renewals, every TTL/3, retried). It defaults
+  to a quarter of the TTL, at most 10s.
 
 When a renewal is refused, SIGTERM comes at once and SIGKILL --grace later
 (by the local deadline at the latest). Either way pglease exits 69.
@@ -106,7 +108,7 @@ pglease got signal n while waiting, before COMMAND started).`,
 		fs.DurationVar(&o.ttl, "ttl", defaultRunTTL, "time to live of the lease and slot on the server; renewed every TTL/3")
 		fs.BoolVar(&o.wait, "wait", false, "wait until the lease (and slot) can be taken")
 		fs.BoolVar(&noWait, "no-wait", false, "exit with status 75 at once when held elsewhere (the default)")
-		fs.DurationVar(&o.grace, "grace", defaultRunGrace, "time between SIGTERM and SIGKILL when stopping the command; at most TTL/2")
+		fs.DurationVar(&o.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping the command; at most TTL/2 (default TTL/4, at most 10s)")
 		fs.StringVar(&o.holder, "holder", "", "holder `ID` to take the lease as (default host/pid/random, unique)")
 		fs.BoolVar(&o.verbose, "v", false, "log acquisitions, renewal problems and releases to standard error")
 		return func(ctx context.Context, args []string) error {
@@ -137,6 +139,11 @@ pglease got signal n while waiting, before COMMAND started).`,
 			}
 			if o.ttl < minRunTTL || o.ttl > pglease.MaxTTL {
 				return usagef("run", "--ttl must be from %s to %s, got %s", minRunTTL, pglease.MaxTTL, o.ttl)
+			}
+			if !set["grace"] {
+				// The default follows the TTL, so that any valid --ttl works
+				// without a --grace of its own.
+				o.grace = min(o.ttl/4, maxDefaultGrace)
 			}
 			if o.grace < 0 || o.grace > o.ttl/2 {
 				return usagef("run", "--grace must be from 0 to half the --ttl (%s), got %s: SIGTERM comes --grace before the local deadline, "+
