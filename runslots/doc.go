@@ -68,7 +68,10 @@
 //     scope it holds gets its slot back whatever the capacity.
 //   - Two live holders of a scope never share a slot number, and a slot's
 //     fence never goes backwards: each new tenure of a slot gets the
-//     previous fence + 1, and slot rows are never deleted. Fences of
+//     previous fence + 1. A scope whose slots have all been free for a day
+//     is deleted by purge (Config.PurgeEvery, pgleaseadmin.Purge), but
+//     before it goes the server records its fences in a floor, committed
+//     with the delete, and a slot used again starts above it. Fences of
 //     different slots are unrelated.
 //   - TryClaimAll and ClaimAll hold every wanted slot or none, and take
 //     the scope locks in one global order, so they cannot deadlock each

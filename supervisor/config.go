@@ -46,7 +46,11 @@ const (
 	minBackoff          = 100 * time.Millisecond
 )
 
-// Config configures a Supervisor. Zero fields mean their defaults.
+// Config configures a Supervisor. Zero fields mean their defaults. The
+// fields it shares with pglease.Config (Holder, SafetyMargin,
+// RenewInterval, RetryDelay, StopTimeout, PurgeEvery, Logger, Keeper) have
+// the same defaults and rules, applied by the same code; New refuses an
+// invalid Config with an error that names the field.
 type Config struct {
 	// Name is the lease that guards the workload: at most one supervisor
 	// with this Name runs its workload at a time. Required unless Scope is
@@ -70,8 +74,9 @@ type Config struct {
 	RenewInterval time.Duration
 
 	// RetryDelay is the pause before retrying a renewal whose outcome is
-	// unknown (connection error, timeout). Defaults to RenewInterval/5.
-	// Must be zero with a Keeper, whose RetryDelay applies.
+	// unknown (connection error, timeout). Defaults to RenewInterval/5;
+	// must be shorter than RenewInterval. Must be zero with a Keeper, whose
+	// RetryDelay applies.
 	RetryDelay time.Duration
 
 	// Keeper, when set, renews this supervisor's lease (or slot) together
@@ -126,10 +131,10 @@ type Config struct {
 	Holder string
 
 	// PurgeEvery is how often Run calls pglease.purge_due to delete what
-	// has been free for a day (see pgleaseadmin.Purge); the server lets one call
-	// per interval through across every caller of the database, so a fleet
-	// purges once per interval. Defaults to an hour; negative disables it.
-	// It runs only when the database is a *pgxpool.Pool.
+	// has been free for a day (see pgleaseadmin.Purge); the server lets one
+	// call per interval through across every caller of the database, so a
+	// fleet purges once per interval. Defaults to an hour; negative
+	// disables it. It runs only when the database is a *pgxpool.Pool.
 	PurgeEvery time.Duration
 
 	// Logger receives structured logs (acquired, renewed, lost, standby),
