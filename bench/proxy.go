@@ -22,6 +22,7 @@ import (
 
 	"github.com/pglease/pglease/internal/shardtest"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 )
 
 // proxyTarget is one way of reaching pglease in the proxy benchmark.
@@ -200,7 +201,7 @@ func proxyCommand(args []string) (bool, error) {
 // through the proxy a waiter gets the lease: the Go client's Acquire on the
 // proxy (it listens on the proxy, where no NOTIFY arrives, so it retries
 // at the expiry it saw), and a waiter that LISTENs on the name's partition
-// (pglease.PartitionOf and Partition.Config). Each trial releases a
+// (pgleaseadmin.PartitionOf and Partition.Config). Each trial releases a
 // quarter of the TTL after the waiter registered.
 func proxyHandover(ctx context.Context, s *shardtest.Sharded, trials int, ttl time.Duration) (acquire, listen []time.Duration, err error) {
 	pool, err := pgxpool.New(ctx, s.ProxyURL)
@@ -219,7 +220,7 @@ func proxyHandover(ctx context.Context, s *shardtest.Sharded, trials int, ttl ti
 	for i := range 2 * trials {
 		viaPartition := i%2 == 1
 		name := fmt.Sprintf("bench-handover-%d", i)
-		part, err := pglease.PartitionOf(ctx, pool, name)
+		part, err := pgleaseadmin.PartitionOf(ctx, pool, name)
 		if err != nil {
 			return nil, nil, err
 		}

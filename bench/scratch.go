@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleasemigrate"
 )
 
 // settingNames are the server settings that decide what a write costs.
@@ -75,7 +75,7 @@ func createScratch(ctx context.Context, serverURL, name string) (*scratch, error
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return nil, fmt.Errorf("create scratch database %s: %w", name, err)
 	}
-	if err := pglease.Migrate(ctx, s.url); err != nil {
+	if err := pgleasemigrate.Up(ctx, s.url); err != nil {
 		return nil, errors.Join(fmt.Errorf("migrate scratch database %s: %w", name, err), s.drop(ctx))
 	}
 	return s, nil

@@ -18,7 +18,7 @@
 //
 //	postgres://postgres@127.0.0.1:6511,127.0.0.1:6512/DB?target_session_attrs=read-write
 //
-// applies the migrations with pglease.Migrate through it, runs three
+// applies the migrations with pgleasemigrate.Up through it, runs three
 // supervisors (each on its own pool) whose leader writes (fence, holder,
 // seq) to a log table through pglease.WithFence every 10 ms, and a probe
 // that writes every 50 ms. Then it loses the primary in turn by a

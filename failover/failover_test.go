@@ -24,6 +24,7 @@ import (
 
 	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleasemigrate"
 	"github.com/pglease/pglease/supervisor"
 )
 
@@ -364,7 +365,7 @@ func (s *scenario) prepare(ctx context.Context) {
 		}
 		<-tick.C
 	}
-	if err := pglease.Migrate(ctx, s.url); err != nil {
+	if err := pgleasemigrate.Up(ctx, s.url); err != nil {
 		t.Fatalf("migrate through %s: %v", s.url, err)
 	}
 	if err := execOnce(ctx, s.url,

@@ -57,22 +57,22 @@ type Listener interface {
 // connection.
 const DefaultNotifyLinger = notify.DefaultLinger
 
-// Config configures a Client of leases (pglease.New) or of slots
-// (runslots.New). The zero value is usable: zero fields mean their
-// defaults. New refuses an invalid Config with an error that names the
-// field.
+// Config configures a Client. The zero value is usable: zero fields mean
+// their defaults. New refuses an invalid Config with an error that names
+// the field. runslots.Config has the same fields with the same defaults
+// and rules, and so has supervisor.Config where it shares them.
 type Config struct {
-	// Holder identifies this client in the lease and slot tables. Two
-	// clients with the same holder share tenures (acquire and claim are
-	// re-entrant per holder), so it must be unique per client. Defaults to
-	// NewHolderID().
+	// Holder identifies this client in the lease table. Two clients with
+	// the same holder share tenures (acquire is re-entrant per holder), so
+	// it must be unique per client. Defaults to NewHolderID(), or with a
+	// Keeper to the keeper's holder.
 	Holder string
 
 	// SafetyMargin is subtracted from a tenure's TTL to compute its local
-	// deadline (see Lease.Deadline). It covers clock-rate differences between
-	// this machine and the server and the time between a check of the
-	// deadline and the work it guards. Defaults to a tenth of each tenure's
-	// TTL. Must be smaller than every TTL used with this client.
+	// deadline (see Lease.Deadline). It covers clock-rate differences
+	// between this machine and the server and the time between a check of
+	// the deadline and the work it guards. Defaults to a tenth of each
+	// tenure's TTL. Must be smaller than every TTL used with this client.
 	SafetyMargin time.Duration
 
 	// Logger receives Run's renewal failures, stuck workloads and failed
@@ -81,23 +81,22 @@ type Config struct {
 	Logger *slog.Logger
 
 	// PurgeEvery is how often Run, while its workload runs, calls
-	// pglease.purge_due to delete what has been free for a day (see Purge);
-	// the server lets one call per interval through across every caller of
-	// the database. Defaults to an hour; negative disables it. It runs only
-	// when the database is a *pgxpool.Pool.
+	// pglease.purge_due to delete what has been free for a day (see
+	// pgleaseadmin.Purge); the server lets one call per interval through
+	// across every caller of the database. Defaults to an hour; negative
+	// disables it. It runs only when the database is a *pgxpool.Pool.
 	PurgeEvery time.Duration
 
 	// RenewInterval is the time between Run's renewals. Defaults to a third
-	// of the tenure's TTL; with a Keeper, to RetryDelay + 1ms, since each
-	// of Run's renewals then waits for the keeper's next round. When set,
-	// every TTL used with this client must exceed RenewInterval plus the
-	// safety margin.
+	// of the tenure's TTL. Every TTL used with this client must exceed it
+	// plus the safety margin. Must be zero with a Keeper, whose rounds renew
+	// instead (its Interval applies).
 	RenewInterval time.Duration
 
 	// RetryDelay is the pause before Run retries a renewal whose outcome is
 	// unknown (connection error, timeout), while the deadline allows.
-	// Defaults to a twentieth of the TTL, at least 10ms. Must be shorter
-	// than RenewInterval when that is set.
+	// Defaults to a fifth of RenewInterval; must be shorter than it. Must
+	// be zero with a Keeper, whose RetryDelay applies.
 	RetryDelay time.Duration
 
 	// StopTimeout is how long after cancelling its workload Run waits
@@ -113,19 +112,28 @@ type Config struct {
 	// (nil when the tenure was released).
 	OnRelease func(err error)
 
-	// OnWait, when set, is called each time a blocking Acquire, Claim or
-	// ClaimAll has been refused and is about to wait (listening for the
-	// release), with the refusal: a *HeldError or a *runslots.FullError.
-	// It is called on the waiting goroutine and must return quickly.
+	// OnWait, when set, is called each time a blocking Acquire has been
+	// refused and is about to wait (listening for the release), with the
+	// refusal: a *HeldError. It is called on the waiting goroutine and must
+	// return quickly.
 	OnWait func(refusal error)
 
 	// Keeper, when set, renews every tenure this client grants, with the
 	// keeper's other tenures in one round trip per interval (see Keeper):
 	// the client makes no renewal calls of its own. Holder defaults to the
-	// keeper's and must equal it; the keeper's TTL must suit SafetyMargin
-	// and RenewInterval as every TTL does. Acquire and claim with the
-	// keeper's TTL.
+	// keeper's and must equal it; RenewInterval and RetryDelay must be
+	// zero; the keeper's TTL must suit SafetyMargin as every TTL does.
+	// Acquire with the keeper's TTL.
 	Keeper *Keeper
+}
+
+// core returns cfg in the words of the core.
+func (cfg Config) core() tenure.Config {
+	return tenure.Config{
+		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
+		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
+		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
+	}
 }
 
 // Client acquires leases in the pglease schema of one database. It is safe
@@ -147,49 +155,11 @@ var leases = tenure.Kind{
 // ownership: closing database stays the caller's job. It returns an error
 // matching ErrInvalidArgument, naming the field, when cfg is invalid.
 func New(database DB, cfg Config) (*Client, error) {
-	c, err := newCore(database, leases, cfg)
+	c, err := tenure.New(database, leases, cfg.core())
 	if err != nil {
 		return nil, err
 	}
 	return &Client{c: c, db: database}, nil
-}
-
-// newCore returns the core of a client of kind, registered with
-// cfg.Keeper when set. runslots builds its clients with it too
-// (tenure.NewClientCore).
-func newCore(database DB, kind tenure.Kind, cfg Config) (*tenure.Core, error) {
-	var k *tenure.Keeper
-	if cfg.Keeper != nil {
-		k = cfg.Keeper.k
-		if cfg.Holder == "" {
-			cfg.Holder = k.Holder()
-		}
-		if cfg.RenewInterval == 0 {
-			// A kept Renew waits for the keeper's next round, so Run may
-			// renew again at once: it then learns of each round as it
-			// ends, not up to an interval later.
-			cfg.RenewInterval = cfg.RetryDelay + time.Millisecond
-		}
-	}
-	c, err := tenure.New(database, kind, tenure.Config{
-		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
-		PurgeEvery: cfg.PurgeEvery, RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay,
-		StopTimeout: cfg.StopTimeout, OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait,
-	})
-	if err != nil || k == nil {
-		return c, err
-	}
-	if err := c.UseKeeper(k); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func init() {
-	tenure.NewClientCore = func(database tenure.DB, kind tenure.Kind, cfg any) (*tenure.Core, error) {
-		d, _ := database.(DB) // nil when database is
-		return newCore(d, kind, cfg.(Config))
-	}
 }
 
 // CloseIdle closes the connection the client LISTENs on for release

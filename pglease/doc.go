@@ -20,17 +20,18 @@
 // tenure, with one API: TryAcquire returns at once, Acquire blocks until the
 // lease is free (woken by the release NOTIFY, else at the holder's expiry);
 // a Lease has a Fence, a Deadline, Done (closed once it can no longer be
-// trusted), Renew, Release, and Run, which keeps it while a function runs.
+// trusted), Renew, Release, and Run, which holds it while a function runs.
 // Each tenure's fence is larger than that of every earlier tenure of the
-// lease, also across release and expiry. The supervisor package runs a
-// workload under a lease in a loop, standing by while another instance has
-// it; most services want that or Run rather than calling Renew themselves.
+// lease, also across release, expiry and purge. The supervisor package runs
+// a workload under a lease in a loop, standing by while another instance
+// has it; most services want that or Run rather than calling Renew
+// themselves. A Keeper renews every lease and slot of a process in one
+// round trip per interval, however many it holds.
 //
-// Leases, ForceRelease and Purge are the operator's view: they take the
-// database, not a holder.
-//
-// Apply the schema first with Migrate (or the migrate CLI, or `pglease
-// migrate up`).
+// Apply the schema first with package pgleasemigrate (or `pglease migrate
+// up`). The operator's view (listing every lease, force-releasing one whose
+// holder is gone, purging what has been free for a while) is package
+// pgleaseadmin: it takes the database, not a holder.
 //
 // # Safety
 //
@@ -40,8 +41,11 @@
 //
 //   - at most one holder has a live tenure of a lease at any instant of the
 //     server's clock;
-//   - fences never go backwards: a new tenure gets the previous fence + 1,
-//     and the row (with its fence) is never deleted;
+//   - fences never go backwards: a new tenure gets the previous fence + 1.
+//     A row free for a day is deleted by purge (Config.PurgeEvery,
+//     pgleaseadmin.Purge), but before it goes the server records its fence
+//     in a floor, committed with the delete, and a name used again starts
+//     above it: larger than every fence it had, also across purge;
 //   - a write made inside WithFence commits only while its tenure is
 //     current: assert_held locks the lease row, so no takeover can commit
 //     between the check and the write's commit.

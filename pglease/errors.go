@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/pglease/pglease/internal/tenure"
@@ -30,8 +29,8 @@ var (
 
 	// ErrNotMigrated means schema pglease, or a function this client calls,
 	// is missing from the database: the migrations were not applied, or are
-	// older than this client needs. Apply them (Migrate, or `pglease migrate
-	// up`).
+	// older than this client needs. Apply them (pgleasemigrate.Up, or
+	// `pglease migrate up`).
 	ErrNotMigrated = tenure.ErrNotMigrated
 
 	// ErrPermissionDenied means the connecting role may not call pglease's
@@ -63,15 +62,12 @@ func (e *HeldError) Error() string {
 // Is reports whether target is ErrLeaseHeld.
 func (e *HeldError) Is(target error) bool { return target == ErrLeaseHeld }
 
-// LostError is how Lease.Run and the runslots package's Run report a
-// tenure lost while the workload ran. It matches ErrLeaseLost (and, for a
-// slot, runslots.ErrSlotLost) with errors.Is, and wraps why the workload
-// was cancelled and what it returned; use errors.As to read it.
+// LostError is how Lease.Run reports a lease lost while the workload ran.
+// It matches ErrLeaseLost with errors.Is, and wraps why the workload was
+// cancelled and what it returned; use errors.As to read it.
 type LostError struct {
-	// Name is the lease name, or the slot's scope.
+	// Name is the lease name.
 	Name string
-	// Slot is the slot number; 0 for a lease.
-	Slot int
 	// Fence is the lost tenure's fence.
 	Fence int64
 	// Cause is why the workload was cancelled: the refused renewal, the
@@ -84,35 +80,11 @@ type LostError struct {
 
 // Error implements error.
 func (e *LostError) Error() string {
-	var b strings.Builder
-	if e.Slot == 0 {
-		fmt.Fprintf(&b, "pglease: lease %q (fence %d) lost while the workload ran", e.Name, e.Fence)
-	} else {
-		fmt.Fprintf(&b, "runslots: slot %d of scope %q (fence %d) lost while the workload ran", e.Slot, e.Name, e.Fence)
-	}
-	if e.Cause != nil {
-		fmt.Fprintf(&b, ": %v", e.Cause)
-	}
-	if e.WorkErr != nil {
-		fmt.Fprintf(&b, "; the workload returned: %v", e.WorkErr)
-	}
-	return b.String()
+	return tenure.LostText(fmt.Sprintf("pglease: lease %q (fence %d) lost while the workload ran", e.Name, e.Fence), e.Cause, e.WorkErr)
 }
 
-// Unwrap returns the kind's lost sentinel (ErrLeaseLost, or
-// runslots.ErrSlotLost for a slot), the cause and the workload's error.
-func (e *LostError) Unwrap() []error {
-	errs := []error{ErrLeaseLost}
-	if e.Slot != 0 {
-		errs[0] = tenure.ErrSlotLost
-	}
-	for _, err := range []error{e.Cause, e.WorkErr} {
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errs
-}
+// Unwrap returns ErrLeaseLost, the cause and the workload's error.
+func (e *LostError) Unwrap() []error { return tenure.LostUnwrap(ErrLeaseLost, e.Cause, e.WorkErr) }
 
 // interpretError maps errors from the generated queries to the package's
 // errors, and returns ctx.Err() unchanged when ctx has ended.

@@ -33,8 +33,8 @@ type KeeperConfig struct {
 	Interval time.Duration
 
 	// RetryDelay is the pause before retrying a round whose outcome is
-	// unknown (connection error, timeout). Defaults to a twentieth of TTL,
-	// at least 10ms. Must be shorter than Interval.
+	// unknown (connection error, timeout). Defaults to a fifth of
+	// Interval; must be shorter than it.
 	RetryDelay time.Duration
 
 	// Logger receives failed rounds. Defaults to slog.Default().
@@ -52,7 +52,7 @@ type KeeperConfig struct {
 // renews all of them to TTL and settles each one:
 //   - renewed: its Deadline moves to when the round was sent, plus TTL,
 //     minus the client's safety margin (the rule of Lease.Renew);
-//   - not renewed (released by ForceRelease, taken over, expired): it ends,
+//   - not renewed (force-released by an operator, taken over, expired): it ends,
 //     Done closes, and Renew and Run report an error matching ErrLeaseLost
 //     (runslots.ErrSlotLost for a slot) that names it and its fence.
 //
@@ -78,34 +78,32 @@ type KeeperConfig struct {
 // A tenure whose Deadline passed although the server still had it (the
 // keeper could not reach the server in time) is released by the first
 // round that renews it again.
-type Keeper struct {
-	k *tenure.Keeper
-}
+type Keeper tenure.Keeper
 
 // NewKeeper returns a Keeper that renews on database. It does not take
 // ownership: closing database stays the caller's job. It returns an error
 // matching ErrInvalidArgument, naming the field, when cfg is invalid.
 func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
 	k, err := tenure.NewKeeper(database, tenure.KeeperConfig(cfg))
-	if err != nil {
-		return nil, err
-	}
-	return &Keeper{k: k}, nil
+	return (*Keeper)(k), err
 }
 
 // Holder returns the holder the keeper renews.
-func (k *Keeper) Holder() string { return k.k.Holder() }
+func (k *Keeper) Holder() string { return k.core().Holder() }
 
 // TTL returns the TTL each round renews to.
-func (k *Keeper) TTL() time.Duration { return k.k.TTL() }
+func (k *Keeper) TTL() time.Duration { return k.core().TTL() }
 
 // Len returns how many tenures the keeper keeps: granted by its clients and
 // neither released nor settled as ended.
-func (k *Keeper) Len() int { return k.k.Len() }
+func (k *Keeper) Len() int { return k.core().Len() }
 
 // Run renews every Interval until ctx ends, then returns ctx.Err(). It
 // renews at once when it starts. A round whose outcome is unknown is logged
 // and retried after RetryDelay. Tenures are not renewed while Run is not
 // running: they end at their Deadline. Run refuses to start while another
 // Run of the same keeper runs.
-func (k *Keeper) Run(ctx context.Context) error { return k.k.Run(ctx) }
+func (k *Keeper) Run(ctx context.Context) error { return k.core().Run(ctx) }
+
+// core returns k as the core's keeper.
+func (k *Keeper) core() *tenure.Keeper { return (*tenure.Keeper)(k) }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -169,7 +170,7 @@ func TestKeeperForceRelease(t *testing.T) {
 	}()
 	<-started
 	for _, name := range []string{"a", "c"} {
-		if r, err := pglease.ForceRelease(ctx, pool, name); err != nil || !r.Released {
+		if r, err := pgleaseadmin.ForceRelease(ctx, pool, name); err != nil || !r.Released {
 			t.Fatalf("ForceRelease(%s) = %+v, %v", name, r, err)
 		}
 	}
@@ -229,13 +230,16 @@ func TestKeeperClientRefused(t *testing.T) {
 		cfg  pglease.Config
 		want string
 	}{
-		{pglease.Config{Holder: "other", Keeper: k}, `Holder "other" differs from the Keeper's holder "k"`},
-		{pglease.Config{RenewInterval: 2 * time.Second, Keeper: k}, "the Keeper's TTL does not suit this client"},
+		{pglease.Config{Holder: "other"}, `Holder "other" differs from the Keeper's holder "k"`},
+		{pglease.Config{RenewInterval: 200 * time.Millisecond}, "RenewInterval and RetryDelay must be zero with a Keeper"},
+		{pglease.Config{SafetyMargin: 2 * time.Second}, "the Keeper's TTL does not suit this client"},
 	} {
+		tc.cfg.Keeper = k
 		if _, err := pglease.New(pool, tc.cfg); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("pglease.New = %v, want ErrInvalidArgument saying %q", err, tc.want)
 		}
-		if _, err := runslots.New(pool, tc.cfg); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+		scfg := runslots.Config{Holder: tc.cfg.Holder, RenewInterval: tc.cfg.RenewInterval, SafetyMargin: tc.cfg.SafetyMargin, Keeper: k}
+		if _, err := runslots.New(pool, scfg); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("runslots.New = %v, want ErrInvalidArgument saying %q", err, tc.want)
 		}
 	}
@@ -249,7 +253,7 @@ func TestKeeperClientRefused(t *testing.T) {
 	if _, err := c.TryAcquire(context.Background(), "kept/longer", 2*time.Second); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), longer) {
 		t.Errorf("TryAcquire for 2s on a client kept at 1s = %v, want ErrInvalidArgument saying %q", err, longer)
 	}
-	s, err := runslots.New(pool, pglease.Config{Keeper: k})
+	s, err := runslots.New(pool, runslots.Config{Keeper: k})
 	if err != nil {
 		t.Fatal(err)
 	}

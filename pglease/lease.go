@@ -125,7 +125,7 @@ func (l *Lease) Renew(ctx context.Context) error { return l.t.Renew(ctx) }
 // it. Inside a pgx.Tx it commits with the transaction, as durable as it is.
 func (l *Lease) Release(ctx context.Context) error { return l.t.Release(ctx) }
 
-// Run keeps the lease while fn runs, renewing it, and releases it once fn
+// Run holds the lease while fn runs, renewing it, and releases it once fn
 // has returned. fn must not renew or release the lease.
 //
 // fn's context is cancelled as soon as the lease can no longer be trusted:

@@ -15,6 +15,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/testsignal"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 )
 
 func newClient(t *testing.T, db pglease.DB, holder string) *pglease.Client {
@@ -61,11 +62,11 @@ func TestRoundTrip(t *testing.T) {
 	if err := l.Release(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("second Release = %v, want ErrLeaseLost", err)
 	}
-	statuses, err := pglease.Leases(ctx, pool)
+	statuses, err := pgleaseadmin.Leases(ctx, pool)
 	if err != nil {
 		t.Fatalf("Leases: %v", err)
 	}
-	if len(statuses) != 1 || statuses[0].State != pglease.StateFree || statuses[0].Fence != 1 {
+	if len(statuses) != 1 || statuses[0].State != pgleaseadmin.LeaseFree || statuses[0].Fence != 1 {
 		t.Fatalf("Leases = %+v, want one free lease with fence 1", statuses)
 	}
 }
@@ -131,7 +132,7 @@ func TestFenceMonotonic(t *testing.T) {
 	}
 	l = mustAcquire(t, b, "jobs", 200*time.Millisecond)
 	check(l)
-	waitState(t, pool, "jobs", pglease.StateExpired)
+	waitState(t, pool, "jobs", pgleaseadmin.LeaseExpired)
 	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("Renew of expired lease = %v, want ErrLeaseLost", err)
 	}
@@ -145,11 +146,11 @@ func TestFenceMonotonic(t *testing.T) {
 
 // waitState polls the server until lease name is in state; time passing is
 // the subject here, so polling with a deadline is the honest wait.
-func waitState(t *testing.T, db pglease.DB, name string, state pglease.LeaseState) {
+func waitState(t *testing.T, db pglease.DB, name string, state pgleaseadmin.LeaseState) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		all, err := pglease.Leases(context.Background(), db)
+		all, err := pgleaseadmin.Leases(context.Background(), db)
 		if err != nil {
 			t.Fatalf("Leases: %v", err)
 		}
@@ -664,7 +665,7 @@ func TestDone(t *testing.T) {
 	awaitDone(t, released, "after Release")
 
 	refused := mustAcquire(t, c, "refused", time.Minute)
-	if r, err := pglease.ForceRelease(ctx, pool, "refused"); err != nil || !r.Released {
+	if r, err := pgleaseadmin.ForceRelease(ctx, pool, "refused"); err != nil || !r.Released {
 		t.Fatalf("ForceRelease = %+v, %v", r, err)
 	}
 	if err := refused.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
@@ -693,14 +694,14 @@ func TestLeaseRun(t *testing.T) {
 	if err := l.Run(ctx, func(context.Context) error { return errBoom }); err != errBoom {
 		t.Fatalf("Run = %v, want fn's error unchanged", err)
 	}
-	if st := leaseState(t, pool, "run"); st != pglease.StateFree {
+	if st := leaseState(t, pool, "run"); st != pgleaseadmin.LeaseFree {
 		t.Fatalf("lease after Run is %s, want free (released)", st)
 	}
 
 	l = mustAcquire(t, c, "lost", 900*time.Millisecond)
 	var cause error
 	err := l.Run(ctx, func(fctx context.Context) error {
-		if r, err := pglease.ForceRelease(ctx, pool, "lost"); err != nil || !r.Released {
+		if r, err := pgleaseadmin.ForceRelease(ctx, pool, "lost"); err != nil || !r.Released {
 			t.Errorf("ForceRelease = %+v, %v", r, err)
 		}
 		select {
@@ -718,15 +719,15 @@ func TestLeaseRun(t *testing.T) {
 	if !ok || !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("Run = %v, want a *LostError matching ErrLeaseLost", err)
 	}
-	if lost.Name != "lost" || lost.Slot != 0 || lost.Fence != l.Fence() || lost.WorkErr != nil {
+	if lost.Name != "lost" || lost.Fence != l.Fence() || lost.WorkErr != nil {
 		t.Fatalf("LostError = %+v, want lease %q fence %d, no workload error", lost, "lost", l.Fence())
 	}
 }
 
 // leaseState returns the server's state of lease name.
-func leaseState(t *testing.T, pool pglease.DB, name string) pglease.LeaseState {
+func leaseState(t *testing.T, pool pglease.DB, name string) pgleaseadmin.LeaseState {
 	t.Helper()
-	leases, err := pglease.Leases(context.Background(), pool)
+	leases, err := pgleaseadmin.Leases(context.Background(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -740,14 +741,17 @@ func leaseState(t *testing.T, pool pglease.DB, name string) pglease.LeaseState {
 }
 
 // TestSentinels: a missing schema and a missing grant are reported with
-// ErrNotMigrated and ErrPermissionDenied.
+// ErrNotMigrated and ErrPermissionDenied, a stale fence with ErrLeaseLost,
+// each saying "pglease:" once.
 func TestSentinels(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	bare := newClient(t, pgtest.Pool(t, pgtest.NewDatabase(t)), "")
-	if _, err := bare.TryAcquire(ctx, "x", time.Minute); !errors.Is(err, pglease.ErrNotMigrated) {
+	_, err := bare.TryAcquire(ctx, "x", time.Minute)
+	if !errors.Is(err, pglease.ErrNotMigrated) {
 		t.Fatalf("TryAcquire without the schema = %v, want ErrNotMigrated", err)
 	}
+	requirePrefixOnce(t, err)
 	pool := pgtest.NewPool(t)
 	role := fmt.Sprintf("pglease_nogrant_%d", time.Now().UnixNano())
 	if _, err := pool.Exec(ctx, `CREATE ROLE `+role); err != nil {
@@ -762,7 +766,25 @@ func TestSentinels(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SET LOCAL ROLE `+role); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newClient(t, tx, "").TryAcquire(ctx, "x", time.Minute); !errors.Is(err, pglease.ErrPermissionDenied) {
+	_, err = newClient(t, tx, "").TryAcquire(ctx, "x", time.Minute)
+	if !errors.Is(err, pglease.ErrPermissionDenied) {
 		t.Fatalf("TryAcquire without the grant = %v, want ErrPermissionDenied", err)
+	}
+	requirePrefixOnce(t, err)
+
+	err = pglease.WithFence(ctx, pool, "never-acquired", 1, func(pgx.Tx) error { return nil })
+	if !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("WithFence with a stale fence = %v, want ErrLeaseLost", err)
+	}
+	requirePrefixOnce(t, err)
+}
+
+// requirePrefixOnce fails unless err says "pglease:" once: the sentinels
+// and the SQL's messages start with it, and wrapping them must not repeat
+// it ("pglease: pglease: schema ...").
+func requirePrefixOnce(t *testing.T, err error) {
+	t.Helper()
+	if n := strings.Count(err.Error(), "pglease:"); n != 1 {
+		t.Fatalf("error %q says %q %d times, want once", err, "pglease:", n)
 	}
 }

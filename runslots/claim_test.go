@@ -12,6 +12,7 @@ import (
 
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -123,7 +124,10 @@ func TestMissingSchema(t *testing.T) {
 	if !errors.Is(err, pglease.ErrNotMigrated) || !strings.Contains(err.Error(), "apply the migrations") {
 		t.Fatalf("TryClaim without the schema: got %v, want ErrNotMigrated with a hint to apply the migrations", err)
 	}
-	if _, err := runslots.Scopes(context.Background(), pool); err == nil || !strings.Contains(err.Error(), "apply the migrations") {
+	if n := strings.Count(err.Error(), "pglease:"); n != 1 || strings.Contains(err.Error(), "runslots:") {
+		t.Fatalf("TryClaim without the schema: %q says %q %d times, want once and no other prefix", err, "pglease:", n)
+	}
+	if _, err := pgleaseadmin.Scopes(context.Background(), pool); err == nil || !strings.Contains(err.Error(), "apply the migrations") {
 		t.Fatalf("Scopes without the schema: got %v, want a hint to apply the migrations", err)
 	}
 }
@@ -139,7 +143,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("slot = (%q, %d, fence %d, %q, %s), want (gpu, 1, fence 1, %q, 10s)",
 			s.Scope(), s.Number(), s.Fence(), s.Holder(), s.TTL(), c.Holder())
 	}
-	if st := slotStatus(t, pool, "gpu", 1); st.State != runslots.StateHeld || st.Holder != c.Holder() || st.Fence != 1 {
+	if st := slotStatus(t, pool, "gpu", 1); st.State != pgleaseadmin.SlotHeld || st.Holder != c.Holder() || st.Fence != 1 {
 		t.Fatalf("Slots: got %+v, want held by %q with fence 1", st, c.Holder())
 	}
 	before := s.Deadline()
@@ -158,14 +162,14 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("%s after Release = %v, want ErrSlotLost matching pglease.ErrLeaseLost", name, err)
 		}
 	}
-	if st := slotStatus(t, pool, "gpu", 1); st.State != runslots.StateFree || st.Holder != "" || st.Fence != 1 {
+	if st := slotStatus(t, pool, "gpu", 1); st.State != pgleaseadmin.SlotFree || st.Holder != "" || st.Fence != 1 {
 		t.Fatalf("Slots after Release: got %+v, want free with fence 1", st)
 	}
-	scopes, err := runslots.Scopes(ctx, pool)
+	scopes, err := pgleaseadmin.Scopes(ctx, pool)
 	if err != nil {
 		t.Fatalf("Scopes: %v", err)
 	}
-	if want := []runslots.ScopeStatus{{Scope: "gpu", InUse: 0, Slots: 1}}; !slices.Equal(scopes, want) {
+	if want := []pgleaseadmin.ScopeStatus{{Scope: "gpu", InUse: 0, Slots: 1}}; !slices.Equal(scopes, want) {
 		t.Fatalf("Scopes = %+v, want %+v", scopes, want)
 	}
 }

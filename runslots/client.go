@@ -1,6 +1,7 @@
 package runslots
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/pglease/pglease/internal/tenure"
@@ -17,11 +18,85 @@ const (
 	MaxWants = 64
 )
 
-// Config configures a Client: the same settings as a lease client's (see
-// pglease.Config). Claims are re-entrant per holder and scope: a holder has
-// at most one slot of a scope, and claiming again returns it, so Holder
-// must be unique per client.
-type Config = pglease.Config
+// Config configures a Client. The zero value is usable: zero fields mean
+// their defaults. New refuses an invalid Config with an error that names
+// the field. It has the fields of pglease.Config, with the same defaults
+// and rules: slots and leases are two kinds of one tenure.
+type Config struct {
+	// Holder identifies this client in the slot table. Claims are
+	// re-entrant per holder and scope (a holder has at most one slot of a
+	// scope, and claiming again returns it), so it must be unique per
+	// client. Defaults to pglease.NewHolderID(), or with a Keeper to the
+	// keeper's holder.
+	Holder string
+
+	// SafetyMargin is subtracted from a tenure's TTL to compute its local
+	// deadline (see Slot.Deadline). It covers clock-rate differences
+	// between this machine and the server and the time between a check of
+	// the deadline and the work it guards. Defaults to a tenth of each
+	// tenure's TTL. Must be smaller than every TTL used with this client.
+	SafetyMargin time.Duration
+
+	// Logger receives Run's renewal failures, stuck workloads and failed
+	// releases, and the fallback from release notifications to expiry
+	// waits. Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// PurgeEvery is how often Run, while its fn runs, calls
+	// pglease.purge_due to delete what has been free for a day (see
+	// pgleaseadmin.Purge); the server lets one call per interval through
+	// across every caller of the database. Defaults to an hour; negative
+	// disables it. It runs only when the database is a *pgxpool.Pool.
+	PurgeEvery time.Duration
+
+	// RenewInterval is the time between Run's renewals. Defaults to a third
+	// of the tenure's TTL. Every TTL used with this client must exceed it
+	// plus the safety margin. Must be zero with a Keeper, whose rounds renew
+	// instead (its Interval applies).
+	RenewInterval time.Duration
+
+	// RetryDelay is the pause before Run retries a renewal whose outcome is
+	// unknown (connection error, timeout), while the deadline allows.
+	// Defaults to a fifth of RenewInterval; must be shorter than it. Must
+	// be zero with a Keeper, whose RetryDelay applies.
+	RetryDelay time.Duration
+
+	// StopTimeout is how long after cancelling fn Run waits before
+	// reporting it as stuck (Run keeps waiting: it never releases nor
+	// returns while fn may still run). Defaults to the TTL.
+	StopTimeout time.Duration
+
+	// OnStuck, when set, is called once when Run's fn has not returned
+	// StopTimeout after its context was cancelled, with the cause.
+	OnStuck func(cause error)
+
+	// OnRelease, when set, is called after Run's release with its error
+	// (nil when the slot was released).
+	OnRelease func(err error)
+
+	// OnWait, when set, is called each time a blocking Claim or ClaimAll
+	// has been refused and is about to wait (listening for a release),
+	// with the refusal: a *FullError. It is called on the waiting goroutine
+	// and must return quickly.
+	OnWait func(refusal error)
+
+	// Keeper, when set, renews every slot this client claims, with the
+	// keeper's other leases and slots in one round trip per interval (see
+	// pglease.Keeper): the client makes no renewal calls of its own.
+	// Holder defaults to the keeper's and must equal it; RenewInterval and
+	// RetryDelay must be zero; the keeper's TTL must suit SafetyMargin as
+	// every TTL does. Claim with the keeper's TTL.
+	Keeper *pglease.Keeper
+}
+
+// core returns cfg in the words of the core.
+func (cfg Config) core() tenure.Config {
+	return tenure.Config{
+		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
+		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
+		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
+	}
+}
 
 // Client claims slots in the pglease schema of one database as one holder.
 // It is safe for concurrent use.
@@ -47,7 +122,7 @@ type Client struct {
 var slots = tenure.Kind{
 	Noun: "slot", Prefix: "runslots", Lost: ErrSlotLost,
 	LostError: func(t *tenure.Tenure, cause, workErr error) error {
-		return &pglease.LostError{Name: t.Name(), Slot: t.Slot(), Fence: t.Fence(), Cause: cause, WorkErr: workErr}
+		return &LostError{Scope: t.Name(), Slot: t.Slot(), Fence: t.Fence(), Cause: cause, WorkErr: workErr}
 	},
 }
 
@@ -59,7 +134,7 @@ var slots = tenure.Kind{
 // reported. It returns an error matching pglease.ErrInvalidArgument, naming
 // the field, when cfg is invalid.
 func New(database pglease.DB, cfg Config) (*Client, error) {
-	c, err := tenure.NewClientCore(database, slots, cfg)
+	c, err := tenure.New(database, slots, cfg.core())
 	if err != nil {
 		return nil, err
 	}

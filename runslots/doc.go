@@ -26,23 +26,27 @@
 //     the earliest expiry).
 //   - TryClaimAll and ClaimAll take one slot in each of several scopes, all
 //     or nothing ("a tenant slot and a GPU slot").
-//   - Slot.Run keeps a claimed slot while a function runs, as
-//     pglease.Lease.Run keeps a lease; Slot.Renew extends a tenure,
+//   - Slot.Run holds a claimed slot while a function runs, as
+//     pglease.Lease.Run holds a lease; Slot.Renew extends a tenure,
 //     Slot.Release ends it early; Slot.Deadline says until when the caller
 //     may rely on it, and Slot.Done closes when it can no longer be trusted.
-//   - Slots and Scopes list the occupancy the server sees; they take the
-//     database, not a holder (the operator's view).
+//   - The occupancy the server sees (every slot and scope, whoever holds
+//     it) is the operator's view: pgleaseadmin.Slots and Scopes.
 //
-// Slots and leases are two kinds of one tenure: the same Config
-// (pglease.Config), the same deadline rule, the same keep policy in Run,
-// and the same errors (a loss is a *pglease.LostError, matching ErrSlotLost).
+// Slots and leases are two kinds of one tenure, with one core: Config has
+// the fields of pglease.Config with the same defaults and rules, the
+// deadline rule and Run's renewal policy are the same, one pglease.Keeper
+// renews both, and the errors match alike (ErrSlotLost matches
+// pglease.ErrLeaseLost; invalid arguments, a missing schema and a missing
+// grant are pglease's ErrInvalidArgument, ErrNotMigrated and
+// ErrPermissionDenied).
 //
 // A Client is one holder and holds at most one slot per scope: claiming a
 // scope it already holds returns the same tenure. To occupy several slots
 // of a scope from one process, use one Client per concurrent claim.
 // Concurrent Runs of one scope on one Client take turns.
 //
-// Apply the schema first with pglease.Migrate (or `pglease migrate up`).
+// Apply the schema first with pgleasemigrate.Up (or `pglease migrate up`).
 //
 // # Safety
 //
@@ -64,7 +68,10 @@
 //     scope it holds gets its slot back whatever the capacity.
 //   - Two live holders of a scope never share a slot number, and a slot's
 //     fence never goes backwards: each new tenure of a slot gets the
-//     previous fence + 1, and slot rows are never deleted. Fences of
+//     previous fence + 1. A scope whose slots have all been free for a day
+//     is deleted by purge (Config.PurgeEvery, pgleaseadmin.Purge), but
+//     before it goes the server records its fences in a floor, committed
+//     with the delete, and a slot used again starts above it. Fences of
 //     different slots are unrelated.
 //   - TryClaimAll and ClaimAll hold every wanted slot or none, and take
 //     the scope locks in one global order, so they cannot deadlock each

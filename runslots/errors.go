@@ -22,8 +22,8 @@ var (
 	// refused because the slot expired, was released, or was taken over
 	// (its fence moved on). Stop the work the slot admitted; claim again
 	// for a new tenure. It also matches pglease.ErrLeaseLost, so code that
-	// keeps leases and slots alike can test for that one. Run reports a
-	// loss as a *pglease.LostError, which matches it.
+	// holds leases and slots alike can test for that one. Run reports a
+	// loss as a *LostError, which matches it.
 	ErrSlotLost = tenure.ErrSlotLost
 )
 
@@ -60,3 +60,31 @@ func (e *FullError) Is(target error) bool { return target == ErrFull }
 func (e *FullError) refusal(sent time.Time) *tenure.Refusal {
 	return &tenure.Refusal{Name: e.Scope, RetryIn: e.RetryIn, Sent: sent}
 }
+
+// LostError is how Run and Slot.Run report a slot lost while the workload
+// ran. It matches ErrSlotLost (and so pglease.ErrLeaseLost) with
+// errors.Is, and wraps why the workload was cancelled and what it
+// returned; use errors.As to read it.
+type LostError struct {
+	// Scope is the slot's scope.
+	Scope string
+	// Slot is the slot's number.
+	Slot int
+	// Fence is the lost tenure's fence.
+	Fence int64
+	// Cause is why the workload was cancelled: the refused renewal, the
+	// passed deadline, or ctx's error when ctx ended before the loss.
+	Cause error
+	// WorkErr is what the workload returned, unless nil or
+	// context.Canceled.
+	WorkErr error
+}
+
+// Error implements error.
+func (e *LostError) Error() string {
+	return tenure.LostText(fmt.Sprintf("runslots: slot %d of scope %q (fence %d) lost while the workload ran", e.Slot, e.Scope, e.Fence),
+		e.Cause, e.WorkErr)
+}
+
+// Unwrap returns ErrSlotLost, the cause and the workload's error.
+func (e *LostError) Unwrap() []error { return tenure.LostUnwrap(ErrSlotLost, e.Cause, e.WorkErr) }

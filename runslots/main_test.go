@@ -14,6 +14,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/testsignal"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -115,7 +116,7 @@ func inUse(t testing.TB, db pglease.DB, scope string) int {
 func scopeInUse(db pglease.DB, scope string) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	scopes, err := runslots.Scopes(ctx, db)
+	scopes, err := pgleaseadmin.Scopes(ctx, db)
 	if err != nil {
 		return 0, fmt.Errorf("Scopes: %w", err)
 	}
@@ -128,7 +129,7 @@ func scopeInUse(db pglease.DB, scope string) (int, error) {
 }
 
 // slotStatus returns the server's view of slot number of scope.
-func slotStatus(t testing.TB, db pglease.DB, scope string, number int) runslots.SlotStatus {
+func slotStatus(t testing.TB, db pglease.DB, scope string, number int) pgleaseadmin.SlotStatus {
 	t.Helper()
 	st, err := findSlot(db, scope, number)
 	if err != nil {
@@ -139,19 +140,19 @@ func slotStatus(t testing.TB, db pglease.DB, scope string, number int) runslots.
 
 // findSlot is slotStatus for goroutines that must not call t.Fatal (a
 // Run's fn): it returns the failure.
-func findSlot(db pglease.DB, scope string, number int) (runslots.SlotStatus, error) {
+func findSlot(db pglease.DB, scope string, number int) (pgleaseadmin.SlotStatus, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	all, err := runslots.Slots(ctx, db)
+	all, err := pgleaseadmin.Slots(ctx, db)
 	if err != nil {
-		return runslots.SlotStatus{}, fmt.Errorf("Slots: %w", err)
+		return pgleaseadmin.SlotStatus{}, fmt.Errorf("Slots: %w", err)
 	}
 	for _, s := range all {
 		if s.Scope == scope && s.Slot == number {
 			return s, nil
 		}
 	}
-	return runslots.SlotStatus{}, fmt.Errorf("Slots: no slot %d of scope %q in %+v", number, scope, all)
+	return pgleaseadmin.SlotStatus{}, fmt.Errorf("Slots: no slot %d of scope %q in %+v", number, scope, all)
 }
 
 // bumpFence moves the fence of slot number of scope on, as a takeover

@@ -18,7 +18,7 @@ import (
 // Run returns:
 //   - ctx.Err() unchanged, or another error, when the claim fails; fn has
 //     not run;
-//   - when the slot was lost while fn ran: a *pglease.LostError matching
+//   - when the slot was lost while fn ran: a *LostError matching
 //     ErrSlotLost (and pglease.ErrLeaseLost), whatever fn returned, even
 //     nil; the slot is not released;
 //   - otherwise fn's error, unchanged, after releasing the slot (a failed

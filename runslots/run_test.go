@@ -11,6 +11,7 @@ import (
 
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -47,7 +48,7 @@ func TestRunReleases(t *testing.T) {
 		if number != 1 || fence != int64(i+1) {
 			t.Fatalf("run %d: fn had slot %d fence %d, want slot 1 fence %d", i, number, fence, i+1)
 		}
-		if st := slotStatus(t, pool, "jobs", 1); st.State != runslots.StateFree {
+		if st := slotStatus(t, pool, "jobs", 1); st.State != pgleaseadmin.SlotFree {
 			t.Fatalf("slot after Run = %+v, want free (released)", st)
 		}
 	}
@@ -83,7 +84,7 @@ func TestRunRenews(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.State != runslots.StateHeld || st.Fence != s.Fence() {
+		if st.State != pgleaseadmin.SlotHeld || st.Fence != s.Fence() {
 			return fmt.Errorf("slot after several TTLs = %+v, want held with fence %d", st, s.Fence())
 		}
 		return nil
@@ -152,7 +153,7 @@ func TestRunLost(t *testing.T) {
 // by the local deadline alone, with a cause matching ErrSlotLost: not
 // before the deadline less one retry delay (the no-time-to-retry rule), and
 // within a generous liveness bound after it. The exact timing is pinned by
-// internal/keep's tests on a fake clock.
+// internal/hold's tests on a fake clock.
 func TestRunDeadline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -227,7 +228,7 @@ func TestRunParentCancel(t *testing.T) {
 			case <-time.After(fnTimeout):
 				return errors.New("fn's context was not cancelled")
 			}
-			if st, err := findSlot(pool, "stop", 1); err != nil || st.State != runslots.StateHeld {
+			if st, err := findSlot(pool, "stop", 1); err != nil || st.State != pgleaseadmin.SlotHeld {
 				t.Errorf("slot while fn winds down = %+v (%v), want held", st, err)
 			}
 			return fctx.Err()
@@ -239,7 +240,7 @@ func TestRunParentCancel(t *testing.T) {
 	if err != context.Canceled || cause != context.Canceled {
 		t.Fatalf("Run = %v, cause %v; want fn's context.Canceled and cause context.Canceled", err, cause)
 	}
-	if st := slotStatus(t, pool, "stop", 1); st.State != runslots.StateFree {
+	if st := slotStatus(t, pool, "stop", 1); st.State != pgleaseadmin.SlotFree {
 		t.Fatalf("slot after Run = %+v, want free (released on a detached context)", st)
 	}
 }
@@ -261,7 +262,7 @@ func TestRunTakesTurns(t *testing.T) {
 				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 				}
 				ran.Add(1)
-				_, err := runslots.Scopes(ctx, pool) // a round trip, for other Runs to overlap with
+				_, err := pgleaseadmin.Scopes(ctx, pool) // a round trip, for other Runs to overlap with
 				return err
 			})
 			if err != nil {

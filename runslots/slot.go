@@ -64,9 +64,9 @@ func (s *Slot) Renew(ctx context.Context) error { return s.t.Renew(ctx) }
 // transaction block the release commits without waiting for its WAL flush.
 func (s *Slot) Release(ctx context.Context) error { return s.t.Release(ctx) }
 
-// Run keeps the slot while fn runs, renewing it, and releases it once fn
+// Run holds the slot while fn runs, renewing it, and releases it once fn
 // has returned, as pglease.Lease.Run does for a lease; a loss is reported
-// as a *pglease.LostError matching ErrSlotLost (and pglease.ErrLeaseLost),
+// as a *LostError matching ErrSlotLost (and pglease.ErrLeaseLost),
 // and fn's context cause then matches ErrSlotLost. SlotFromContext(ctx)
 // gives fn the slot; fn must not renew or release it.
 func (s *Slot) Run(ctx context.Context, fn func(ctx context.Context) error) error {

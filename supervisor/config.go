@@ -6,10 +6,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/pglease/pglease/internal/purge"
 	"github.com/pglease/pglease/internal/tenure"
 	"github.com/pglease/pglease/pglease"
-	"github.com/pglease/pglease/runslots"
 )
 
 // ExitPolicy says what the supervisor does when the workload returns on
@@ -48,7 +46,11 @@ const (
 	minBackoff          = 100 * time.Millisecond
 )
 
-// Config configures a Supervisor. Zero fields mean their defaults.
+// Config configures a Supervisor. Zero fields mean their defaults. The
+// fields it shares with pglease.Config (Holder, SafetyMargin,
+// RenewInterval, RetryDelay, StopTimeout, PurgeEvery, Logger, Keeper) have
+// the same defaults and rules, applied by the same code; New refuses an
+// invalid Config with an error that names the field.
 type Config struct {
 	// Name is the lease that guards the workload: at most one supervisor
 	// with this Name runs its workload at a time. Required unless Scope is
@@ -72,8 +74,9 @@ type Config struct {
 	RenewInterval time.Duration
 
 	// RetryDelay is the pause before retrying a renewal whose outcome is
-	// unknown (connection error, timeout). Defaults to RenewInterval/5.
-	// Must be zero with a Keeper, whose RetryDelay applies.
+	// unknown (connection error, timeout). Defaults to RenewInterval/5;
+	// must be shorter than RenewInterval. Must be zero with a Keeper, whose
+	// RetryDelay applies.
 	RetryDelay time.Duration
 
 	// Keeper, when set, renews this supervisor's lease (or slot) together
@@ -128,10 +131,10 @@ type Config struct {
 	Holder string
 
 	// PurgeEvery is how often Run calls pglease.purge_due to delete what
-	// has been free for a day (see pglease.Purge); the server lets one call
-	// per interval through across every caller of the database, so a fleet
-	// purges once per interval. Defaults to an hour; negative disables it.
-	// It runs only when the database is a *pgxpool.Pool.
+	// has been free for a day (see pgleaseadmin.Purge); the server lets one
+	// call per interval through across every caller of the database, so a
+	// fleet purges once per interval. Defaults to an hour; negative
+	// disables it. It runs only when the database is a *pgxpool.Pool.
 	PurgeEvery time.Duration
 
 	// Logger receives structured logs (acquired, renewed, lost, standby),
@@ -145,97 +148,75 @@ type Config struct {
 }
 
 // withDefaults returns cfg with defaults applied, or an error naming the
-// first invalid field.
+// first invalid field. The fields a supervisor shares with a client follow
+// the client's rules (package pglease's Config), applied by the same code.
 func (cfg Config) withDefaults() (Config, error) {
 	switch {
 	case cfg.Name == "" && cfg.Scope == "":
-		return cfg, invalidf("set Name (a lease) or Scope and Capacity (a slot)")
+		return cfg, tenure.Invalidf("set Name (a lease) or Scope and Capacity (a slot)")
 	case cfg.Name != "" && cfg.Scope != "":
-		return cfg, invalidf("set either Name or Scope, not both (Name %q, Scope %q)", cfg.Name, cfg.Scope)
+		return cfg, tenure.Invalidf("set either Name or Scope, not both (Name %q, Scope %q)", cfg.Name, cfg.Scope)
 	case cfg.Scope != "" && cfg.Capacity < 1:
-		return cfg, invalidf("Capacity must be at least 1 with Scope %q, got %d", cfg.Scope, cfg.Capacity)
+		return cfg, tenure.Invalidf("Capacity must be at least 1 with Scope %q, got %d", cfg.Scope, cfg.Capacity)
 	case cfg.Scope == "" && cfg.Capacity != 0:
-		return cfg, invalidf("Capacity is only for the slot variant: set Scope too")
-	case cfg.Capacity > runslots.MaxCapacity:
-		return cfg, invalidf("Capacity must be at most %d, got %d", runslots.MaxCapacity, cfg.Capacity)
+		return cfg, tenure.Invalidf("Capacity is only for the slot variant: set Scope too")
 	}
 	if cfg.Name != "" {
 		if err := tenure.CheckText("Name", cfg.Name); err != nil {
-			return cfg, fmt.Errorf("supervisor: %w", err)
+			return cfg, err
 		}
-	} else if err := tenure.CheckText("Scope", cfg.Scope); err != nil {
-		return cfg, fmt.Errorf("supervisor: %w", err)
+	} else {
+		if err := tenure.CheckText("Scope", cfg.Scope); err != nil {
+			return cfg, err
+		}
+		if err := tenure.CheckCapacity("Capacity", cfg.Capacity); err != nil {
+			return cfg, err
+		}
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{
-		{"TTL", cfg.TTL}, {"RenewInterval", cfg.RenewInterval}, {"RetryDelay", cfg.RetryDelay},
-		{"SafetyMargin", cfg.SafetyMargin}, {"StopTimeout", cfg.StopTimeout}, {"RestartDelay", cfg.RestartDelay},
-		{"HardStop", cfg.HardStop},
-	} {
+	}{{"TTL", cfg.TTL}, {"RestartDelay", cfg.RestartDelay}, {"HardStop", cfg.HardStop}} {
 		if d.v < 0 {
-			return cfg, invalidf("%s must not be negative, got %s", d.name, d.v)
+			return cfg, tenure.Invalidf("%s must not be negative, got %s", d.name, d.v)
 		}
+	}
+	if cfg.OnExit < Handover || cfg.OnExit > Return {
+		return cfg, tenure.Invalidf("OnExit must be Handover, Restart or Return, got %s", cfg.OnExit)
 	}
 	if k := cfg.Keeper; k != nil {
-		switch {
-		case cfg.Holder != "" && cfg.Holder != k.Holder():
-			return cfg, invalidf("Holder %q differs from the Keeper's holder %q: leave Holder empty to get the keeper's", cfg.Holder, k.Holder())
-		case cfg.RenewInterval != 0 || cfg.RetryDelay != 0:
-			return cfg, invalidf("RenewInterval and RetryDelay must be zero with a Keeper (got %s, %s): the keeper's Interval and RetryDelay apply",
-				cfg.RenewInterval, cfg.RetryDelay)
-		case cfg.TTL > k.TTL():
-			return cfg, invalidf("TTL %s is longer than the Keeper's TTL %s: a kept lease is renewed to the keeper's TTL; leave TTL zero to get it",
-				cfg.TTL, k.TTL())
-		}
-		cfg.Holder, cfg.TTL = k.Holder(), cmp.Or(cfg.TTL, k.TTL())
+		cfg.TTL = cmp.Or(cfg.TTL, k.TTL())
 	}
 	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
-	if cfg.TTL > pglease.MaxTTL {
-		return cfg, invalidf("TTL must be at most %s, got %s", pglease.MaxTTL, cfg.TTL)
+	core, err := cfg.core().WithDefaults()
+	if err != nil {
+		return cfg, err
 	}
-	cfg.SafetyMargin = cmp.Or(cfg.SafetyMargin, cfg.TTL/10)
-	if cfg.SafetyMargin >= cfg.TTL {
-		return cfg, invalidf("SafetyMargin %s must be shorter than TTL %s", cfg.SafetyMargin, cfg.TTL)
+	if err := core.CheckTTL("TTL", cfg.TTL); err != nil {
+		return cfg, err
+	}
+	cfg.Holder, cfg.Logger, cfg.PurgeEvery = core.Holder, core.Logger, core.PurgeEvery
+	cfg.SafetyMargin = core.Margin(cfg.TTL)
+	if cfg.Keeper == nil {
+		cfg.RenewInterval, cfg.RetryDelay = core.Pace(cfg.TTL)
 	}
 	if cfg.HardStop >= cfg.SafetyMargin {
-		return cfg, invalidf("HardStop %s must be shorter than SafetyMargin %s: the process must exit before the lease can expire on the server",
+		return cfg, tenure.Invalidf("HardStop %s must be shorter than SafetyMargin %s: the process must exit before the lease can expire on the server",
 			cfg.HardStop, cfg.SafetyMargin)
-	}
-	if cfg.Keeper == nil {
-		if err := cfg.renewDefaults(); err != nil {
-			return cfg, err
-		}
 	}
 	cfg.StopTimeout = cmp.Or(cfg.StopTimeout, cfg.TTL)
 	cfg.RestartDelay = cmp.Or(cfg.RestartDelay, DefaultRestartDelay)
-	cfg.PurgeEvery = cmp.Or(cfg.PurgeEvery, purge.DefaultEvery)
-	if cfg.OnExit < Handover || cfg.OnExit > Return {
-		return cfg, invalidf("OnExit must be Handover, Restart or Return, got %s", cfg.OnExit)
-	}
-	cfg.Holder = cmp.Or(cfg.Holder, pglease.NewHolderID())
-	if err := tenure.CheckText("Holder", cfg.Holder); err != nil {
-		return cfg, fmt.Errorf("supervisor: %w", err)
-	}
-	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	return cfg, nil
 }
 
-// renewDefaults applies and checks RenewInterval and RetryDelay of a
-// supervisor that renews on its own (no Keeper).
-func (cfg *Config) renewDefaults() error {
-	cfg.RenewInterval = cmp.Or(cfg.RenewInterval, cfg.TTL/3)
-	if cfg.RenewInterval >= cfg.TTL-cfg.SafetyMargin {
-		return invalidf("RenewInterval %s must be shorter than TTL - SafetyMargin (%s - %s): renew well before the lease can expire",
-			cfg.RenewInterval, cfg.TTL, cfg.SafetyMargin)
+// core returns the settings cfg shares with a client, in the words of the
+// core.
+func (cfg Config) core() tenure.Config {
+	return tenure.Config{
+		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
+		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
+		Keeper: (*tenure.Keeper)(cfg.Keeper),
 	}
-	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, cfg.RenewInterval/5)
-	if cfg.RetryDelay >= cfg.RenewInterval {
-		return invalidf("RetryDelay %s must be shorter than RenewInterval %s: retry while the deadline allows",
-			cfg.RetryDelay, cfg.RenewInterval)
-	}
-	return nil
 }
 
 // observe passes e to the Observer, if any.
@@ -243,8 +224,4 @@ func (cfg Config) observe(e Event) {
 	if cfg.Observer != nil {
 		cfg.Observer(e)
 	}
-}
-
-func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: supervisor: %s", pglease.ErrInvalidArgument, fmt.Sprintf(format, args...))
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/supervisor"
 )
 
@@ -217,7 +218,7 @@ func TestKeeperSupervisorLost(t *testing.T) {
 	first := recvFence("lost")
 	recvFence("kept")
 	forced := time.Now()
-	if r, err := pglease.ForceRelease(context.Background(), pool, "lost"); err != nil || !r.Released {
+	if r, err := pgleaseadmin.ForceRelease(context.Background(), pool, "lost"); err != nil || !r.Released {
 		t.Fatalf("ForceRelease = %+v, %v", r, err)
 	}
 	select {

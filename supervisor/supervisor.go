@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/purge"
+	"github.com/pglease/pglease/internal/tenure"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/runslots"
 )
@@ -28,12 +29,12 @@ type Supervisor struct {
 	leader atomic.Bool
 	fence  atomic.Int64
 	pool   *pgxpool.Pool // non-nil when the database is a pool: purges run on it
-	take   func(ctx context.Context) (kept, error)
+	take   func(ctx context.Context) (held, error)
 	idle   func() // closes the client's idle LISTEN connection
 
 	// On Run's goroutine only (the clients call back on it):
-	held kept    // the tenure being kept, for events
-	seen refusal // the last holder reported while standing by
+	current held    // the tenure held now, for events
+	seen    refusal // the last holder reported while standing by
 
 	// waiting, when set by a test, is called each time a standby has been
 	// refused and is about to wait (listening for releases).
@@ -48,7 +49,8 @@ type runKey struct {
 	kind, name string
 }
 
-// running is the runKeys of the kept Runs running in this process.
+// running is the runKeys of the Runs with a Keeper running in this
+// process.
 var running runSet
 
 // runSet is a set of runKeys, safe for concurrent use.
@@ -77,8 +79,9 @@ func (r *runSet) remove(key runKey) {
 	delete(r.keys, key)
 }
 
-// kept is a held lease or slot: both keep themselves with Run.
-type kept interface {
+// held is a lease or slot held: both hold themselves with Run while a
+// workload runs.
+type held interface {
 	Run(ctx context.Context, fn func(ctx context.Context) error) error
 	Fence() int64
 }
@@ -89,7 +92,7 @@ type refusal struct {
 	fence  int64
 }
 
-// New returns a Supervisor that keeps its lease (or slot) in the pglease
+// New returns a Supervisor that holds its lease (or slot) in the pglease
 // schema of database. With a *pgxpool.Pool, standbys wake at a release
 // notification; with a *pgx.Conn or pgx.Tx, at the holder's expiry. It does
 // not take ownership of database. It refuses an invalid Config with an
@@ -101,29 +104,32 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 	}
 	pool, _ := database.(*pgxpool.Pool)
 	s := &Supervisor{cfg: cfg, pool: pool, exit: os.Exit}
-	ccfg := pglease.Config{
-		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
-		PurgeEvery:    -1, // Run purges, standing by too
-		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
-		OnStuck: s.stuck, OnRelease: s.released, OnWait: s.refused,
-		Keeper: cfg.Keeper,
-	}
+	// Run purges, standing by too: the client does not.
+	const noPurge = -1
 	s.kind = "lease"
 	if cfg.Scope != "" {
 		s.kind, s.name = "slot", cfg.Scope
-		c, err := runslots.New(database, ccfg)
+		c, err := runslots.New(database, runslots.Config{
+			Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: noPurge,
+			RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
+			OnStuck: s.stuck, OnRelease: s.released, OnWait: s.refused, Keeper: cfg.Keeper,
+		})
 		if err != nil {
 			return nil, err
 		}
-		s.take = func(ctx context.Context) (kept, error) { return c.Claim(ctx, cfg.Scope, cfg.Capacity, cfg.TTL) }
+		s.take = func(ctx context.Context) (held, error) { return c.Claim(ctx, cfg.Scope, cfg.Capacity, cfg.TTL) }
 		s.idle = c.CloseIdle
 	} else {
 		s.name = cfg.Name
-		c, err := pglease.New(database, ccfg)
+		c, err := pglease.New(database, pglease.Config{
+			Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: noPurge,
+			RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
+			OnStuck: s.stuck, OnRelease: s.released, OnWait: s.refused, Keeper: cfg.Keeper,
+		})
 		if err != nil {
 			return nil, err
 		}
-		s.take = func(ctx context.Context) (kept, error) { return c.Acquire(ctx, cfg.Name, cfg.TTL) }
+		s.take = func(ctx context.Context) (held, error) { return c.Acquire(ctx, cfg.Name, cfg.TTL) }
 		s.idle = c.CloseIdle
 	}
 	s.log = cfg.Logger.With(s.kind, s.name, "holder", cfg.Holder)
@@ -162,7 +168,7 @@ func (s *Supervisor) Run(ctx context.Context, workload func(ctx context.Context)
 	if k := s.cfg.Keeper; k != nil {
 		key := runKey{keeper: k, kind: s.kind, name: s.name}
 		if !running.add(key) {
-			return invalidf("another Run in this process runs %s %q with this Keeper (holder %q): "+
+			return tenure.Invalidf("another Run in this process runs %s %q with this Keeper (holder %q): "+
 				"the supervisors of a keeper share its holder, so give each %s a keeper of its own", s.kind, s.name, k.Holder(), s.kind)
 		}
 		defer running.remove(key)
@@ -189,15 +195,15 @@ func (s *Supervisor) Run(ctx context.Context, workload func(ctx context.Context)
 
 // hold runs the workload under t until it must stand by again (done false)
 // or Run must return err (done true).
-func (s *Supervisor) hold(ctx context.Context, t kept, workload func(context.Context) error) (done bool, err error) {
+func (s *Supervisor) hold(ctx context.Context, t held, workload func(context.Context) error) (done bool, err error) {
 	log := s.log.With("fence", t.Fence())
-	s.held = t
+	s.current = t
 	s.fence.Store(t.Fence())
 	s.leader.Store(true)
 	defer func() {
 		s.leader.Store(false)
 		s.fence.Store(0)
-		s.held = nil
+		s.current = nil
 	}()
 	log.Info("acquired; starting workload")
 	s.observe(EventAcquired, nil)
@@ -221,9 +227,9 @@ func (s *Supervisor) hold(ctx context.Context, t kept, workload func(context.Con
 		run = s.withHardStop(run, s.event(EventHardStop, nil))
 	}
 	err = t.Run(ctx, run)
-	if lost, ok := errors.AsType[*pglease.LostError](err); ok {
-		log.Warn("lease lost; workload cancelled", "cause", lost.Cause, "workload_err", lost.WorkErr)
-		s.observe(EventLost, lost.Cause)
+	if cause, workErr, ok := lossOf(err); ok {
+		log.Warn(s.kind+" lost; workload cancelled", "cause", cause, "workload_err", workErr)
+		s.observe(EventLost, cause)
 		return false, nil
 	}
 	switch {
@@ -243,10 +249,10 @@ func (s *Supervisor) hold(ctx context.Context, t kept, workload func(context.Con
 // released reports Run's release of the held tenure.
 func (s *Supervisor) released(err error) {
 	if err != nil {
-		s.log.Warn("release failed; the lease will expire on its own", "fence", s.held.Fence(), "err", err)
+		s.log.Warn("release failed; the lease will expire on its own", "fence", s.current.Fence(), "err", err)
 		return
 	}
-	s.log.Info("released", "fence", s.held.Fence())
+	s.log.Info("released", "fence", s.current.Fence())
 	s.observe(EventReleased, nil)
 }
 
@@ -294,7 +300,7 @@ func (s *Supervisor) stuck(cause error) { s.observe(EventStuck, cause) }
 // standby waits until the lease is taken, or ctx ends. Each blocking
 // attempt is bounded by the TTL, so that a hanging network is retried
 // rather than waited on forever.
-func (s *Supervisor) standby(ctx context.Context) (kept, error) {
+func (s *Supervisor) standby(ctx context.Context) (held, error) {
 	s.seen = refusal{}
 	var backoff time.Duration
 	for {
@@ -349,9 +355,9 @@ func (s *Supervisor) observe(kind EventKind, err error) {
 // event returns an Event of kind about the tenure held now, if any.
 func (s *Supervisor) event(kind EventKind, err error) Event {
 	e := Event{Kind: kind, Name: s.name, Holder: s.cfg.Holder, Err: err}
-	if s.held != nil {
-		e.Fence = s.held.Fence()
-		if slot, ok := s.held.(*runslots.Slot); ok {
+	if s.current != nil {
+		e.Fence = s.current.Fence()
+		if slot, ok := s.current.(*runslots.Slot); ok {
 			e.Slot = slot.Number()
 		}
 	}
@@ -368,4 +374,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// lossOf returns the cause and the workload's error of a tenure lost while
+// the workload ran, as Lease.Run and Slot.Run report it.
+func lossOf(err error) (cause, workErr error, ok bool) {
+	if lost, ok := errors.AsType[*pglease.LostError](err); ok {
+		return lost.Cause, lost.WorkErr, true
+	}
+	if lost, ok := errors.AsType[*runslots.LostError](err); ok {
+		return lost.Cause, lost.WorkErr, true
+	}
+	return nil, nil, false
 }

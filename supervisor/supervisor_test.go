@@ -21,6 +21,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/testsignal"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/supervisor"
 )
 
@@ -371,7 +372,7 @@ func TestRefusedRenewalCancels(t *testing.T) {
 	}()
 	<-leading
 	forced := time.Now()
-	if r, err := pglease.ForceRelease(context.Background(), pool, "refused"); err != nil || !r.Released {
+	if r, err := pgleaseadmin.ForceRelease(context.Background(), pool, "refused"); err != nil || !r.Released {
 		t.Fatalf("ForceRelease = %+v, %v", r, err)
 	}
 	select {
@@ -519,7 +520,7 @@ func TestHardStop(t *testing.T) {
 		})
 	}()
 	<-leading
-	if _, err := pglease.ForceRelease(context.Background(), pool, "hard-stop"); err != nil {
+	if _, err := pgleaseadmin.ForceRelease(context.Background(), pool, "hard-stop"); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
 	}
 	select {
@@ -630,11 +631,11 @@ func TestConfigValidation(t *testing.T) {
 		{"negative ttl", supervisor.Config{Name: "a", TTL: -time.Second}, "TTL must not be negative"},
 		{"renew too slow", supervisor.Config{Name: "a", TTL: time.Second, RenewInterval: 950 * time.Millisecond}, "RenewInterval"},
 		{"margin too big", supervisor.Config{Name: "a", TTL: time.Second, SafetyMargin: time.Second}, "SafetyMargin"},
-		{"ttl too long", supervisor.Config{Name: "a", TTL: 25 * time.Hour}, "TTL must be at most"},
+		{"ttl too long", supervisor.Config{Name: "a", TTL: 25 * time.Hour}, "TTL must be from 1µs to 24h0m0s"},
 		{"bad policy", supervisor.Config{Name: "a", OnExit: 7}, "OnExit"},
 		{"name with NUL", supervisor.Config{Name: "a\x00b"}, "Name must not contain NUL"},
 		{"scope not UTF-8", supervisor.Config{Scope: "a\xffb", Capacity: 1}, "Scope must be valid UTF-8"},
-		{"capacity too large", supervisor.Config{Scope: "b", Capacity: 2_000_000}, "Capacity must be at most"},
+		{"capacity too large", supervisor.Config{Scope: "b", Capacity: 2_000_000}, "Capacity must be from 1 to 1000000"},
 		{"retry slower than renewals", supervisor.Config{Name: "a", TTL: time.Second, RetryDelay: time.Hour}, "RetryDelay"},
 		{"holder too long", supervisor.Config{Name: "a", Holder: strings.Repeat("h", 300)}, "Holder must be 1 to"},
 		{"hard stop past the margin", supervisor.Config{Name: "a", TTL: time.Second, HardStop: 100 * time.Millisecond}, "HardStop"},

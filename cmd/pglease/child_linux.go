@@ -13,26 +13,26 @@ import (
 	"time"
 )
 
-// keeperProc is the keeper process (see keeper) of one command, seen from
+// reaperProc is the reaper process (see reaper) of one command, seen from
 // pglease run.
-type keeperProc struct {
+type reaperProc struct {
 	r     *runner
 	cmd   *exec.Cmd
 	ctl   *os.File // write end of the control pipe
 	child *child
-	cg    *cgroup // the command's cgroup, if the keeper made one
-	why   string  // why everything stopped (a keeper's why, or keeperDied), once child.done
-	// stopBegun is set once the keeper has begun stopping everything.
+	cg    *cgroup // the command's cgroup, if the reaper made one
+	why   string  // why everything stopped (a reaper's why, or reaperDied), once child.done
+	// stopBegun is set once the reaper has begun stopping everything.
 	stopBegun atomic.Bool
 }
 
-// keeperDied is keeperProc.why when the keeper died before reporting.
-const keeperDied = "keeper died"
+// reaperDied is reaperProc.why when the reaper died before reporting.
+const reaperDied = "reaper died"
 
-// runChild runs the command with env under a keeper until it and everything
+// runChild runs the command with env under a reaper until it and everything
 // it started are dead, and returns its exit status as an error (nil for 0).
 // When ctx ends (a tenure was lost), or only --grace is left before the
-// local deadline, the keeper stops them all: SIGTERM, SIGKILL after the
+// local deadline, the reaper stops them all: SIGTERM, SIGKILL after the
 // grace period but by the deadline; runChild then returns a
 // *commandStopped.
 func (r *runner) runChild(ctx context.Context, env []string) error {
@@ -46,30 +46,30 @@ func (r *runner) runChild(ctx context.Context, env []string) error {
 		r.mu.Unlock()
 		return ctx.Err()
 	}
-	k, err := r.startKeeper(env, deadline)
+	rp, err := r.startReaper(env, deadline)
 	if err != nil {
 		r.mu.Unlock()
 		return err
 	}
-	r.child = k.child
+	r.child = rp.child
 	r.mu.Unlock()
-	r.log.Info("command started", "pid", k.child.pid, "cgroup", k.cg != nil)
+	r.log.Info("command started", "pid", rp.child.pid, "cgroup", rp.cg != nil)
 
 	lost := ctx.Done()
 	for {
 		select {
-		case <-k.child.done:
-			return k.result()
+		case <-rp.child.done:
+			return rp.result()
 		case <-r.moved:
-			k.send("deadline %d", monoDeadline(r.deadline()))
+			rp.send("deadline %d", monoDeadline(r.deadline()))
 		case <-lost:
 			lost = nil
-			if !k.stopBegun.Load() { // else it said why already
+			if !rp.stopBegun.Load() { // else it said why already
 				what, cause := r.lossCause()
 				fmt.Fprintf(r.a.stderr, "pglease: %s lost (%v): sending SIGTERM to the command and everything it started, SIGKILL in %s\n",
 					what, causeText(cause), killIn(r.o.grace, r.deadline()))
 			}
-			k.send("stop")
+			rp.send("stop")
 		}
 	}
 }
@@ -80,17 +80,17 @@ func killIn(grace time.Duration, deadline time.Time) time.Duration {
 	return max(min(grace, time.Until(deadline)), 0).Round(time.Millisecond)
 }
 
-// monoDeadline converts deadline to the keeper's clock (monoNow). The clock
+// monoDeadline converts deadline to the reaper's clock (monoNow). The clock
 // is read first, so the result errs early.
 func monoDeadline(deadline time.Time) int64 {
 	now := monoNow()
 	return now + int64(time.Until(deadline))
 }
 
-// startKeeper starts the keeper of the command and waits until it has
+// startReaper starts the reaper of the command and waits until it has
 // started the command (or failed to).
-func (r *runner) startKeeper(env []string, deadline time.Time) (*keeperProc, error) {
-	// Should the keeper die, what it leaves behind comes to pglease.
+func (r *runner) startReaper(env []string, deadline time.Time) (*reaperProc, error) {
+	// Should the reaper die, what it leaves behind comes to pglease.
 	if err := becomeSubreaper(); err != nil {
 		return nil, failf("run: %v", err)
 	}
@@ -104,7 +104,7 @@ func (r *runner) startKeeper(env []string, deadline time.Time) (*keeperProc, err
 		ctlW.Close()
 		return nil, failf("run: %v", err)
 	}
-	args := append([]string{"pglease", keeperArg, strconv.FormatInt(int64(r.o.grace), 10),
+	args := append([]string{"pglease", reaperArg, strconv.FormatInt(int64(r.o.grace), 10),
 		strconv.FormatInt(monoDeadline(deadline), 10), "--"}, r.o.argv...)
 	cmd := &exec.Cmd{
 		// This very binary, even if the file was replaced since.
@@ -123,9 +123,9 @@ func (r *runner) startKeeper(env []string, deadline time.Time) (*keeperProc, err
 	if err != nil {
 		ctlW.Close()
 		repR.Close()
-		return nil, failf("run: start the keeper of the command: %v", err)
+		return nil, failf("run: start the reaper of the command: %v", err)
 	}
-	k := &keeperProc{r: r, cmd: cmd, ctl: ctlW, child: &child{done: make(chan struct{})}}
+	rp := &reaperProc{r: r, cmd: cmd, ctl: ctlW, child: &child{done: make(chan struct{})}}
 	lines := bufio.NewScanner(repR)
 	first := ""
 	if lines.Scan() {
@@ -135,72 +135,72 @@ func (r *runner) startKeeper(env []string, deadline time.Time) (*keeperProc, err
 	switch verb {
 	case "started":
 		pid, dir, _ := strings.Cut(rest, " ")
-		k.child.pid, _ = strconv.Atoi(pid)
-		k.cg = openCgroup(dir)
+		rp.child.pid, _ = strconv.Atoi(pid)
+		rp.cg = openCgroup(dir)
 	case "error":
 		code, msg, _ := strings.Cut(rest, " ")
 		n, _ := strconv.Atoi(code)
-		k.drain(lines, repR)
+		rp.drain(lines, repR)
 		return nil, &exitError{code: n, msg: msg}
 	default:
-		k.drain(lines, repR)
-		return nil, failf("run: the keeper of the command failed to start it (%s)", k.cmd.ProcessState)
+		rp.drain(lines, repR)
+		return nil, failf("run: the reaper of the command failed to start it (%s)", rp.cmd.ProcessState)
 	}
-	go k.watch(lines, repR)
-	return k, nil
+	go rp.watch(lines, repR)
+	return rp, nil
 }
 
-// drain waits for a keeper that failed before starting the command.
-func (k *keeperProc) drain(lines *bufio.Scanner, rep *os.File) {
+// drain waits for a reaper that failed before starting the command.
+func (rp *reaperProc) drain(lines *bufio.Scanner, rep *os.File) {
 	for lines.Scan() {
 	}
 	rep.Close()
-	k.ctl.Close()
-	_ = k.cmd.Wait()
+	rp.ctl.Close()
+	_ = rp.cmd.Wait()
 }
 
-// send sends one control line to the keeper.
-func (k *keeperProc) send(format string, args ...any) {
-	_, _ = fmt.Fprintf(k.ctl, format+"\n", args...)
+// send sends one control line to the reaper.
+func (rp *reaperProc) send(format string, args ...any) {
+	_, _ = fmt.Fprintf(rp.ctl, format+"\n", args...)
 }
 
-// watch reads the keeper's reports until it exits. Should it die without
+// watch reads the reaper's reports until it exits. Should it die without
 // reporting the end, pglease kills what it left: as a subreaper, pglease
 // inherited the orphans.
-func (k *keeperProc) watch(lines *bufio.Scanner, rep *os.File) {
-	defer close(k.child.done)
+func (rp *reaperProc) watch(lines *bufio.Scanner, rep *os.File) {
+	defer close(rp.child.done)
 	defer rep.Close()
-	defer k.ctl.Close()
+	defer rp.ctl.Close()
 	for lines.Scan() {
 		verb, rest, _ := strings.Cut(lines.Text(), " ")
 		f := strings.Fields(rest)
 		switch {
 		case verb == "stopping" && len(f) == 3:
-			k.stopBegun.Store(true)
+			rp.stopBegun.Store(true)
 			killIn, _ := strconv.ParseInt(f[1], 10, 64)
 			n, _ := strconv.Atoi(f[2])
-			k.stopping(f[0], time.Duration(killIn).Round(time.Millisecond), n)
+			rp.stopping(f[0], time.Duration(killIn).Round(time.Millisecond), n)
 		case verb == "killing" && len(f) == 1 && f[0] != "0":
-			fmt.Fprintf(k.r.a.stderr, "pglease: %s processes still running: sending SIGKILL\n", f[0])
+			fmt.Fprintf(rp.r.a.stderr, "pglease: %s processes still running: sending SIGKILL\n", f[0])
 		case verb == "done" && len(f) == 2:
 			ws, _ := strconv.Atoi(f[0])
-			k.child.code = statusCode(syscall.WaitStatus(ws))
-			k.why = f[1]
+			rp.child.code = statusCode(syscall.WaitStatus(ws))
+			rp.why = f[1]
 		}
 	}
-	_ = k.cmd.Wait()
-	if k.why == "" {
-		k.why = keeperDied
-		killAll(os.Getpid(), k.cg, func(int, syscall.WaitStatus) {})
-		if k.cg != nil {
-			k.cg.remove()
+	_ = rp.cmd.Wait()
+	if rp.why == "" {
+		rp.why = reaperDied
+		killAll(os.Getpid(), rp.cg, func(int, syscall.WaitStatus) {})
+		if rp.cg != nil {
+			rp.cg.remove()
 		}
 	}
 }
 
-// stopping says why the keeper started stopping everything.
-func (k *keeperProc) stopping(why string, killIn time.Duration, n int) {
-	r := k.r
+// stopping says why the reaper started stopping everything.
+func (rp *reaperProc) stopping(why string, killIn time.Duration, n int) {
+	r := rp.r
 	switch why {
 	case whyDeadline:
 		what, _ := r.nearest()
@@ -214,16 +214,16 @@ func (k *keeperProc) stopping(why string, killIn time.Duration, n int) {
 }
 
 // result is the command's outcome once everything has stopped.
-func (k *keeperProc) result() error {
-	switch k.why {
+func (rp *reaperProc) result() error {
+	switch rp.why {
 	case whyExited:
-		k.r.log.Info("command exited", "status", k.child.code)
-		if k.child.code != 0 {
-			return &exitError{code: k.child.code}
+		rp.r.log.Info("command exited", "status", rp.child.code)
+		if rp.child.code != 0 {
+			return &exitError{code: rp.child.code}
 		}
 		return nil
-	case keeperDied:
-		return failf("run: the keeper of the command died (%s): killed the command and everything it started", k.cmd.ProcessState)
+	case reaperDied:
+		return failf("run: the reaper of the command died (%s): killed the command and everything it started", rp.cmd.ProcessState)
 	}
-	return &commandStopped{status: k.child.code, why: k.why}
+	return &commandStopped{status: rp.child.code, why: rp.why}
 }

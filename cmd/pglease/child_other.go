@@ -10,8 +10,8 @@ import (
 // child is not supported off Unix.
 type child struct{}
 
-// runKeeper is never asked for off Unix.
-func runKeeper([]string) (int, bool) { return 0, false }
+// runReaper is never asked for off Unix.
+func runReaper([]string) (int, bool) { return 0, false }
 
 // runChild fails: pglease run needs process groups and signals.
 func (r *runner) runChild(context.Context, []string) error {

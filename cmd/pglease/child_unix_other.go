@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// runKeeper is never asked for here: only Linux runs a keeper.
-func runKeeper([]string) (int, bool) { return 0, false }
+// runReaper is never asked for here: only Linux runs a reaper.
+func runReaper([]string) (int, bool) { return 0, false }
 
 // startChild starts argv with env in a process group of its own, sharing
 // pglease's standard streams.
@@ -34,7 +34,7 @@ func startChild(argv, env []string) (*child, error) {
 }
 
 // runChild runs the command with env until it exits, and returns its exit
-// status as an error (nil for 0). Without Linux's keeper, pglease itself
+// status as an error (nil for 0). Without Linux's reaper, pglease itself
 // stops the command's process group: SIGTERM when ctx ends (a tenure was
 // lost) or when only --grace is left before the local deadline, SIGKILL
 // after the grace period but by the deadline; it then returns a

@@ -19,6 +19,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/schema"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -46,7 +47,7 @@ func TestCLI(t *testing.T) {
 		{"DemoDiscovery", testDemoDiscovery},
 		{"Errors", testErrors},
 		{"NoPasswordInOutput", testNoPasswordInOutput},
-	}, keeperCases...) {
+	}, reaperCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := base
@@ -302,6 +303,14 @@ func testRunExitCodes(t *testing.T, c cli) {
 		t.Fatalf("fence of lease env: got %d, want 1", fence)
 	}
 
+	// The default --grace follows the TTL (a quarter, at most 10s), so a
+	// short --ttl works alone; an explicit --grace above TTL/2 is refused.
+	for _, ttl := range []string{"5s", "2s", "90s"} {
+		c.mustRun(0, "run", "--lease", "short-ttl", "--ttl", ttl, "--", "true")
+	}
+	r = c.mustRun(2, "run", "--lease", "short-ttl", "--ttl", "5s", "--grace", "3s", "--", "true")
+	requireContains(t, "run --ttl 5s --grace 3s", r.stderr, "--grace must be from 0 to half the --ttl (2.5s), got 3s")
+
 	long := strings.Repeat("x", 300)
 	r = c.mustRun(2, "run", "--lease", long, "--", "true")
 	requireOneLine(t, "stderr for a too-long name", r.stderr)
@@ -319,7 +328,7 @@ func testRunExitCodes(t *testing.T, c cli) {
 }
 
 // testRunRenews runs a command for three TTLs: each renewal must move
-// the deadline by which the command is stopped (on Linux, the keeper's).
+// the deadline by which the command is stopped (on Linux, the reaper's).
 func testRunRenews(t *testing.T, c cli) {
 	url := pgtest.NewMigrated(t)
 	// Renewals every 667 ms, each with 0.9 s to succeed before SIGTERM
@@ -418,7 +427,7 @@ func testRunNoWaitAndWait(t *testing.T, c cli) {
 // forceRelease ends the tenure of lease name as an operator would.
 func forceRelease(t *testing.T, pool *pgxpool.Pool, name string) {
 	t.Helper()
-	r, err := pglease.ForceRelease(t.Context(), pool, name)
+	r, err := pgleaseadmin.ForceRelease(t.Context(), pool, name)
 	if err != nil || !r.Released {
 		t.Fatalf("force release %q: got %+v, %v, want released", name, r, err)
 	}
@@ -584,6 +593,8 @@ func testErrors(t *testing.T, c cli) {
 	addr := closedPort(t)
 	host, port, _ := net.SplitHostPort(addr)
 	noSchema := pgtest.NewDatabase(t)
+	migrated := pgtest.NewMigrated(t)
+	changed := changedSchema(t)
 	for _, tc := range []struct {
 		name     string
 		database string
@@ -602,16 +613,51 @@ func testErrors(t *testing.T, c cli) {
 		{"missing schema: status", noSchema, []string{"status"}, 1, []string{"schema pglease not found", "hint: run `pglease migrate up`"}},
 		{"missing schema: run", noSchema, []string{"run", "--lease", "x", "--", "true"}, 1, []string{"schema pglease not found", "pglease migrate up"}},
 		{"missing schema: release", noSchema, []string{"release", "--force", "x", "--yes"}, 1, []string{"schema pglease not found", "pglease migrate up"}},
+		{"name too long: release", migrated, []string{"release", "--force", strings.Repeat("n", 300), "--yes"}, 2,
+			[]string{"release: invalid argument: name must be 1 to 256 bytes"}},
+		{"schema changed by hand: migrate up", changed, []string{"migrate", "up"}, 1,
+			[]string{"migrate up: ", "not applied (nothing changed): cannot upgrade schema pglease", "index my_index", "hint: "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.database == "" {
+				t.Skip("one migration only: no upgrade to refuse")
+			}
 			r := c.with("PGLEASE_DATABASE_URL="+tc.database).mustRun(tc.code, tc.args...)
 			requireOneLine(t, "stderr", r.stderr)
 			requireContains(t, "stderr", r.stderr, tc.want...)
+			// Each message says pglease once, however many layers wrap it.
+			if n := strings.Count(r.stderr, "pglease:"); n != 1 {
+				t.Fatalf("stderr says %q %d times, want once: %q", "pglease:", n, r.stderr)
+			}
 			if r.stdout != "" {
 				t.Fatalf("stdout: got %q, want nothing", r.stdout)
 			}
 		})
 	}
+}
+
+// changedSchema returns the URL of a database one migration behind this
+// build, changed by hand (an index of its own in schema pglease), so that
+// the next upgrade refuses it; "" when this build has one migration only.
+func changedSchema(t *testing.T) string {
+	t.Helper()
+	if schema.Latest() < 2 {
+		return ""
+	}
+	url := pgtest.NewDatabase(t)
+	ctx := t.Context()
+	if err := schema.Goto(ctx, url, schema.Latest()-1); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE INDEX my_index ON pglease.leases (expires_at)`); err != nil {
+		t.Fatal(err)
+	}
+	return url
 }
 
 // dbURL returns the URL of database name on the server of adminURL.

@@ -274,5 +274,5 @@ func (a *app) queryError(ctx context.Context, what string, err error) error {
 	case errors.Is(err, pglease.ErrNotMigrated):
 		return failf("%s: %s; hint: schema pglease is missing or incomplete: run `pglease migrate up`", what, msg)
 	}
-	return failf("%s: %v", what, err)
+	return failf("%s: %s", what, detail(err))
 }

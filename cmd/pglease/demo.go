@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/pgserver"
-	"github.com/pglease/pglease/internal/schema"
+	"github.com/pglease/pglease/pgleasemigrate"
 	"github.com/pglease/pglease/supervisor"
 )
 
@@ -150,7 +150,7 @@ func (a *app) demo(ctx context.Context, db *dbFlag, ttl time.Duration) error {
 		return a.queryError(ctx, "inspect schema pglease", err)
 	}
 	if !st.schema {
-		if err := schema.Up(ctx, connString); err != nil {
+		if err := pgleasemigrate.Up(ctx, connString); err != nil {
 			return a.migrateError(ctx, "demo: migrate up", err)
 		}
 		fmt.Fprintf(a.stdout, "applied the pglease migrations to %s\n", t)
@@ -372,7 +372,7 @@ func (d *demo) newInstance(ctx context.Context, n int) (*instance, error) {
 	})
 	if err != nil {
 		pool.Close()
-		return nil, failf("demo: %v", err)
+		return nil, failf("demo: %s", detail(err))
 	}
 	return inst, nil
 }

@@ -6,7 +6,7 @@
 //
 //	pglease migrate up|down|version     apply, revert or show the schema
 //	pglease status [--json]             leases, slots and scopes, as the server sees them
-//	pglease run --lease NAME [--slot SCOPE:CAPACITY] [--ttl 30s] [--wait|--no-wait] [--grace 10s] -- COMMAND [ARGS...]
+//	pglease run --lease NAME [--slot SCOPE:CAPACITY] [--ttl 30s] [--wait|--no-wait] [--grace TTL/4] -- COMMAND [ARGS...]
 //	pglease release --force NAME --yes  operator override: end a tenure whoever holds it
 //	pglease demo                        three supervised instances, a crash, a handover
 //	pglease help [COMMAND]              usage; `pglease COMMAND -h` too
@@ -52,7 +52,9 @@
 //   - SIGTERM to every process COMMAND started comes --grace before the
 //     local deadline when no renewal has succeeded by then, and SIGKILL at
 //     the deadline; --grace must therefore be at most half the TTL, which
-//     leaves renewals (every TTL/3, retried) the other half;
+//     leaves renewals (every TTL/3, retried) the other half. It defaults
+//     to a quarter of the TTL, at most 10 s, so that any --ttl works with
+//     the default;
 //   - when a renewal is refused (the tenure was force-released or had
 //     expired), SIGTERM comes at once and SIGKILL --grace later, by the
 //     local deadline at the latest. The server has ended the tenure then:
@@ -62,22 +64,22 @@
 //     that is not its own any more.
 //
 // On Linux this holds whatever happens to pglease. COMMAND runs under a
-// keeper, pglease's own binary run again as a small supervising process
+// reaper, pglease's own binary run again as a small supervising process
 // between pglease and COMMAND, in a process group of its own:
 //
-//   - the keeper is the subreaper (PR_SET_CHILD_SUBREAPER) of COMMAND's
+//   - the reaper is the subreaper (PR_SET_CHILD_SUBREAPER) of COMMAND's
 //     tree: a process whose parent exits (a double fork, a daemon) is
-//     reparented to it, not to init, so a walk of /proc below the keeper
+//     reparented to it, not to init, so a walk of /proc below the reaper
 //     finds every process COMMAND started, setsid'd ones included;
 //   - where cgroup v2 is mounted and writable, COMMAND starts in a cgroup of
 //     its own (clone3 into it), killed at once with cgroup.kill;
-//   - pglease hands each new deadline to the keeper, which enforces the
+//   - pglease hands each new deadline to the reaper, which enforces the
 //     schedule above by itself: a pglease that is SIGKILLed, OOM-killed,
-//     panics, hangs or is stopped (SIGSTOP) renews nothing, and the keeper
+//     panics, hangs or is stopped (SIGSTOP) renews nothing, and the reaper
 //     stops everything by the last deadline it was given. When pglease
-//     dies, its control pipe closes and the keeper starts stopping at once;
-//   - COMMAND has PDEATHSIG SIGKILL towards the keeper, and pglease is a
-//     subreaper too: if the keeper dies, COMMAND dies with it, and pglease
+//     dies, its control pipe closes and the reaper starts stopping at once;
+//   - COMMAND has PDEATHSIG SIGKILL towards the reaper, and pglease is a
+//     subreaper too: if the reaper dies, COMMAND dies with it, and pglease
 //     kills what it left (its orphans come to pglease) and exits 1.
 //
 // Measured (TestCLI's Run cases, 10 runs each with the race detector on a
@@ -90,16 +92,16 @@
 // cut off and SIGTERM ignored, TTL 6 s, grace 3 s (the case that overran by
 // 2.4 s before), 541-606 ms before it. No overlap in 40 runs.
 //
-// What the keeper cannot catch: work COMMAND hands to something that is not
+// What the reaper cannot catch: work COMMAND hands to something that is not
 // its descendant (systemd-run, at, a job queue, a container engine, ssh to
 // another host); a process stuck in uninterruptible sleep (D state, a hung
 // NFS mount), which dies only when the kernel lets it; pglease and the
-// keeper killed together (kill -9 of both, the OOM killer taking both):
+// reaper killed together (kill -9 of both, the OOM killer taking both):
 // COMMAND still dies of PDEATHSIG, but what it started lives on, in its
-// cgroup if it has one, which nobody kills then (the next keeper removes
+// cgroup if it has one, which nobody kills then (the next reaper removes
 // such a cgroup once it is empty); a frozen machine or a
 // suspended laptop, whose monotonic clock stops while the server's runs on.
-// A process that forks while being killed is found again: the keeper kills
+// A process that forks while being killed is found again: the reaper kills
 // and reaps in a loop until it has no child left.
 //
 // Other Unix systems have no subreaper, PDEATHSIG or cgroups: pglease itself
@@ -114,7 +116,7 @@
 //
 //	0        success (run: COMMAND exited 0)
 //	1        failure: database unreachable, schema missing, query failed;
-//	         run: the keeper died (COMMAND and all it started were killed)
+//	         run: the reaper died (COMMAND and all it started were killed)
 //	2        usage error: bad flags or arguments, a connection string that
 //	         does not parse, migrate down or release without --yes
 //	69       run: the lease or slot was lost, or no renewal succeeded in

@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/pglease/pglease/internal/sqlerr"
 )
 
 // Exit codes. The command's own exit status passes through `pglease run`
@@ -64,7 +66,7 @@ type app struct {
 }
 
 func main() {
-	if code, ok := runKeeper(os.Args[1:]); ok {
+	if code, ok := runReaper(os.Args[1:]); ok {
 		os.Exit(code)
 	}
 	a := &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
@@ -195,6 +197,11 @@ func usagef(cmd, format string, args ...any) error {
 	return &exitError{code: exitUsage, msg: msg}
 }
 
+// detail returns the text of err, an error of pglease's packages, without
+// the "pglease: " it starts with: the command's messages start with it
+// already.
+func detail(err error) string { return strings.TrimPrefix(err.Error(), sqlerr.Prefix) }
+
 // failf returns a failure with exit code 1.
 func failf(format string, args ...any) error {
 	return &exitError{code: exitFailure, msg: fmt.Sprintf(format, args...)}
@@ -205,7 +212,7 @@ func (a *app) report(err error) int {
 	if err == nil {
 		return exitOK
 	}
-	code, msg := exitFailure, err.Error()
+	code, msg := exitFailure, detail(err)
 	if e, ok := errors.AsType[*exitError](err); ok {
 		code, msg = e.code, e.msg
 	}

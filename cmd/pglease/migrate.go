@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/pglease/pglease/internal/schema"
-	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleasemigrate"
 )
 
 // migrateTimeout bounds one migrate command.
@@ -37,7 +37,7 @@ Usage: pglease migrate up|down|version|goto N [--database URL] [--yes]
            0.2.0), keeping leases and fences; N = 0 is down (needs --yes).
 
 The history is kept in table pglease_schema_migrations, apart from an
-application's own schema_migrations (the same table as pglease.Migrate).
+application's own schema_migrations (the same table as pgleasemigrate.Up).
 A database where pglease was installed with CREATE EXTENSION pglease has no
 migrations: up does nothing, down is refused (use DROP EXTENSION).
 
@@ -68,9 +68,9 @@ loses no lease: they live on the partitions.`,
 				}
 				ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 				defer cancel()
-				step, done := pglease.MigrateProxy, "installed (or kept up to date)"
+				step, done := pgleasemigrate.ProxyUp, "installed (or kept up to date)"
 				if args[0] == "down" {
-					step, done = pglease.MigrateProxyDown, "removed"
+					step, done = pgleasemigrate.ProxyDown, "removed"
 				}
 				if err := step(ctx, t.connString); err != nil {
 					return a.migrateError(ctx, "migrate "+args[0]+" --proxy", err)
@@ -152,7 +152,7 @@ func (a *app) migrate(ctx context.Context, db *dbFlag, action string, yes bool) 
 		if st.schema && version == 0 {
 			return failf("schema pglease already exists in %s but has no migration history (made by hand, or left by DROP EXTENSION?): drop it or use it as it is", t)
 		}
-		if err := schema.Up(ctx, connString); err != nil {
+		if err := pgleasemigrate.Up(ctx, connString); err != nil {
 			return a.migrateError(ctx, "migrate up", err)
 		}
 		after, _, err := schema.Version(ctx, connString)
@@ -166,7 +166,7 @@ func (a *app) migrate(ctx context.Context, db *dbFlag, action string, yes bool) 
 		}
 		return nil
 	default: // down
-		if err := schema.Down(ctx, connString); err != nil {
+		if err := pgleasemigrate.Down(ctx, connString); err != nil {
 			return a.migrateError(ctx, "migrate down", err)
 		}
 		fmt.Fprintf(a.stdout, "reverted pglease schema from version %d to 0 in %s: schema pglease is gone\n", version, t)
@@ -215,13 +215,13 @@ func (a *app) migrateError(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	msg, _, _ := strings.Cut(err.Error(), "\n")
+	msg, _, _ := strings.Cut(detail(err), "\n")
 	const maxLen = 1500
 	if len(msg) > maxLen {
 		msg = msg[:maxLen] + "..."
 	}
 	if strings.Contains(msg, "Dirty database") || strings.Contains(msg, "dirty") {
-		msg += "; hint: a migration failed half-way: fix the schema by hand, then set the version in table " + schema.TableName
+		msg += "; hint: a migration failed half-way: fix the schema by hand, then set the version in table " + pgleasemigrate.Table
 	}
 	return failf("%s: %s", what, msg)
 }

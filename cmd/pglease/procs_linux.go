@@ -28,7 +28,7 @@ func becomeSubreaper() error {
 
 // monoNow returns CLOCK_MONOTONIC in nanoseconds: the clock of Go's timers,
 // shared by every process of the machine, so a deadline can be handed from
-// pglease to its keeper without the delay of the pipe moving it later.
+// pglease to its reaper without the delay of the pipe moving it later.
 func monoNow() int64 {
 	var ts syscall.Timespec
 	const clockMonotonic = 1
@@ -147,12 +147,12 @@ func newCgroup() *cgroup {
 	return &cgroup{dir: dir, fd: fd}
 }
 
-// cgroupPrefix starts the name of a keeper's cgroup; the keeper's PID
+// cgroupPrefix starts the name of a reaper's cgroup; the reaper's PID
 // follows.
 const cgroupPrefix = "pglease-run-"
 
-// removeStaleCgroups removes the cgroups under parent left by keepers that
-// are gone (a keeper and its pglease killed together leave theirs behind).
+// removeStaleCgroups removes the cgroups under parent left by reapers that
+// are gone (a reaper and its pglease killed together leave theirs behind).
 // Only empty cgroups can be removed: one that still holds processes stays.
 func removeStaleCgroups(parent string) {
 	dirs, _ := filepath.Glob(filepath.Join(parent, cgroupPrefix+"*"))
@@ -164,8 +164,8 @@ func removeStaleCgroups(parent string) {
 	}
 }
 
-// openCgroup returns the cgroup at dir, made by a keeper, for pglease to
-// kill should the keeper die.
+// openCgroup returns the cgroup at dir, made by a reaper, for pglease to
+// kill should the reaper die.
 func openCgroup(dir string) *cgroup {
 	if dir == "" || dir == "-" {
 		return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pglease/pglease/internal/purge"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 )
 
 // purgeTimeout bounds one purge.
@@ -63,9 +64,9 @@ func (a *app) purge(ctx context.Context, db *dbFlag, freeFor time.Duration) erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, purgeTimeout)
 	defer cancel()
-	n, err := pglease.Purge(ctx, pool, freeFor)
+	n, err := pgleaseadmin.Purge(ctx, pool, freeFor)
 	if errors.Is(err, pglease.ErrInvalidArgument) {
-		return usagef("purge", "%v", err)
+		return usagef("purge", "%s", detail(err))
 	}
 	if err != nil {
 		return a.queryError(ctx, "purge", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 )
 
 var releaseCommand = &command{
@@ -87,9 +88,9 @@ func (a *app) release(ctx context.Context, db *dbFlag, name string, yes bool) er
 			name, *holder, fence, state, expiresIn.Round(time.Millisecond), fence+1)}
 	}
 
-	r, err := pglease.ForceRelease(ctx, pool, name)
+	r, err := pgleaseadmin.ForceRelease(ctx, pool, name)
 	if errors.Is(err, pglease.ErrInvalidArgument) {
-		return usagef("release", "%v", err)
+		return usagef("release", "%s", detail(err))
 	}
 	if err != nil {
 		return a.queryError(ctx, fmt.Sprintf("force release lease %q", name), err)

@@ -25,8 +25,9 @@ import (
 
 // Defaults of pglease run.
 const (
-	defaultRunTTL   = 30 * time.Second
-	defaultRunGrace = 10 * time.Second
+	defaultRunTTL = 30 * time.Second
+	// maxDefaultGrace caps the default --grace, a quarter of the TTL.
+	maxDefaultGrace = 10 * time.Second
 	// minRunTTL keeps renewals (every TTL/3) from spinning.
 	minRunTTL = 100 * time.Millisecond
 )
@@ -36,7 +37,7 @@ var runCommand = &command{
 	summary: "Run a command only while holding a lease and/or a slot (a distributed flock)",
 	usage: `
 Usage: pglease run [--lease NAME] [--slot SCOPE:CAPACITY] [--ttl 30s]
-                   [--wait | --no-wait] [--grace 10s] [--database URL] -- COMMAND [ARGS...]
+                   [--wait | --no-wait] [--grace DURATION] [--database URL] -- COMMAND [ARGS...]
 
 Takes lease NAME (and/or one of CAPACITY slots of SCOPE; with both, the
 lease first, then a slot), runs COMMAND while renewing it every TTL/3, and
@@ -71,12 +72,13 @@ by then, before the server's expiry. The rule for --grace:
 
   when no renewal has succeeded by then, SIGTERM comes --grace before the
   local deadline and SIGKILL at it; so --grace must be at most half the
-  TTL (the other half is for renewals, every TTL/3, retried).
+  TTL (the other half is for renewals, every TTL/3, retried). It defaults
+  to a quarter of the TTL, at most 10s.
 
 When a renewal is refused, SIGTERM comes at once and SIGKILL --grace later
 (by the local deadline at the latest). Either way pglease exits 69.
 
-On Linux, COMMAND runs under a keeper: a small process (pglease itself)
+On Linux, COMMAND runs under a reaper: a small process (pglease itself)
 that stays with it when pglease dies (SIGKILL, OOM, a panic), is the
 subreaper of everything COMMAND starts (setsid'd and double-forked
 processes included), puts it in a cgroup of its own where cgroup v2 is
@@ -87,7 +89,7 @@ stopped, by pglease, and nothing stops it if pglease dies. COMMAND runs in
 a process group of its own, so it cannot read from the terminal.
 
 Exit status: COMMAND's own; 1 when pglease failed (database error, or the
-keeper died: everything was killed); 2 usage error; 69 lease or slot lost,
+reaper died: everything was killed); 2 usage error; 69 lease or slot lost,
 or no renewal in time: COMMAND and all it started stopped; 75 held
 elsewhere or full (--no-wait), command not run; 126 command not
 executable; 127 command not found; 128+n killed by signal n (also when
@@ -106,7 +108,7 @@ pglease got signal n while waiting, before COMMAND started).`,
 		fs.DurationVar(&o.ttl, "ttl", defaultRunTTL, "time to live of the lease and slot on the server; renewed every TTL/3")
 		fs.BoolVar(&o.wait, "wait", false, "wait until the lease (and slot) can be taken")
 		fs.BoolVar(&noWait, "no-wait", false, "exit with status 75 at once when held elsewhere (the default)")
-		fs.DurationVar(&o.grace, "grace", defaultRunGrace, "time between SIGTERM and SIGKILL when stopping the command; at most TTL/2")
+		fs.DurationVar(&o.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping the command; at most TTL/2 (default TTL/4, at most 10s)")
 		fs.StringVar(&o.holder, "holder", "", "holder `ID` to take the lease as (default host/pid/random, unique)")
 		fs.BoolVar(&o.verbose, "v", false, "log acquisitions, renewal problems and releases to standard error")
 		return func(ctx context.Context, args []string) error {
@@ -138,6 +140,11 @@ pglease got signal n while waiting, before COMMAND started).`,
 			if o.ttl < minRunTTL || o.ttl > pglease.MaxTTL {
 				return usagef("run", "--ttl must be from %s to %s, got %s", minRunTTL, pglease.MaxTTL, o.ttl)
 			}
+			if !set["grace"] {
+				// The default follows the TTL, so that any valid --ttl works
+				// without a --grace of its own.
+				o.grace = min(o.ttl/4, maxDefaultGrace)
+			}
 			if o.grace < 0 || o.grace > o.ttl/2 {
 				return usagef("run", "--grace must be from 0 to half the --ttl (%s), got %s: SIGTERM comes --grace before the local deadline, "+
 					"and renewals need the rest of the TTL; raise --ttl or lower --grace", o.ttl/2, o.grace)
@@ -161,9 +168,9 @@ type runOptions struct {
 	argv     []string
 }
 
-// kept is a held lease or slot.
-type kept interface {
-	tenure.Kept
+// held is a lease or slot held around the command.
+type held interface {
+	tenure.Held
 	Release(ctx context.Context) error
 	Fence() int64
 }
@@ -172,11 +179,11 @@ type kept interface {
 type step struct {
 	// take takes it, waiting or not, or returns an *exitError with
 	// exitHeld when it is held elsewhere (not waiting).
-	take func(ctx context.Context) (kept, error)
+	take func(ctx context.Context) (held, error)
 	// env is what the command learns about the tenure.
-	env func(t kept) []string
+	env func(t held) []string
 	// describe names the tenure for messages.
-	describe func(t kept) string
+	describe func(t held) string
 }
 
 // runner runs one command under a lease and/or slot.
@@ -204,7 +211,7 @@ type runner struct {
 // cancelled when the tenure is lost.
 type level struct {
 	what string
-	t    kept
+	t    held
 	ctx  context.Context
 }
 
@@ -303,20 +310,20 @@ func (r *runner) steps() ([]step, error) {
 	if r.o.lease != "" {
 		c, err := pglease.New(r.pool, pglease.Config{Holder: r.o.holder})
 		if err != nil {
-			return nil, usagef("run", "%v", err)
+			return nil, usagef("run", "%s", detail(err))
 		}
 		name := r.o.lease
 		steps = append(steps, step{
-			take: func(ctx context.Context) (kept, error) {
+			take: func(ctx context.Context) (held, error) {
 				l, err := c.TryAcquire(ctx, name, r.o.ttl)
-				if held, ok := errors.AsType[*pglease.HeldError](err); ok {
+				if refused, ok := errors.AsType[*pglease.HeldError](err); ok {
 					if !r.o.wait {
 						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
 							"lease %s is held by %q (fence %d) for another %s: not running the command (exit %d; --wait to wait)",
-							quoteName(name), held.Holder, held.Fence, held.ExpiresIn.Round(time.Millisecond), exitHeld)}
+							quoteName(name), refused.Holder, refused.Fence, refused.ExpiresIn.Round(time.Millisecond), exitHeld)}
 					}
 					fmt.Fprintf(r.a.stderr, "pglease: waiting for the lease %s, held by %q (fence %d) for another %s (--wait)\n",
-						quoteName(name), held.Holder, held.Fence, held.ExpiresIn.Round(time.Millisecond))
+						quoteName(name), refused.Holder, refused.Fence, refused.ExpiresIn.Round(time.Millisecond))
 					l, err = c.Acquire(ctx, name, r.o.ttl)
 					c.CloseIdle() // the command needs no LISTEN connection
 				}
@@ -325,20 +332,20 @@ func (r *runner) steps() ([]step, error) {
 				}
 				return l, nil
 			},
-			env: func(t kept) []string {
+			env: func(t held) []string {
 				return []string{"PGLEASE_LEASE=" + name, "PGLEASE_FENCE=" + strconv.FormatInt(t.Fence(), 10)}
 			},
-			describe: func(t kept) string { return fmt.Sprintf("lease %s (fence %d)", quoteName(name), t.Fence()) },
+			describe: func(t held) string { return fmt.Sprintf("lease %s (fence %d)", quoteName(name), t.Fence()) },
 		})
 	}
 	if r.o.scope != "" {
 		c, err := runslots.New(r.pool, runslots.Config{Holder: r.o.holder, Logger: r.log})
 		if err != nil {
-			return nil, usagef("run", "%v", err)
+			return nil, usagef("run", "%s", detail(err))
 		}
 		scope, capacity := r.o.scope, r.o.capacity
 		steps = append(steps, step{
-			take: func(ctx context.Context) (kept, error) {
+			take: func(ctx context.Context) (held, error) {
 				s, err := c.TryClaim(ctx, scope, capacity, r.o.ttl)
 				if full, ok := errors.AsType[*runslots.FullError](err); ok {
 					if !r.o.wait {
@@ -356,12 +363,12 @@ func (r *runner) steps() ([]step, error) {
 				}
 				return s, nil
 			},
-			env: func(t kept) []string {
+			env: func(t held) []string {
 				s := t.(*runslots.Slot)
 				return []string{"PGLEASE_SLOT_SCOPE=" + scope, "PGLEASE_SLOT=" + strconv.Itoa(s.Number()),
 					"PGLEASE_SLOT_FENCE=" + strconv.FormatInt(s.Fence(), 10)}
 			},
-			describe: func(t kept) string {
+			describe: func(t held) string {
 				return fmt.Sprintf("slot %d of scope %s (fence %d)", t.(*runslots.Slot).Number(), quoteName(scope), t.Fence())
 			},
 		})
@@ -375,7 +382,7 @@ func (r *runner) takeError(ctx context.Context, what string, err error) error {
 		return ctx.Err()
 	}
 	if errors.Is(err, pglease.ErrInvalidArgument) {
-		return usagef("run", "%s: %v", what, err)
+		return usagef("run", "%s: %s", what, detail(err))
 	}
 	return r.a.queryError(ctx, what, err)
 }
@@ -400,7 +407,7 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 	desc := st.describe(t)
 	log := r.log.With("tenure", desc, "holder", r.o.holder)
 	log.Info("acquired")
-	res := tenure.Keep(parent, t, tenure.KeepConfig{
+	res := tenure.Hold(parent, t, tenure.HoldConfig{
 		TTL:         r.o.ttl,
 		StopTimeout: r.o.grace + r.o.ttl,
 		Lost:        pglease.ErrLeaseLost, // runslots.ErrSlotLost matches it
@@ -443,14 +450,14 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 }
 
 // release releases t, waiting at most timeout.
-func (r *runner) release(parent context.Context, t kept, desc string, log *slog.Logger, timeout time.Duration) {
+func (r *runner) release(parent context.Context, t held, desc string, log *slog.Logger, timeout time.Duration) {
 	if timeout <= 0 {
 		return
 	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), timeout)
 	defer rcancel()
 	if err := t.Release(rctx); err != nil {
-		fmt.Fprintf(r.a.stderr, "pglease: release %s failed (it expires by itself within %s): %v\n", desc, r.o.ttl, r.a.scrub(oneLine(err.Error())))
+		fmt.Fprintf(r.a.stderr, "pglease: release %s failed (it expires by itself within %s): %v\n", desc, r.o.ttl, r.a.scrub(oneLine(detail(err))))
 	} else {
 		log.Info("released")
 	}
@@ -498,7 +505,7 @@ func causeText(cause error) string {
 	return oneLine(cause.Error())
 }
 
-// Why the command was stopped, as the keeper reports it.
+// Why the command was stopped, as the reaper reports it.
 const (
 	whyExited   = "exited"   // the command exited by itself; what it left running was stopped
 	whyDeadline = "deadline" // only --grace was left before the local deadline

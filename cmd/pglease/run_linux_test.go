@@ -17,13 +17,13 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 )
 
-// keeperCases are the CLI tests of what the keeper guarantees on Linux:
+// reaperCases are the CLI tests of what the reaper guarantees on Linux:
 // nothing the command started outlives its tenure.
-var keeperCases = []cliCase{
+var reaperCases = []cliCase{
 	{"RunKill9", testRunKill9},
 	{"RunCrash", testRunCrash},
 	{"RunLeftovers", testRunLeftovers},
-	{"RunKeeperKilled", testRunKeeperKilled},
+	{"RunReaperKilled", testRunReaperKilled},
 	{"RunStopped", testRunStopped},
 	{"RunLeaseLostBlackhole", testRunLeaseLostBlackhole},
 }
@@ -228,9 +228,9 @@ func testRunLeftovers(t *testing.T, c cli) {
 	}
 }
 
-func testRunKeeperKilled(t *testing.T, c cli) {
+func testRunReaperKilled(t *testing.T, c cli) {
 	url := pgtest.NewMigrated(t)
-	// A cgroup left by a keeper that is gone: the next keeper removes it.
+	// A cgroup left by a reaper that is gone: the next reaper removes it.
 	var stale string
 	if probe := newCgroup(); probe != nil {
 		probe.remove()
@@ -243,18 +243,18 @@ func testRunKeeperKilled(t *testing.T, c cli) {
 			t.Fatal(err)
 		}
 	}
-	tr := startTree(t, c.with("PGLEASE_DATABASE_URL="+url), nil, "run", "--lease", "keeper", "--ttl", "30s")
-	var keeper int
+	tr := startTree(t, c.with("PGLEASE_DATABASE_URL="+url), nil, "run", "--lease", "reaper", "--ttl", "30s")
+	var reaper int
 	for _, pid := range descendants(tr.b.cmd.Process.Pid) {
-		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && strings.Contains(string(b), keeperArg) {
-			keeper = pid
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && strings.Contains(string(b), reaperArg) {
+			reaper = pid
 		}
 	}
-	if keeper == 0 {
-		t.Fatalf("no keeper among the processes of pglease %d", tr.b.cmd.Process.Pid)
+	if reaper == 0 {
+		t.Fatalf("no reaper among the processes of pglease %d", tr.b.cmd.Process.Pid)
 	}
-	// Where this process can make a cgroup, the keeper made one for the
-	// command; pglease removes it after killing what the keeper left.
+	// Where this process can make a cgroup, the reaper made one for the
+	// command; pglease removes it after killing what the reaper left.
 	cg := cgroupOf(t, tr.pids["command"])
 	if probe := newCgroup(); probe != nil {
 		probe.remove()
@@ -264,14 +264,14 @@ func testRunKeeperKilled(t *testing.T, c cli) {
 	}
 	t.Logf("cgroup of the command: %s", cg)
 	if _, err := os.Stat(stale); stale != "" && !os.IsNotExist(err) {
-		t.Fatalf("stale cgroup %s: %v, want it removed by the keeper", stale, err)
+		t.Fatalf("stale cgroup %s: %v, want it removed by the reaper", stale, err)
 	}
-	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(reaper, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	tr.waitGone(t, 20*time.Second)
 	tr.b.waitExit(10*time.Second, 1)
-	requireContains(t, "stderr", tr.b.stderr.String(), "keeper of the command died", "killed the command and everything it started")
+	requireContains(t, "stderr", tr.b.stderr.String(), "reaper of the command died", "killed the command and everything it started")
 	if strings.Contains(cg, "pglease-run-") {
 		if _, err := os.Stat(filepath.Join(cgroup2Mount(), cg)); !os.IsNotExist(err) {
 			t.Fatalf("cgroup %s after pglease exited: %v, want it removed", cg, err)
@@ -294,7 +294,7 @@ func cgroupOf(t *testing.T, pid int) string {
 	return ""
 }
 
-// testRunStopped stops pglease (SIGSTOP): nobody renews, and the keeper
+// testRunStopped stops pglease (SIGSTOP): nobody renews, and the reaper
 // alone must kill the command, which ignores SIGTERM, by the deadline.
 func testRunStopped(t *testing.T, c cli) {
 	url := pgtest.NewMigrated(t)

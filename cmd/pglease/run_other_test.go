@@ -2,5 +2,5 @@
 
 package main
 
-// keeperCases is empty: there is no keeper off Linux.
-var keeperCases []cliCase
+// reaperCases is empty: there is no reaper off Linux.
+var reaperCases []cliCase

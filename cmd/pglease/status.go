@@ -10,8 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pglease/pglease/pglease"
-	"github.com/pglease/pglease/runslots"
+	"github.com/pglease/pglease/pgleaseadmin"
 )
 
 var statusCommand = &command{
@@ -107,15 +106,15 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	// Status reads only: the operator's view, with no holder of its own.
-	ls, err := pglease.Leases(ctx, pool)
+	ls, err := pgleaseadmin.Leases(ctx, pool)
 	if err != nil {
 		return a.queryError(ctx, "list leases", err)
 	}
-	ss, err := runslots.Slots(ctx, pool)
+	ss, err := pgleaseadmin.Slots(ctx, pool)
 	if err != nil {
 		return a.queryError(ctx, "list slots", err)
 	}
-	scopes, err := runslots.Scopes(ctx, pool)
+	scopes, err := pgleaseadmin.Scopes(ctx, pool)
 	if err != nil {
 		return a.queryError(ctx, "list slot scopes", err)
 	}

@@ -1,7 +1,7 @@
 // Package deps_test checks that what users run stays light: the library
 // packages services import and the pglease binary link pgx and
 // golang-migrate, never container runtimes, test harnesses or benchmarking
-// code.
+// code; and the client packages a service imports link no migrations.
 package deps_test
 
 import (
@@ -27,7 +27,18 @@ func TestDependencies(t *testing.T) {
 			"github.com/pglease/pglease/pglease",
 			"github.com/pglease/pglease/runslots",
 			"github.com/pglease/pglease/supervisor",
+			"github.com/pglease/pglease/pgleaseadmin",
+			"github.com/pglease/pglease/pgleasemigrate",
 		}, append([]string{"github.com/pglease/pglease/internal/pgserver"}, harness...)},
+		{"clients", []string{
+			"github.com/pglease/pglease/pglease",
+			"github.com/pglease/pglease/runslots",
+			"github.com/pglease/pglease/supervisor",
+			"github.com/pglease/pglease/pgleaseadmin",
+		}, append([]string{
+			"github.com/golang-migrate/", "github.com/pglease/pglease/internal/schema",
+			"github.com/pglease/pglease/migrations", "github.com/pglease/pglease/migrations/", "github.com/pglease/pglease/pgleasemigrate",
+		}, harness...)},
 		{"binary", []string{"github.com/pglease/pglease/cmd/pglease"}, harness},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

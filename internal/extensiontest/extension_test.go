@@ -20,6 +20,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/schema"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -375,8 +376,8 @@ func useLeasesAndSlots(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	if err := pglease.WithFence(ctx, pool, "job", 1, func(pgx.Tx) error { return nil }); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("fenced write with the old fence: got %v, want ErrLeaseLost", err)
 	}
-	st, err := pglease.Leases(ctx, pool)
-	if err != nil || len(st) != 1 || st[0].Holder != "b" || st[0].State != pglease.StateHeld {
+	st, err := pgleaseadmin.Leases(ctx, pool)
+	if err != nil || len(st) != 1 || st[0].Holder != "b" || st[0].State != pgleaseadmin.LeaseHeld {
 		t.Fatalf("lease status: got %+v, %v, want job held by b", st, err)
 	}
 
@@ -405,7 +406,7 @@ func useLeasesAndSlots(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	if err != nil || s2.Fence() != 2 {
 		t.Fatalf("b claims after the release: got %v, want fence 2", err)
 	}
-	scopes, err := runslots.Scopes(ctx, pool)
+	scopes, err := pgleaseadmin.Scopes(ctx, pool)
 	if err != nil || len(scopes) != 1 || scopes[0].InUse != 1 {
 		t.Fatalf("scopes: got %+v, %v, want gpu with 1 in use", scopes, err)
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
+	"github.com/pglease/pglease/pgleasemigrate"
 )
 
 // TestAsyncReleaseCrash shows, on a throwaway cluster, what a crash does to
@@ -57,7 +59,7 @@ func TestAsyncReleaseCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pglease.Migrate(ctx, dbURL); err != nil {
+	if err := pgleasemigrate.Up(ctx, dbURL); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 
@@ -82,7 +84,7 @@ func TestAsyncReleaseCrash(t *testing.T) {
 		if st.Holder != "a" || st.Fence != la.Fence() {
 			t.Fatalf("after the crash: %+v, want a's tenure (fence %d) back: the release was not lost, the provocation did not work", st, la.Fence())
 		}
-		if st.State != pglease.StateHeld {
+		if st.State != pgleaseadmin.LeaseHeld {
 			t.Fatalf("after the crash: %+v: a's restored tenure expired before the checks (the restart took longer than the TTL %s)", st, ttl)
 		}
 		t.Logf("the crash lost the release: a's tenure (fence %d) is back, %s left", st.Fence, st.ExpiresIn.Round(time.Millisecond))
@@ -150,9 +152,9 @@ func crashClients(t *testing.T, dbURL string) (a, b *pglease.Client, pool *pgxpo
 }
 
 // leaseState returns the status row of lease name.
-func leaseState(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name string) pglease.LeaseStatus {
+func leaseState(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name string) pgleaseadmin.LeaseStatus {
 	t.Helper()
-	all, err := pglease.Leases(ctx, pool)
+	all, err := pgleaseadmin.Leases(ctx, pool)
 	if err != nil {
 		t.Fatalf("list leases: %v", err)
 	}
@@ -162,7 +164,7 @@ func leaseState(t *testing.T, ctx context.Context, pool *pgxpool.Pool, name stri
 		}
 	}
 	t.Fatalf("lease %q is not in pglease.lease_status: %+v", name, all)
-	return pglease.LeaseStatus{}
+	return pgleaseadmin.LeaseStatus{}
 }
 
 // freezeWALWriters stops (SIGSTOP) the server processes that write or flush

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleasemigrate"
 	"github.com/pglease/pglease/supervisor"
 )
 
@@ -54,7 +55,7 @@ func TestFaultServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pglease.Migrate(ctx, dbURL); err != nil {
+	if err := pgleasemigrate.Up(ctx, dbURL); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	installAudit(t, dbURL)

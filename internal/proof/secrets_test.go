@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
+	"github.com/pglease/pglease/pgleasemigrate"
 	"github.com/pglease/pglease/runslots"
 	"github.com/pglease/pglease/supervisor"
 )
@@ -56,8 +58,8 @@ func TestNoPasswordLeaks(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			note("pglease.Migrate", pglease.Migrate(ctx, conn))
-			note("pglease.MigrateDown", pglease.MigrateDown(ctx, conn))
+			note("pgleasemigrate.Up", pgleasemigrate.Up(ctx, conn))
+			note("pgleasemigrate.Down", pgleasemigrate.Down(ctx, conn))
 			var logs bytes.Buffer
 			var logMu sync.Mutex
 			logger := slog.New(slog.NewTextHandler(lockedWriter{&logs, &logMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -77,9 +79,9 @@ func TestNoPasswordLeaks(t *testing.T) {
 				acancel()
 				note("Acquire", err)
 				note("WithFence", pglease.WithFence(ctx, pool, "l", 1, func(pgx.Tx) error { return nil }))
-				_, err = pglease.Leases(ctx, pool)
+				_, err = pgleaseadmin.Leases(ctx, pool)
 				note("Leases", err)
-				_, err = pglease.ForceRelease(ctx, pool, "l")
+				_, err = pgleaseadmin.ForceRelease(ctx, pool, "l")
 				note("ForceRelease", err)
 				sc, err := runslots.New(pool, runslots.Config{Logger: logger})
 				if err != nil {
@@ -89,7 +91,7 @@ func TestNoPasswordLeaks(t *testing.T) {
 				note("TryClaim", err)
 				_, err = sc.TryClaimAll(ctx, []runslots.Want{{Scope: "s", Capacity: 2}}, time.Second)
 				note("TryClaimAll", err)
-				_, err = runslots.Slots(ctx, pool)
+				_, err = pgleaseadmin.Slots(ctx, pool)
 				note("Slots", err)
 				rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 				note("runslots.Run", sc.Run(rctx, "s", 2, time.Second, func(context.Context) error { return nil }))

@@ -19,6 +19,7 @@ import (
 	"github.com/pglease/pglease/internal/history"
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -86,7 +87,7 @@ func TestStress(t *testing.T) {
 	var purged, purges, purgesCut int64
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			n, err := pglease.Purge(ctx, pool, 0)
+			n, err := pgleaseadmin.Purge(ctx, pool, 0)
 			if err != nil {
 				purgesCut++
 				continue

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/pglease/pglease/internal/sqlerr"
 	"github.com/pglease/pglease/migrations"
 )
 
@@ -75,10 +76,12 @@ func preflight(ctx context.Context, db *sql.DB, version uint) error {
 	}
 	defer func() { _ = tx.Rollback() }()
 	if _, err := tx.ExecContext(ctx, guard); err != nil {
+		// The guard's messages start with "pglease: ", as Run's wrapping
+		// does: said once.
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Hint != "" {
-			return fmt.Errorf("migration %d not applied (nothing changed): %w; hint: %s", version, err, pgErr.Hint)
+			return fmt.Errorf("migration %d not applied (nothing changed): %w; hint: %s", version, sqlerr.Trim(err), pgErr.Hint)
 		}
-		return fmt.Errorf("migration %d not applied (nothing changed): %w", version, err)
+		return fmt.Errorf("migration %d not applied (nothing changed): %w", version, sqlerr.Trim(err))
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pglease/pglease/internal/pgserver"
-	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleasemigrate"
 )
 
 // EnvBinDir names the environment variable holding the directory of the
@@ -176,7 +176,7 @@ func (f *Fleet) NewSharded(ctx context.Context, n int) (*Sharded, error) {
 			return nil, errors.Join(err, s.Drop(ctx))
 		}
 		s.Partitions = append(s.Partitions, &Partition{Index: i, Cluster: c, Name: name, URL: u})
-		if err := pglease.Migrate(ctx, u); err != nil {
+		if err := pgleasemigrate.Up(ctx, u); err != nil {
 			return nil, errors.Join(fmt.Errorf("migrate partition %d: %w", i, err), s.Drop(ctx))
 		}
 	}
@@ -196,7 +196,7 @@ func (f *Fleet) NewSharded(ctx context.Context, n int) (*Sharded, error) {
 // partitions, a user mapping for PUBLIC without a user (PL/Proxy connects
 // as the calling role), and USAGE on the server for pglease_client.
 func InstallProxy(ctx context.Context, url string, partitions []*Partition) error {
-	if err := pglease.MigrateProxy(ctx, url); err != nil {
+	if err := pgleasemigrate.ProxyUp(ctx, url); err != nil {
 		return fmt.Errorf("migrate proxy: %w", err)
 	}
 	conninfos := make([]string, len(partitions))
@@ -247,7 +247,7 @@ func (s *Sharded) AddPartitions(ctx context.Context, n int) ([]*Partition, error
 		p := &Partition{Index: i, Cluster: c, Name: name, URL: u}
 		added = append(added, p)
 		s.extra = append(s.extra, p)
-		if err := pglease.Migrate(ctx, u); err != nil {
+		if err := pgleasemigrate.Up(ctx, u); err != nil {
 			return added, fmt.Errorf("migrate partition %d: %w", i, err)
 		}
 	}

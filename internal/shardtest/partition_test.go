@@ -13,10 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 )
 
 // TestPartitionOfListenAndFence finds a name's partition through the
-// proxy with pglease.PartitionOf, connects to it as the same role, and
+// proxy with pgleaseadmin.PartitionOf, connects to it as the same role, and
 // there gets the release NOTIFY that the proxy cannot carry, and runs a
 // fenced transaction whose row lock holds a write through the proxy until
 // it commits. No deadline of the test is near a TTL: it waits on the
@@ -29,7 +30,7 @@ func TestPartitionOfListenAndFence(t *testing.T) {
 	ctx := testContext(t)
 	const name = "listened"
 
-	part, err := pglease.PartitionOf(ctx, proxy, name)
+	part, err := pgleaseadmin.PartitionOf(ctx, proxy, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package tenure
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,7 +16,6 @@ import (
 	"github.com/pglease/pglease/internal/check"
 	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/internal/notify"
-	"github.com/pglease/pglease/internal/purge"
 )
 
 // Limits enforced by the SQL functions, checked before a round trip.
@@ -28,9 +26,6 @@ const (
 	MaxTTL = 24 * time.Hour
 	// MaxCapacity is the largest capacity a slot scope can be claimed with.
 	MaxCapacity = 1_000_000
-	// minRetryDelay is the shortest default pause before retrying a
-	// renewal whose outcome is unknown.
-	minRetryDelay = 10 * time.Millisecond
 )
 
 // DB is what a client runs its queries on: a *pgxpool.Pool, a *pgx.Conn or
@@ -61,31 +56,14 @@ type Kind struct {
 	LostError func(t *Tenure, cause, workErr error) error
 }
 
-// Config is a client's configuration, shared by both kinds (pglease.Config
-// documents each field).
-type Config struct {
-	Holder        string
-	SafetyMargin  time.Duration
-	Logger        *slog.Logger
-	PurgeEvery    time.Duration
-	RenewInterval time.Duration
-	RetryDelay    time.Duration
-	StopTimeout   time.Duration
-	OnStuck       func(cause error)
-	OnRelease     func(err error)
-	OnWait        func(refusal error)
-}
-
 // Core is a client of one kind: one holder on one database.
 type Core struct {
-	kind  Kind
-	db    DB
-	q     *db.Queries
-	pool  *pgxpool.Pool // non-nil when db is a pool: it purges
-	hub   *notify.Hub   // release notifications for the blocking calls
-	cfg   Config        // with defaults applied
-	purge time.Duration
-	kept  *Keeper // keeps every tenure granted, when set (UseKeeper)
+	kind Kind
+	db   DB
+	q    *db.Queries
+	pool *pgxpool.Pool // non-nil when db is a pool: it purges
+	hub  *notify.Hub   // release notifications for the blocking calls
+	cfg  Config        // with defaults applied
 
 	// OnWait, when set, is called each time a blocking call has been
 	// refused and is about to wait, with the name it waits on and the
@@ -94,32 +72,23 @@ type Core struct {
 }
 
 // New returns a core on database, or an error naming the invalid setting.
+// With cfg.Keeper, every tenure it grants is kept by the keeper, and its
+// blocking calls wait on the keeper's LISTEN connection when the keeper's
+// database can listen: every client of a keeper shares it.
 func New(database DB, kind Kind, cfg Config) (*Core, error) {
 	if database == nil {
 		return nil, Invalidf("database must not be nil: pass a *pgxpool.Pool, *pgx.Conn or pgx.Tx")
 	}
-	cfg.Holder = cmp.Or(cfg.Holder, NewHolderID())
-	if err := CheckText("Holder", cfg.Holder); err != nil {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
 		return nil, err
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"SafetyMargin", cfg.SafetyMargin}, {"RenewInterval", cfg.RenewInterval},
-		{"RetryDelay", cfg.RetryDelay}, {"StopTimeout", cfg.StopTimeout},
-	} {
-		if d.v < 0 {
-			return nil, Invalidf("%s must not be negative, got %s", d.name, d.v)
-		}
-	}
-	if cfg.RenewInterval > 0 && cfg.RetryDelay >= cfg.RenewInterval {
-		return nil, Invalidf("RetryDelay %s must be shorter than RenewInterval %s", cfg.RetryDelay, cfg.RenewInterval)
-	}
-	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	c := &Core{kind: kind, db: database, q: db.New(database), cfg: cfg, purge: cmp.Or(cfg.PurgeEvery, purge.DefaultEvery)}
+	c := &Core{kind: kind, db: database, q: db.New(database), cfg: cfg}
 	c.pool, _ = database.(*pgxpool.Pool)
 	c.hub = newHub(database, cfg.Logger)
+	if k := cfg.Keeper; k != nil && k.hub.Listens() {
+		c.hub = k.hub
+	}
 	if cfg.OnWait != nil {
 		c.OnWait = func(_ string, refusal error) { cfg.OnWait(refusal) }
 	}
@@ -143,7 +112,7 @@ func newHub(database DB, logger *slog.Logger) *notify.Hub {
 // CloseIdle closes the core's LISTEN connection now if no call waits on
 // it; a keeper's shared connection stays open.
 func (c *Core) CloseIdle() {
-	if c.kept != nil && c.hub == c.kept.hub {
+	if k := c.cfg.Keeper; k != nil && c.hub == k.hub {
 		return
 	}
 	c.hub.CloseIdle()
@@ -193,29 +162,5 @@ func CheckCapacity(arg string, capacity int) error {
 }
 
 // CheckTTL validates a TTL as the SQL does, and against the client's
-// settings.
-func (c *Core) CheckTTL(ttl time.Duration) error {
-	if ttl < time.Microsecond || ttl > MaxTTL {
-		return Invalidf("ttl must be from 1µs to %s, got %s", MaxTTL, ttl)
-	}
-	if c.kept != nil && ttl > c.kept.cfg.TTL {
-		// A round renews to the keeper's TTL: a longer grant would be
-		// shortened on the server while, should the round's reply be
-		// lost, its local deadline stayed where the grant put it.
-		return Invalidf("ttl %s is longer than the Keeper's TTL %s: a kept tenure is renewed to the Keeper's TTL, so ask for at most that",
-			ttl, c.kept.cfg.TTL)
-	}
-	if c.cfg.SafetyMargin >= ttl {
-		return Invalidf("ttl %s must be longer than the client's SafetyMargin %s", ttl, c.cfg.SafetyMargin)
-	}
-	if c.cfg.RenewInterval > 0 && c.cfg.RenewInterval >= ttl-c.marginFor(ttl) {
-		return Invalidf("ttl %s leaves no time to renew: the client's RenewInterval %s must be shorter than ttl - SafetyMargin (%s)",
-			ttl, c.cfg.RenewInterval, ttl-c.marginFor(ttl))
-	}
-	return nil
-}
-
-// marginFor returns the safety margin for a tenure of ttl.
-func (c *Core) marginFor(ttl time.Duration) time.Duration {
-	return cmp.Or(c.cfg.SafetyMargin, ttl/10)
-}
+// settings (Config.CheckTTL).
+func (c *Core) CheckTTL(ttl time.Duration) error { return c.cfg.CheckTTL("ttl", ttl) }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/sqlerr"
 )
 
 // The sentinels of both kinds, exported again by pglease and runslots with
@@ -19,7 +22,7 @@ var (
 	ErrSlotLost error = slotLost{}
 	// ErrNotMigrated means schema pglease, or a function this client calls,
 	// is missing.
-	ErrNotMigrated = errors.New("pglease: schema pglease is missing or older than this client needs; apply the migrations (pglease.Migrate, or `pglease migrate up`)")
+	ErrNotMigrated = errors.New("pglease: schema pglease is missing or older than this client needs; apply the migrations (pgleasemigrate.Up, or `pglease migrate up`)")
 	// ErrPermissionDenied means the connecting role may not call pglease's
 	// functions.
 	ErrPermissionDenied = errors.New("pglease: permission denied; grant role pglease_client to the connecting role")
@@ -49,7 +52,9 @@ const (
 // Interpret maps err from a generated query to the sentinels, with prefix
 // ("pglease" or "runslots") and lost as the kind's words. It returns
 // ctx.Err() unchanged when ctx has ended, so callers can compare against
-// context.Canceled and context.DeadlineExceeded.
+// context.Canceled and context.DeadlineExceeded. The sentinels' messages
+// start with "pglease: " already, and so do those the SQL raises: the
+// mapped error says it once.
 func Interpret(ctx context.Context, prefix string, lost, err error) error {
 	if err == nil {
 		return nil
@@ -60,16 +65,42 @@ func Interpret(ctx context.Context, prefix string, lost, err error) error {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
 		switch pgErr.Code {
 		case notHeld:
-			return fmt.Errorf("%w: %w", lost, pgErr)
+			return fmt.Errorf("%w: %w", lost, sqlerr.Trim(pgErr))
 		case nullValue, invalidParam, badEncoding:
-			return fmt.Errorf("%w: %w", ErrInvalidArgument, pgErr)
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, sqlerr.Trim(pgErr))
 		case invalidSchema, undefinedFunc, undefinedTable:
-			return fmt.Errorf("%s: %w: %w", prefix, ErrNotMigrated, err)
+			return fmt.Errorf("%w: %w", ErrNotMigrated, err)
 		case insufficientPriv:
-			return fmt.Errorf("%s: %w: %w", prefix, ErrPermissionDenied, err)
+			return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
 		}
 	}
-	return fmt.Errorf("%s: %w", prefix, err)
+	return fmt.Errorf("%s: %w", prefix, sqlerr.Trim(err))
+}
+
+// LostText returns the message of a kind's LostError: head, then the
+// cause and what the workload returned, when set.
+func LostText(head string, cause, workErr error) string {
+	var b strings.Builder
+	b.WriteString(head)
+	if cause != nil {
+		fmt.Fprintf(&b, ": %v", cause)
+	}
+	if workErr != nil {
+		fmt.Fprintf(&b, "; the workload returned: %v", workErr)
+	}
+	return b.String()
+}
+
+// LostUnwrap returns what a kind's LostError wraps: the kind's lost
+// sentinel, and the cause and the workload's error when set.
+func LostUnwrap(lost, cause, workErr error) []error {
+	errs := []error{lost}
+	for _, err := range []error{cause, workErr} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }
 
 // Invalidf returns an error matching ErrInvalidArgument with a message.

@@ -86,11 +86,11 @@ func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
 	if cfg.Interval < 0 || cfg.RetryDelay < 0 {
 		return nil, Invalidf("Interval and RetryDelay must not be negative, got %s and %s", cfg.Interval, cfg.RetryDelay)
 	}
-	cfg.Interval = cmp.Or(cfg.Interval, cfg.TTL/3)
+	cfg.Interval = cmp.Or(cfg.Interval, cfg.TTL/renewDivisor)
 	if limit := cfg.TTL - cfg.TTL/10; cfg.Interval >= limit {
 		return nil, Invalidf("Interval %s leaves no time to retry: it must be shorter than TTL minus a tenth (%s)", cfg.Interval, limit)
 	}
-	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, max(cfg.TTL/20, minRetryDelay))
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, cfg.Interval/retryDivisor)
 	if cfg.RetryDelay >= cfg.Interval {
 		return nil, Invalidf("RetryDelay %s must be shorter than Interval %s", cfg.RetryDelay, cfg.Interval)
 	}
@@ -162,8 +162,7 @@ func (k *Keeper) renewAll(ctx context.Context, sent time.Time) error {
 	row, err := k.q.HolderRenew(cctx, db.HolderRenewParams{Holder: k.cfg.Holder, Ttl: k.cfg.TTL})
 	cancel()
 	if err != nil {
-		err = fmt.Errorf("pglease: renew_holder for holder %q, outcome unknown: %w",
-			k.cfg.Holder, Interpret(ctx, "pglease", ErrLeaseLost, err))
+		err = Interpret(ctx, fmt.Sprintf("pglease: renew_holder for holder %q, outcome unknown", k.cfg.Holder), ErrLeaseLost, err)
 		k.settled(err)
 		return err
 	}
@@ -328,37 +327,3 @@ func (k *Keeper) renew(ctx context.Context, t *Tenure) error {
 		return r.err
 	}
 }
-
-// NewClientCore returns the core of a client built from a pglease.Config
-// (passed as any: tenure cannot import pglease), registered with its
-// Keeper when set. pglease sets it when it initialises; runslots, whose
-// Config is pglease's, builds its clients with it.
-var NewClientCore func(database DB, kind Kind, cfg any) (*Core, error)
-
-// UseKeeper makes k keep every tenure c grants, or returns an
-// error when c cannot be kept by k: another holder, or a keeper TTL and
-// interval that the client's SafetyMargin leaves no room for. When k's
-// database can listen, c's blocking calls then wait on k's LISTEN
-// connection, which every client of k shares.
-func (c *Core) UseKeeper(k *Keeper) error {
-	if c.cfg.Holder != k.cfg.Holder {
-		return Invalidf("Holder %q differs from the Keeper's holder %q: build the client with the keeper's holder (leave Holder empty to get it)",
-			c.cfg.Holder, k.cfg.Holder)
-	}
-	ttl := k.cfg.TTL
-	if err := c.CheckTTL(ttl); err != nil {
-		return fmt.Errorf("the Keeper's TTL does not suit this client: %w", err)
-	}
-	if left := ttl - c.marginFor(ttl); k.cfg.Interval+k.cfg.RetryDelay >= left {
-		return Invalidf("the Keeper's Interval %s plus RetryDelay %s must be shorter than its TTL minus the client's SafetyMargin (%s)",
-			k.cfg.Interval, k.cfg.RetryDelay, left)
-	}
-	c.kept = k
-	if k.hub.Listens() {
-		c.hub = k.hub
-	}
-	return nil
-}
-
-// keeper returns the Keeper c uses, or nil.
-func (c *Core) keeper() *Keeper { return c.kept }

@@ -78,11 +78,8 @@ func keptCore(t *testing.T, d DB) (*Keeper, *Core) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(d, leaseKind, Config{Holder: "h"})
+	c, err := New(d, leaseKind, Config{Keeper: k})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.UseKeeper(k); err != nil {
 		t.Fatal(err)
 	}
 	return k, c
@@ -252,8 +249,8 @@ func TestKeeperReleasesAbandoned(t *testing.T) {
 	})
 }
 
-// TestKeeperConfigRefused: NewKeeper and UseKeeper refuse invalid settings,
-// naming the field.
+// TestKeeperConfigRefused: NewKeeper, and New with a Keeper, refuse
+// invalid settings, naming the field.
 func TestKeeperConfigRefused(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  KeeperConfig
@@ -279,15 +276,43 @@ func TestKeeperConfigRefused(t *testing.T) {
 		want string
 	}{
 		{Config{Holder: "other"}, `Holder "other" differs from the Keeper's holder "h"`},
-		{Config{Holder: "h", SafetyMargin: 2 * time.Second}, "ttl 1s must be longer than the client's SafetyMargin 2s"},
-		{Config{Holder: "h", SafetyMargin: 650 * time.Millisecond}, "Interval 333.333333ms plus RetryDelay 50ms must be shorter than its TTL minus the client's SafetyMargin (350ms)"},
+		{Config{RenewInterval: time.Second}, "RenewInterval and RetryDelay must be zero with a Keeper"},
+		{Config{RetryDelay: time.Second}, "RenewInterval and RetryDelay must be zero with a Keeper"},
+		{Config{SafetyMargin: 2 * time.Second}, "ttl 1s must be longer than the client's SafetyMargin 2s"},
+		{Config{SafetyMargin: 650 * time.Millisecond}, "Interval 333.333333ms plus RetryDelay 66.666666ms must be shorter than its TTL minus the client's SafetyMargin (350ms)"},
 	} {
-		c, err := New(noDB{}, leaseKind, tc.cfg)
-		if err != nil {
-			t.Fatal(err)
+		tc.cfg.Keeper = k
+		if _, err := New(noDB{}, leaseKind, tc.cfg); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New with %+v = %v, want ErrInvalidArgument saying %q", tc.cfg, err, tc.want)
 		}
-		if err := c.UseKeeper(k); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("UseKeeper with %+v = %v, want ErrInvalidArgument saying %q", tc.cfg, err, tc.want)
-		}
+	}
+}
+
+// TestKeeperErrorSaysPrefixOnce: a round that failed reports it to the
+// Renews waiting for it, saying "pglease:" once, whether the round's error
+// maps to a sentinel or not.
+func TestKeeperErrorSaysPrefixOnce(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		is   error
+		want string
+	}{
+		{errNoDB, errNoDB, `pglease: renew_holder for holder "h", outcome unknown: noDB: no query expected`},
+		{&pgconn.PgError{Severity: "ERROR", Code: "42883", Message: "function pglease.renew_holder(text, interval) does not exist"},
+			ErrNotMigrated, ErrNotMigrated.Error()},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			d := &scriptDB{renew: func() (db.HolderRenewRow, error) { return db.HolderRenewRow{}, tc.err }}
+			k, c := keptCore(t, d)
+			tn := c.Grant("a", 0, 7, time.Second, time.Now())
+			runKeeper(t, k)
+			err := tn.Renew(context.Background())
+			if !errors.Is(err, tc.is) || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("Renew after a failed round = %v, want an error matching %v starting %q", err, tc.is, tc.want)
+			}
+			if n := strings.Count(err.Error(), "pglease:"); n != 1 {
+				t.Fatalf("Renew after a failed round = %q: says %q %d times, want once", err, "pglease:", n)
+			}
+		})
 	}
 }

@@ -9,13 +9,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pglease/pglease/internal/keep"
+	"github.com/pglease/pglease/internal/hold"
 	"github.com/pglease/pglease/internal/purge"
 )
 
-// Run keeps t while fn runs and releases it after fn returns; pglease's
-// Lease.Run documents the contract. The keep policy is Keep's, with the
-// client's RenewInterval, RetryDelay, StopTimeout and OnStuck.
+// Run holds t while fn runs and releases it after fn returns; pglease's
+// Lease.Run documents the contract. The policy is Hold's, with the pace of
+// the client's Config (Config.Pace), its StopTimeout and OnStuck.
 func (t *Tenure) Run(ctx context.Context, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		return Invalidf("fn must not be nil")
@@ -25,23 +25,24 @@ func (t *Tenure) Run(ctx context.Context, fn func(ctx context.Context) error) er
 	if t.slot != 0 {
 		logger = logger.With("slot", t.slot)
 	}
-	if c.pool != nil && c.purge > 0 {
+	if c.pool != nil && c.cfg.PurgeEvery > 0 {
 		pctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		wg.Go(func() { purge.Loop(pctx, c.pool, c.purge, purge.DefaultFreeFor, logger) })
+		wg.Go(func() { purge.Loop(pctx, c.pool, c.cfg.PurgeEvery, purge.DefaultFreeFor, logger) })
 		defer wg.Wait()
 		defer stop()
 	}
-	res := Keep(ctx, t, KeepConfig{
+	renew, retry := c.cfg.Pace(t.ttl)
+	res := Hold(ctx, t, HoldConfig{
 		TTL:           t.ttl,
-		RenewInterval: c.cfg.RenewInterval,
-		RetryDelay:    c.cfg.RetryDelay,
+		RenewInterval: renew,
+		RetryDelay:    retry,
 		StopTimeout:   c.cfg.StopTimeout,
 		Lost:          c.kind.Lost,
 		Logger:        logger,
 		OnStuck:       c.cfg.OnStuck,
-	}, func(kctx context.Context) error {
-		wctx, stop := t.workContext(kctx)
+	}, func(hctx context.Context) error {
+		wctx, stop := t.workContext(hctx)
 		defer stop()
 		return fn(wctx)
 	})
@@ -66,37 +67,37 @@ func (t *Tenure) Run(ctx context.Context, fn func(ctx context.Context) error) er
 	return res.WorkErr
 }
 
-// Kept is a tenure Keep can keep: a *Tenure, a pglease.Lease or a
+// Held is a tenure Hold can hold: a *Tenure, a pglease.Lease or a
 // runslots.Slot.
-type Kept = keep.Tenure
+type Held = hold.Tenure
 
-// KeepResult says how a Keep ended (keep.Result documents the fields).
-type KeepResult = keep.Result
+// HoldResult says how a Hold ended (hold.Result documents the fields).
+type HoldResult = hold.Result
 
-// Causes of a loss that Keep sets on its workload's context
-// (context.Cause) and in KeepResult.Cause.
+// Causes of a loss that Hold sets on its workload's context
+// (context.Cause) and in HoldResult.Cause.
 var (
 	// ErrRefused: the server refused a renewal.
-	ErrRefused = keep.ErrRefused
+	ErrRefused = hold.ErrRefused
 	// ErrDeadline: the local deadline passed without a successful renewal.
-	ErrDeadline = keep.ErrDeadline
+	ErrDeadline = hold.ErrDeadline
 	// ErrNoTime: a renewal failed with no time left to retry before the
 	// local deadline.
-	ErrNoTime = keep.ErrNoTime
+	ErrNoTime = hold.ErrNoTime
 )
 
-// KeepConfig is the keep policy of one tenure. Zero durations mean their
-// defaults, which derive from TTL.
-type KeepConfig struct {
+// HoldConfig is the renewal policy of one tenure held while a workload
+// runs. Zero durations mean their defaults, which derive from TTL by the
+// rule of Config.Pace.
+type HoldConfig struct {
 	// TTL is the tenure's time to live. Required.
 	TTL time.Duration
 	// RenewInterval is the time between renewals. Defaults to TTL/3.
 	RenewInterval time.Duration
 	// RetryDelay is the pause before retrying a renewal whose outcome is
-	// unknown, while the deadline allows. Defaults to TTL/20, at least
-	// 10ms.
+	// unknown, while the deadline allows. Defaults to RenewInterval/5.
 	RetryDelay time.Duration
-	// StopTimeout is how long after cancelling the workload Keep waits
+	// StopTimeout is how long after cancelling the workload Hold waits
 	// before reporting it as stuck (it keeps waiting). Defaults to TTL.
 	StopTimeout time.Duration
 	// Lost is the kind's lost sentinel: a renewal error matching it is
@@ -108,19 +109,20 @@ type KeepConfig struct {
 	// returned StopTimeout after its context was cancelled.
 	OnStuck func(cause error)
 	// OnRenew, when set, is called after each successful renewal with the
-	// tenure's new deadline, on Keep's goroutine; it must return quickly.
+	// tenure's new deadline, on Hold's goroutine; it must return quickly.
 	OnRenew func(deadline time.Time)
 }
 
-// Keep runs fn while renewing t by cfg's policy, cancels fn's context the
+// Hold runs fn while renewing t by cfg's policy, cancels fn's context the
 // moment t is no longer certain (its cause: ctx's error, or one matching
 // ErrRefused, ErrDeadline or ErrNoTime), and returns once fn has returned.
 // It neither releases nor ends t: Run does that for its own tenures, and
 // pglease run for the lease and slot it holds around a command.
-func Keep(ctx context.Context, t Kept, cfg KeepConfig, fn func(ctx context.Context) error) KeepResult {
-	return keep.Hold(ctx, t, keep.Config{
-		RenewInterval: cmp.Or(cfg.RenewInterval, cfg.TTL/3),
-		RetryDelay:    cmp.Or(cfg.RetryDelay, max(cfg.TTL/20, minRetryDelay)),
+func Hold(ctx context.Context, t Held, cfg HoldConfig, fn func(ctx context.Context) error) HoldResult {
+	renew, retry := pace(cfg.TTL, cfg.RenewInterval, cfg.RetryDelay)
+	return hold.Run(ctx, t, hold.Config{
+		RenewInterval: renew,
+		RetryDelay:    retry,
 		StopTimeout:   cmp.Or(cfg.StopTimeout, cfg.TTL),
 		IsLost:        func(err error) bool { return errors.Is(err, cfg.Lost) },
 		Logger:        cfg.Logger,
@@ -129,13 +131,13 @@ func Keep(ctx context.Context, t Kept, cfg KeepConfig, fn func(ctx context.Conte
 	}, fn)
 }
 
-// workContext returns the context fn runs with: cancelled when kctx (keep's
-// workload context) is, with keep's loss causes turned into errors that
+// workContext returns the context fn runs with: cancelled when hctx (Hold's
+// workload context) is, with Hold's loss causes turned into errors that
 // match the kind's lost sentinel. Call stop once fn has returned.
-func (t *Tenure) workContext(kctx context.Context) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithCancelCause(context.WithoutCancel(kctx))
-	unregister := context.AfterFunc(kctx, func() {
-		cause := context.Cause(kctx)
+func (t *Tenure) workContext(hctx context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(hctx))
+	unregister := context.AfterFunc(hctx, func() {
+		cause := context.Cause(hctx)
 		if isLoss(cause) && !errors.Is(cause, t.c.kind.Lost) {
 			cause = fmt.Errorf("%w: %w", t.c.kind.Lost, cause)
 		}
@@ -147,7 +149,7 @@ func (t *Tenure) workContext(kctx context.Context) (ctx context.Context, stop fu
 	}
 }
 
-// isLoss reports whether cause is one of Keep's causes for a lost tenure.
+// isLoss reports whether cause is one of Hold's causes for a lost tenure.
 func isLoss(cause error) bool {
 	return errors.Is(cause, ErrRefused) || errors.Is(cause, ErrDeadline) || errors.Is(cause, ErrNoTime)
 }

@@ -36,7 +36,7 @@ type Tenure struct {
 // is sent + ttl - the safety margin. When the core uses a Keeper, the
 // tenure is registered with it.
 func (c *Core) Grant(name string, slot int, fence int64, ttl time.Duration, sent time.Time) *Tenure {
-	t := &Tenure{c: c, name: name, slot: slot, fence: fence, ttl: ttl, margin: c.marginFor(ttl), k: c.keeper(), done: make(chan struct{})}
+	t := &Tenure{c: c, name: name, slot: slot, fence: fence, ttl: ttl, margin: c.cfg.Margin(ttl), k: c.cfg.Keeper, done: make(chan struct{})}
 	t.deadline = sent.Add(ttl - t.margin)
 	t.seen = t.deadline
 	t.mu.Lock() // expire may run before t.over is set
@@ -216,7 +216,7 @@ func (t *Tenure) settle(renewed bool, sent time.Time, ttl time.Duration) int {
 	case !renewed:
 		return settleLost
 	}
-	if d := sent.Add(ttl - t.c.marginFor(ttl)); d.After(t.deadline) {
+	if d := sent.Add(ttl - t.c.cfg.Margin(ttl)); d.After(t.deadline) {
 		t.deadline = d
 	}
 	return settleKept

@@ -67,3 +67,47 @@ func TestConfigRefused(t *testing.T) {
 		t.Errorf("New(nil) = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestInterpretSaysPrefixOnce: the sentinels and the SQL's own messages
+// start with "pglease: "; the mapped error says it once, and errors.As
+// still finds the server's error.
+func TestInterpretSaysPrefixOnce(t *testing.T) {
+	ctx := context.Background()
+	pgErr := func(code, msg string) *pgconn.PgError {
+		return &pgconn.PgError{Severity: "ERROR", Code: code, Message: msg}
+	}
+	for _, tc := range []struct {
+		prefix string
+		err    error
+		is     error
+		want   string
+	}{
+		{"pglease", pgErr("PGL01", "pglease: lease 'x' is not held with fence 3: current fence is 4"), ErrLeaseLost,
+			"pglease: lease lost: the tenure is over: lease 'x' is not held with fence 3: current fence is 4 (SQLSTATE PGL01)"},
+		{"pglease", pgErr("22023", "pglease.acquire: p_ttl must be more than 0 and at most 24 hours, got 00:00:00"), ErrInvalidArgument,
+			"pglease: invalid argument: ERROR: pglease.acquire: p_ttl must be more than 0 and at most 24 hours, got 00:00:00 (SQLSTATE 22023)"},
+		{"runslots", pgErr("42883", "function pglease.claim_slot(unknown) does not exist"), ErrNotMigrated,
+			ErrNotMigrated.Error() + ": ERROR: function pglease.claim_slot(unknown) does not exist (SQLSTATE 42883)"},
+		{"pglease", pgErr("42501", "permission denied for function acquire"), ErrPermissionDenied,
+			ErrPermissionDenied.Error() + ": ERROR: permission denied for function acquire (SQLSTATE 42501)"},
+		{"pglease", pgErr("PGL03", "pglease: ended meanwhile"), nil, "pglease: ended meanwhile (SQLSTATE PGL03)"},
+		{"runslots", pgErr("PGL03", "pglease: ended meanwhile"), nil, "runslots: ended meanwhile (SQLSTATE PGL03)"},
+		{"pglease", errNoDB, nil, "pglease: noDB: no query expected"},
+	} {
+		got := Interpret(ctx, tc.prefix, ErrLeaseLost, tc.err)
+		if got.Error() != tc.want {
+			t.Errorf("Interpret(%q, %v):\n got %q\nwant %q", tc.prefix, tc.err, got, tc.want)
+		}
+		if n := strings.Count(got.Error(), "pglease:"); n > 1 {
+			t.Errorf("Interpret(%q, %v) says %q %d times: %q", tc.prefix, tc.err, "pglease:", n, got)
+		}
+		if tc.is != nil && !errors.Is(got, tc.is) {
+			t.Errorf("Interpret(%q, %v) = %v, want it to match %v", tc.prefix, tc.err, got, tc.is)
+		}
+		if want, ok := errors.AsType[*pgconn.PgError](tc.err); ok {
+			if back, ok := errors.AsType[*pgconn.PgError](got); !ok || back != want {
+				t.Errorf("Interpret(%q, %v): errors.As finds %v, want the server's error", tc.prefix, tc.err, back)
+			}
+		}
+	}
+}

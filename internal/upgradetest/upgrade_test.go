@@ -25,6 +25,7 @@ import (
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/schema"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 	"github.com/pglease/pglease/supervisor"
 )
@@ -749,7 +750,7 @@ func TestClientOnReleasedSchema(t *testing.T) {
 	if err := s.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pglease.Purge(ctx, pool, time.Hour); err == nil || !strings.Contains(err.Error(), "apply the migrations") {
+	if _, err := pgleaseadmin.Purge(ctx, pool, time.Hour); err == nil || !strings.Contains(err.Error(), "apply the migrations") {
 		t.Fatalf("purge on schema %s (which has none): got %v, want an error saying to apply the migrations", released, err)
 	}
 }

@@ -30,7 +30,7 @@ import (
 	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/internal/schema"
 	"github.com/pglease/pglease/internal/shardtest"
-	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleasemigrate"
 )
 
 func main() {
@@ -61,7 +61,7 @@ func run() (err error) {
 		if err != nil {
 			return err
 		}
-		if err := pglease.Migrate(ctx, u); err != nil {
+		if err := pgleasemigrate.Up(ctx, u); err != nil {
 			return fmt.Errorf("migrate template1 of a partition cluster: %w", err)
 		}
 	}
@@ -94,7 +94,7 @@ func templateProxy(ctx context.Context, adminURL string, parts []*shardtest.Clus
 	if err != nil {
 		return err
 	}
-	if err := pglease.MigrateProxy(ctx, tmplURL); err != nil {
+	if err := pgleasemigrate.ProxyUp(ctx, tmplURL); err != nil {
 		return err
 	}
 	conn, err := pgx.Connect(ctx, tmplURL)

@@ -1,4 +1,4 @@
-package keep_test
+package hold_test
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/pglease/pglease/internal/keep"
+	"github.com/pglease/pglease/internal/hold"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var errLost = errors.New("lost")
 
 // tenure is a tenure whose renewals answer from a script of behaviours;
-// the keep loop's logic is under test here, the real database paths are in
+// the hold loop's logic is under test here, the real database paths are in
 // the supervisor's and runslots' tests.
 type tenure struct {
 	mu       sync.Mutex
@@ -71,8 +71,8 @@ const (
 	retryDelay    = 10 * time.Millisecond
 )
 
-func config() keep.Config {
-	return keep.Config{
+func config() hold.Config {
+	return hold.Config{
 		RenewInterval: renewInterval,
 		RetryDelay:    retryDelay,
 		StopTimeout:   time.Second,
@@ -95,12 +95,12 @@ func untilCancelled(at chan<- time.Time) func(context.Context) error {
 func TestRenewsWhileWorking(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tn := newTenure(100*time.Millisecond, func(context.Context, int) error { return nil })
-		res := keep.Hold(context.Background(), tn, config(), func(ctx context.Context) error {
+		res := hold.Run(context.Background(), tn, config(), func(ctx context.Context) error {
 			time.Sleep(295 * time.Millisecond) // the workload's duration, on the bubble's clock
 			return ctx.Err()
 		})
 		if res.Lost || res.Cause != nil || res.WorkErr != nil {
-			t.Fatalf("Hold = %+v, want a clean return", res)
+			t.Fatalf("Run = %+v, want a clean return", res)
 		}
 		if got, want := tn.renewals(), 9; got != want { // at 30, 60, ... 270 ms
 			t.Fatalf("%d renewals in 295ms at a 30ms interval, want %d", got, want)
@@ -120,11 +120,11 @@ func TestRefusedCancels(t *testing.T) {
 			}
 			return nil
 		})
-		res := keep.Hold(context.Background(), tn, config(), untilCancelled(at))
-		if !res.Lost || !errors.Is(res.Cause, keep.ErrRefused) || !errors.Is(res.Cause, errLost) {
-			t.Fatalf("Hold = %+v, want lost with ErrRefused wrapping the refusal", res)
+		res := hold.Run(context.Background(), tn, config(), untilCancelled(at))
+		if !res.Lost || !errors.Is(res.Cause, hold.ErrRefused) || !errors.Is(res.Cause, errLost) {
+			t.Fatalf("Run = %+v, want lost with ErrRefused wrapping the refusal", res)
 		}
-		if !errors.Is(res.WorkErr, keep.ErrRefused) {
+		if !errors.Is(res.WorkErr, hold.ErrRefused) {
 			t.Fatalf("workload's context cause = %v, want ErrRefused", res.WorkErr)
 		}
 		if got, want := (<-at).Sub(start), 2*renewInterval; got != want {
@@ -149,10 +149,10 @@ func TestHangingRenewalDeadline(t *testing.T) {
 			}
 			return nil
 		})
-		res := keep.Hold(context.Background(), tn, config(), untilCancelled(at))
+		res := hold.Run(context.Background(), tn, config(), untilCancelled(at))
 		cancelled := <-at
-		if !res.Lost || !errors.Is(res.Cause, keep.ErrDeadline) || errors.Is(res.Cause, keep.ErrNoTime) {
-			t.Fatalf("Hold = %+v, want lost with ErrDeadline", res)
+		if !res.Lost || !errors.Is(res.Cause, hold.ErrDeadline) || errors.Is(res.Cause, hold.ErrNoTime) {
+			t.Fatalf("Run = %+v, want lost with ErrDeadline", res)
 		}
 		if !cancelled.Equal(tn.Deadline()) {
 			t.Fatalf("workload cancelled %s after the deadline, want at it", cancelled.Sub(tn.Deadline()))
@@ -180,12 +180,12 @@ func TestUnknownOutcomeRetried(t *testing.T) {
 			}
 			return nil
 		})
-		res := keep.Hold(context.Background(), tn, config(), func(context.Context) error {
+		res := hold.Run(context.Background(), tn, config(), func(context.Context) error {
 			time.Sleep(115 * time.Millisecond)
 			return nil
 		})
 		if res.Lost || res.Cause != nil {
-			t.Fatalf("Hold = %+v, want the workload to survive two unknown outcomes", res)
+			t.Fatalf("Run = %+v, want the workload to survive two unknown outcomes", res)
 		}
 		// 30 ok, 60 fails, 70 fails (retry), 80 ok (retry), 110 ok.
 		want := []time.Duration{30, 60, 70, 80, 110}
@@ -216,10 +216,10 @@ func TestNoTimeLeft(t *testing.T) {
 		})
 		cfg := config()
 		cfg.RetryDelay = 40 * time.Millisecond
-		res := keep.Hold(context.Background(), tn, cfg, untilCancelled(at))
+		res := hold.Run(context.Background(), tn, cfg, untilCancelled(at))
 		cancelled := <-at
-		if !res.Lost || !errors.Is(res.Cause, keep.ErrNoTime) || errors.Is(res.Cause, keep.ErrDeadline) {
-			t.Fatalf("Hold = %+v, want lost with ErrNoTime", res)
+		if !res.Lost || !errors.Is(res.Cause, hold.ErrNoTime) || errors.Is(res.Cause, hold.ErrDeadline) {
+			t.Fatalf("Run = %+v, want lost with ErrNoTime", res)
 		}
 		// Renewed at 30 (deadline 180); failures at 60, 100, 140: at 140
 		// only 40ms, one retry delay, is left.
@@ -242,12 +242,12 @@ func TestParentCancelKeepsRenewing(t *testing.T) {
 		cfg.OnStuck = func(error) { stuck <- time.Now() }
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		res := keep.Hold(ctx, tn, cfg, func(context.Context) error {
+		res := hold.Run(ctx, tn, cfg, func(context.Context) error {
 			time.Sleep(295 * time.Millisecond) // ignores its context, past two TTLs
 			return nil
 		})
 		if res.Lost || !errors.Is(res.Cause, context.Canceled) {
-			t.Fatalf("Hold = %+v, want the parent's cancellation as cause, not lost", res)
+			t.Fatalf("Run = %+v, want the parent's cancellation as cause, not lost", res)
 		}
 		if got, want := tn.renewals(), 9; got != want {
 			t.Fatalf("%d renewals while the stuck workload ran, want %d (they go on)", got, want)
@@ -273,14 +273,14 @@ func TestOnRenewReportsDeadlines(t *testing.T) {
 			return nil
 		})
 		cfg := config()
-		var got []time.Duration // appended on Hold's goroutine, which is this one
+		var got []time.Duration // appended on Run's goroutine, which is this one
 		cfg.OnRenew = func(deadline time.Time) { got = append(got, deadline.Sub(start)) }
-		res := keep.Hold(context.Background(), tn, cfg, func(context.Context) error {
+		res := hold.Run(context.Background(), tn, cfg, func(context.Context) error {
 			time.Sleep(85 * time.Millisecond)
 			return nil
 		})
 		if res.Lost || res.Cause != nil {
-			t.Fatalf("Hold = %+v, want a clean return", res)
+			t.Fatalf("Run = %+v, want a clean return", res)
 		}
 		// 30 ok (deadline 330), 60 fails, 70 ok (retry; deadline 370).
 		want := []time.Duration{330 * time.Millisecond, 370 * time.Millisecond}
@@ -292,7 +292,7 @@ func TestOnRenewReportsDeadlines(t *testing.T) {
 
 // TestReturnEndsHangingRenewal: when the workload returns while a renewal
 // hangs (a dead connection, or a Keeper's next round that may never come),
-// Hold ends that renewal and returns at once, not at the deadline, and the
+// Run ends that renewal and returns at once, not at the deadline, and the
 // tenure is not reported lost: the caller releases it.
 func TestReturnEndsHangingRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -303,15 +303,15 @@ func TestReturnEndsHangingRenewal(t *testing.T) {
 			return ctx.Err()
 		})
 		start := time.Now()
-		res := keep.Hold(context.Background(), tn, config(), func(context.Context) error {
+		res := hold.Run(context.Background(), tn, config(), func(context.Context) error {
 			<-hanging
 			return nil
 		})
 		if took := time.Since(start); took != renewInterval {
-			t.Fatalf("Hold returned %s after it started, want at the hanging renewal's start (%s)", took, renewInterval)
+			t.Fatalf("Run returned %s after it started, want at the hanging renewal's start (%s)", took, renewInterval)
 		}
 		if res.Lost || res.Cause != nil || res.WorkErr != nil {
-			t.Fatalf("Hold = %+v, want not lost, no cause", res)
+			t.Fatalf("Run = %+v, want not lost, no cause", res)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package runslots
+package pgleaseadmin
 
 import (
 	"context"
@@ -14,9 +14,9 @@ type SlotState string
 
 // Slot states reported by the pglease.slot_status view.
 const (
-	StateHeld    SlotState = "held"    // a live tenure
-	StateExpired SlotState = "expired" // the tenure ran out; the slot is free to claim
-	StateFree    SlotState = "free"    // released; free to claim
+	SlotHeld    SlotState = "held"    // a live tenure
+	SlotExpired SlotState = "expired" // the tenure ran out; the slot is free to claim
+	SlotFree    SlotState = "free"    // released; free to claim
 )
 
 // SlotStatus describes one slot, as computed by the server when read.
@@ -39,24 +39,25 @@ type SlotStatus struct {
 	ExpiresIn time.Duration
 }
 
-// ScopeStatus describes the occupancy of one scope, as computed by the
+// ScopeStatus describes the occupancy of one slot scope, as computed by the
 // server when read.
 type ScopeStatus struct {
 	// Scope is the scope's name.
 	Scope string
 	// InUse is the number of live holders.
 	InUse int
-	// Slots is the number of slot rows ever created in the scope: the
-	// largest number of holders it has admitted at once, give or take
-	// lowered capacities.
+	// Slots is the number of slot rows of the scope: the largest number of
+	// holders it has admitted at once since it was created (or last
+	// purged), give or take lowered capacities.
 	Slots int
 }
 
-// Slots lists every slot ever created in database, by scope and number. It
-// needs no holder: it is the operator's view (`pglease status`).
+// Slots lists every slot of database, by scope and number: those held, and
+// those expired or released but not purged yet (see Purge). It needs no
+// holder (`pglease status`).
 func Slots(ctx context.Context, database pglease.DB) ([]SlotStatus, error) {
 	rows, err := db.New(database).SlotStatusList(ctx)
-	return tenure.List(ctx, "runslots", rows, err, func(r db.SlotStatusListRow) SlotStatus {
+	return tenure.List(ctx, prefix, rows, err, func(r db.SlotStatusListRow) SlotStatus {
 		return SlotStatus{
 			Scope: r.Scope, Slot: int(r.Slot), Holder: r.Holder.String, Fence: r.Fence,
 			State: SlotState(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
@@ -64,11 +65,11 @@ func Slots(ctx context.Context, database pglease.DB) ([]SlotStatus, error) {
 	})
 }
 
-// Scopes lists every scope of database that has slot rows, by name, with
-// its number of live holders. It needs no holder.
+// Scopes lists every slot scope of database that has slot rows, by name,
+// with its number of live holders. It needs no holder.
 func Scopes(ctx context.Context, database pglease.DB) ([]ScopeStatus, error) {
 	rows, err := db.New(database).SlotScopeStatusList(ctx)
-	return tenure.List(ctx, "runslots", rows, err, func(r db.PgleaseSlotScopeStatus) ScopeStatus {
+	return tenure.List(ctx, prefix, rows, err, func(r db.PgleaseSlotScopeStatus) ScopeStatus {
 		return ScopeStatus{Scope: r.Scope, InUse: int(r.InUse), Slots: int(r.Slots)}
 	})
 }

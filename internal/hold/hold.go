@@ -1,8 +1,9 @@
-// Package keep runs a workload while a lease or slot tenure is held, renewing
-// it, and cancels the workload the moment the tenure is no longer certain.
-// It is the timer logic of internal/tenure's Keep (so of Lease.Run,
-// Slot.Run, the supervisor and pglease run), which applies the defaults.
-package keep
+// Package hold runs a workload while a lease or slot tenure is held,
+// renewing it, and cancels the workload the moment the tenure is no longer
+// certain. It is the timer logic of internal/tenure's Hold (so of
+// Lease.Run, Slot.Run, the supervisor and pglease run), which applies the
+// defaults.
+package hold
 
 import (
 	"context"
@@ -12,7 +13,7 @@ import (
 	"time"
 )
 
-// Tenure is a lease or slot tenure being kept.
+// Tenure is a lease or slot tenure being held.
 type Tenure interface {
 	// Renew extends the tenure. An error for which Config.IsLost is true is
 	// the server's refusal; any other error leaves the outcome unknown.
@@ -22,8 +23,8 @@ type Tenure interface {
 	Deadline() time.Time
 }
 
-// Config tunes Hold. The durations, IsLost and Logger are required (no
-// defaults here: internal/tenure's Keep applies them); the callbacks are
+// Config tunes Run. The durations, IsLost and Logger are required (no
+// defaults here: internal/tenure's Hold applies them); the callbacks are
 // optional.
 type Config struct {
 	// RenewInterval is the time between successful renewals.
@@ -32,7 +33,7 @@ type Config struct {
 	// unknown (connection error, timeout).
 	RetryDelay time.Duration
 	// StopTimeout is how long after cancelling to wait for the workload
-	// before reporting it as stuck (Hold keeps waiting).
+	// before reporting it as stuck (Run keeps waiting).
 	StopTimeout time.Duration
 	// IsLost reports whether a renewal error is the server's refusal.
 	IsLost func(error) bool
@@ -42,7 +43,7 @@ type Config struct {
 	// StopTimeout after its context was cancelled.
 	OnStuck func(cause error)
 	// OnRenew, when set, is called after each successful renewal, on
-	// Hold's goroutine, with the deadline the renewal moved t to. It must
+	// Run's goroutine, with the deadline the renewal moved t to. It must
 	// return quickly: the deadline timer is re-armed after it returns.
 	OnRenew func(deadline time.Time)
 }
@@ -59,7 +60,7 @@ var (
 	ErrNoTime = errors.New("renewal failed and no time is left to retry before the local deadline")
 )
 
-// Result says how a Hold ended.
+// Result says how a Run ended.
 type Result struct {
 	// WorkErr is what the workload returned.
 	WorkErr error
@@ -72,7 +73,7 @@ type Result struct {
 	Lost bool
 }
 
-// Hold runs work with a context of its own while renewing t every
+// Run runs work with a context of its own while renewing t every
 // RenewInterval, and returns once work has returned. It cancels work's
 // context as soon as any of these happens:
 //   - a renewal is refused (IsLost);
@@ -84,16 +85,16 @@ type Result struct {
 //
 // After ctx ends, renewals go on until work returns, so the tenure does not
 // lapse while the workload winds down. Once work has returned, a renewal
-// in flight is ended (its context cancelled) and Hold returns. Hold never
+// in flight is ended (its context cancelled) and Run returns. Run never
 // releases the tenure; the caller does that once it has returned with Lost
 // false.
-func Hold(ctx context.Context, t Tenure, cfg Config, work func(context.Context) error) Result {
+func Run(ctx context.Context, t Tenure, cfg Config, work func(context.Context) error) Result {
 	workCtx, cancelWork := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer cancelWork(nil)
 	done := make(chan error, 1)
 	go func() { done <- work(workCtx) }()
 
-	h := holder{t: t, cfg: cfg, cancelWork: cancelWork, renewDone: make(chan error, 1)}
+	h := holding{t: t, cfg: cfg, cancelWork: cancelWork, renewDone: make(chan error, 1)}
 	h.deadline = time.NewTimer(time.Until(t.Deadline()))
 	defer h.deadline.Stop()
 	h.next = time.NewTimer(cfg.RenewInterval)
@@ -145,8 +146,8 @@ func Hold(ctx context.Context, t Tenure, cfg Config, work func(context.Context) 
 	}
 }
 
-// holder is Hold's state; it lives on Hold's goroutine only.
-type holder struct {
+// holding is Run's state; it lives on Run's goroutine only.
+type holding struct {
 	t           Tenure
 	cfg         Config
 	cancelWork  context.CancelCauseFunc
@@ -161,7 +162,7 @@ type holder struct {
 }
 
 // stop cancels the workload with cause (the first cause wins).
-func (h *holder) stop(cause error, lost bool) {
+func (h *holding) stop(cause error, lost bool) {
 	if lost {
 		h.lost = true
 		h.deadline.Stop()
@@ -174,7 +175,7 @@ func (h *holder) stop(cause error, lost bool) {
 
 // renew starts one renewal on its own goroutine, bounded by the deadline
 // and ended early when the workload returns.
-func (h *holder) renew() {
+func (h *holding) renew() {
 	h.renewing = true
 	rctx, cancel := context.WithDeadline(context.Background(), h.t.Deadline())
 	h.cancelRenew = cancel
@@ -185,7 +186,7 @@ func (h *holder) renew() {
 }
 
 // renewed handles a renewal's outcome.
-func (h *holder) renewed(err error) {
+func (h *holding) renewed(err error) {
 	h.renewing = false
 	if h.lost {
 		return

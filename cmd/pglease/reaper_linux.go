@@ -15,36 +15,36 @@ import (
 	"time"
 )
 
-// keeperArg, as pglease's first argument, makes it the keeper of a command
+// reaperArg, as pglease's first argument, makes it the reaper of a command
 // for pglease run (its parent) rather than the command line tool:
 //
-//	pglease --pglease-keeper GRACE_NS DEADLINE_NS -- COMMAND [ARGS...]
+//	pglease --pglease-reaper GRACE_NS DEADLINE_NS -- COMMAND [ARGS...]
 //
 // with the control pipe on fd 3 and the report pipe on fd 4. It is not for
 // people to run.
-const keeperArg = "--pglease-keeper"
+const reaperArg = "--pglease-reaper"
 
-// Fds of the keeper's pipes.
+// Fds of the reaper's pipes.
 const (
-	keeperCtlFd    = 3 // pglease -> keeper: deadline NS | stop
-	keeperReportFd = 4 // keeper -> pglease: started PID CGROUP | error CODE MSG | stopping WHY KILL_IN_NS N | done STATUS WHY
+	reaperCtlFd    = 3 // pglease -> reaper: deadline NS | stop
+	reaperReportFd = 4 // reaper -> pglease: started PID CGROUP | error CODE MSG | stopping WHY KILL_IN_NS N | done STATUS WHY
 )
 
-// runKeeper runs the keeper when args (pglease's arguments) ask for it, and
+// runReaper runs the reaper when args (pglease's arguments) ask for it, and
 // returns its exit code and true; otherwise 0 and false.
-func runKeeper(args []string) (int, bool) {
-	if len(args) == 0 || args[0] != keeperArg {
+func runReaper(args []string) (int, bool) {
+	if len(args) == 0 || args[0] != reaperArg {
 		return 0, false
 	}
-	k, err := newKeeper(args[1:])
+	rp, err := newReaper(args[1:])
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "pglease: %v (%s is for pglease run's own use)\n", err, keeperArg)
+		fmt.Fprintf(os.Stderr, "pglease: %v (%s is for pglease run's own use)\n", err, reaperArg)
 		return exitUsage, true
 	}
-	return k.run(), true
+	return rp.run(), true
 }
 
-// keeper is the supervising process that pglease run starts between
+// reaper is the supervising process that pglease run starts between
 // itself and the command. It stays with the command whatever happens to
 // pglease, and makes sure that nothing the command started outlives the
 // tenure:
@@ -55,8 +55,8 @@ func runKeeper(args []string) (int, bool) {
 //     it when only --grace is left, SIGKILL at the deadline, even if pglease
 //     is stopped or hangs;
 //   - it stops them all at once when pglease dies (its control pipe closes);
-//   - the command gets PDEATHSIG SIGKILL, should the keeper itself die.
-type keeper struct {
+//   - the command gets PDEATHSIG SIGKILL, should the reaper itself die.
+type reaper struct {
 	grace    time.Duration
 	deadline int64 // monoNow() by which every process must be dead
 	argv     []string
@@ -67,30 +67,30 @@ type keeper struct {
 	cmdPid   int
 	status   syscall.WaitStatus
 	exited   bool   // the command exited
-	stopping string // why the keeper is stopping everything, or ""
+	stopping string // why the reaper is stopping everything, or ""
 }
 
-func newKeeper(args []string) (*keeper, error) {
+func newReaper(args []string) (*reaper, error) {
 	if len(args) < 4 || args[2] != "--" {
-		return nil, errors.New("keeper: want GRACE_NS DEADLINE_NS -- COMMAND [ARGS...]")
+		return nil, errors.New("reaper: want GRACE_NS DEADLINE_NS -- COMMAND [ARGS...]")
 	}
 	grace, err1 := strconv.ParseInt(args[0], 10, 64)
 	deadline, err2 := strconv.ParseInt(args[1], 10, 64)
 	if err1 != nil || err2 != nil || grace < 0 {
-		return nil, fmt.Errorf("keeper: bad grace %q or deadline %q", args[0], args[1])
+		return nil, fmt.Errorf("reaper: bad grace %q or deadline %q", args[0], args[1])
 	}
 	// The pipes must not reach the command.
-	for _, fd := range []int{keeperCtlFd, keeperReportFd} {
+	for _, fd := range []int{reaperCtlFd, reaperReportFd} {
 		if _, err := fcntl(fd, syscall.F_SETFD, syscall.FD_CLOEXEC); err != nil {
-			return nil, fmt.Errorf("keeper: fd %d: %w", fd, err)
+			return nil, fmt.Errorf("reaper: fd %d: %w", fd, err)
 		}
 	}
-	return &keeper{
+	return &reaper{
 		grace:    time.Duration(grace),
 		deadline: deadline,
 		argv:     args[3:],
-		ctl:      os.NewFile(keeperCtlFd, "control"),
-		report:   os.NewFile(keeperReportFd, "report"),
+		ctl:      os.NewFile(reaperCtlFd, "control"),
+		report:   os.NewFile(reaperReportFd, "report"),
 	}, nil
 }
 
@@ -104,13 +104,13 @@ func fcntl(fd, cmd, arg int) (int, error) {
 }
 
 // say sends one report line to pglease; if pglease is gone, nobody reads it.
-func (k *keeper) say(format string, args ...any) {
-	_, _ = fmt.Fprintf(k.report, format+"\n", args...)
+func (rp *reaper) say(format string, args ...any) {
+	_, _ = fmt.Fprintf(rp.report, format+"\n", args...)
 }
 
 // run starts the command and supervises it until it and everything it
-// started are dead, and returns the keeper's exit code (0: reported).
-func (k *keeper) run() int {
+// started are dead, and returns the reaper's exit code (0: reported).
+func (rp *reaper) run() int {
 	// PDEATHSIG follows the thread that forked: keep this one.
 	runtime.LockOSThread()
 	// Terminal signals are pglease's to forward; caught signals reset to
@@ -119,35 +119,35 @@ func (k *keeper) run() int {
 	chld := make(chan os.Signal, 16)
 	signal.Notify(chld, syscall.SIGCHLD)
 	if err := becomeSubreaper(); err != nil {
-		k.say("error %d %s", exitFailure, oneLine(err.Error()))
+		rp.say("error %d %s", exitFailure, oneLine(err.Error()))
 		return exitFailure
 	}
-	k.cg = newCgroup()
-	if err := k.start(); err != nil {
+	rp.cg = newCgroup()
+	if err := rp.start(); err != nil {
 		code, msg := exitFailure, err.Error()
 		if e, ok := errors.AsType[*exitError](err); ok {
 			code, msg = e.code, e.msg
 		}
-		k.say("error %d %s", code, oneLine(msg))
-		k.finish()
+		rp.say("error %d %s", code, oneLine(msg))
+		rp.finish()
 		return 0
 	}
 	cgDir := "-"
-	if k.cg != nil {
-		cgDir = k.cg.dir
+	if rp.cg != nil {
+		cgDir = rp.cg.dir
 	}
-	k.say("started %d %s", k.cmdPid, cgDir)
+	rp.say("started %d %s", rp.cmdPid, cgDir)
 
 	msgs := make(chan string, 16)
 	go func() {
-		sc := bufio.NewScanner(k.ctl)
+		sc := bufio.NewScanner(rp.ctl)
 		for sc.Scan() {
 			msgs <- sc.Text()
 		}
 		close(msgs)
 	}()
 
-	term := time.NewTimer(k.untilTerm())
+	term := time.NewTimer(rp.untilTerm())
 	defer term.Stop()
 	var kill <-chan time.Time
 	for {
@@ -156,47 +156,47 @@ func (k *keeper) run() int {
 			switch {
 			case !ok:
 				msgs = nil
-				if k.stopping == "" {
+				if rp.stopping == "" {
 					fmt.Fprintf(os.Stderr, "pglease: pglease run (pid %d) is gone and nobody renews the tenure: "+
 						"stopping the command and everything it started\n", os.Getppid())
 				}
-				kill = k.stop(whyOrphaned, kill)
+				kill = rp.stop(whyOrphaned, kill)
 			case m == "stop":
-				kill = k.stop(whyLost, kill)
+				kill = rp.stop(whyLost, kill)
 			case strings.HasPrefix(m, "deadline "):
-				if d, err := strconv.ParseInt(strings.TrimPrefix(m, "deadline "), 10, 64); err == nil && k.stopping == "" {
-					k.deadline = d
-					term.Reset(k.untilTerm())
+				if d, err := strconv.ParseInt(strings.TrimPrefix(m, "deadline "), 10, 64); err == nil && rp.stopping == "" {
+					rp.deadline = d
+					term.Reset(rp.untilTerm())
 				}
 			}
 		case <-chld:
-			if k.reap() {
-				k.finish()
+			if rp.reap() {
+				rp.finish()
 				return 0
 			}
-			if k.exited && k.stopping == "" {
-				kill = k.stop(whyExited, kill)
+			if rp.exited && rp.stopping == "" {
+				kill = rp.stop(whyExited, kill)
 			}
 		case <-term.C:
-			kill = k.stop(whyDeadline, kill)
+			kill = rp.stop(whyDeadline, kill)
 		case <-kill:
-			if k.cg != nil {
-				k.cg.kill() // all at once, before walking /proc
+			if rp.cg != nil {
+				rp.cg.kill() // all at once, before walking /proc
 			}
-			k.say("killing %d", signalAll(os.Getpid(), k.cg, syscall.SIGKILL))
-			killAll(os.Getpid(), k.cg, k.reaped)
-			k.finish()
+			rp.say("killing %d", signalAll(os.Getpid(), rp.cg, syscall.SIGKILL))
+			killAll(os.Getpid(), rp.cg, rp.reaped)
+			rp.finish()
 			return 0
 		}
 	}
 }
 
-// start starts the command in a process group of its own, in the keeper's
+// start starts the command in a process group of its own, in the reaper's
 // cgroup if it has one.
-func (k *keeper) start() error {
-	path, err := exec.LookPath(k.argv[0])
+func (rp *reaper) start() error {
+	path, err := exec.LookPath(rp.argv[0])
 	if err != nil {
-		return startError(k.argv[0], err)
+		return startError(rp.argv[0], err)
 	}
 	attr := func(cg *cgroup) *os.ProcAttr {
 		sys := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -205,56 +205,56 @@ func (k *keeper) start() error {
 		}
 		return &os.ProcAttr{Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: sys}
 	}
-	p, err := os.StartProcess(path, k.argv, attr(k.cg))
-	if err != nil && k.cg != nil {
+	p, err := os.StartProcess(path, rp.argv, attr(rp.cg))
+	if err != nil && rp.cg != nil {
 		// clone3 into a cgroup needs Linux 5.7 and the right to move
 		// processes there: go on without it.
-		k.cg.remove()
-		k.cg = nil
-		p, err = os.StartProcess(path, k.argv, attr(nil))
+		rp.cg.remove()
+		rp.cg = nil
+		p, err = os.StartProcess(path, rp.argv, attr(nil))
 	}
 	if err != nil {
-		return startError(k.argv[0], err)
+		return startError(rp.argv[0], err)
 	}
-	k.cmdPid = p.Pid
+	rp.cmdPid = p.Pid
 	return nil
 }
 
 // untilTerm is the time left before SIGTERM is due: --grace before the
 // deadline, so that SIGKILL at the deadline still lands before the tenure
 // ends on the server.
-func (k *keeper) untilTerm() time.Duration {
-	return time.Duration(k.deadline-monoNow()) - k.grace
+func (rp *reaper) untilTerm() time.Duration {
+	return time.Duration(rp.deadline-monoNow()) - rp.grace
 }
 
 // stop starts stopping everything, for why: SIGTERM to every process below
-// the keeper now, SIGKILL after --grace but no later than the deadline. It
+// the reaper now, SIGKILL after --grace but no later than the deadline. It
 // returns the channel of the kill timer.
-func (k *keeper) stop(why string, kill <-chan time.Time) <-chan time.Time {
-	if k.stopping != "" {
+func (rp *reaper) stop(why string, kill <-chan time.Time) <-chan time.Time {
+	if rp.stopping != "" {
 		return kill
 	}
-	k.stopping = why
-	wait := min(k.grace, time.Duration(k.deadline-monoNow()))
-	n := signalAll(os.Getpid(), k.cg, syscall.SIGTERM)
-	if k.exited && n == 0 {
+	rp.stopping = why
+	wait := min(rp.grace, time.Duration(rp.deadline-monoNow()))
+	n := signalAll(os.Getpid(), rp.cg, syscall.SIGTERM)
+	if rp.exited && n == 0 {
 		// Nothing was left running. A timer of 0 reaps at once.
 		wait = 0
 	}
-	k.say("stopping %s %d %d", why, max(wait, 0).Nanoseconds(), n)
+	rp.say("stopping %s %d %d", why, max(wait, 0).Nanoseconds(), n)
 	return time.After(max(wait, 0))
 }
 
-// reaped records a child the keeper reaped.
-func (k *keeper) reaped(pid int, ws syscall.WaitStatus) {
-	if pid == k.cmdPid {
-		k.status, k.exited = ws, true
+// reaped records a child the reaper reaped.
+func (rp *reaper) reaped(pid int, ws syscall.WaitStatus) {
+	if pid == rp.cmdPid {
+		rp.status, rp.exited = ws, true
 	}
 }
 
-// reap reaps every child that has exited, and reports whether the keeper
+// reap reaps every child that has exited, and reports whether the reaper
 // has no child left (so none of the processes the command started lives).
-func (k *keeper) reap() bool {
+func (rp *reaper) reap() bool {
 	for {
 		var ws syscall.WaitStatus
 		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
@@ -265,19 +265,19 @@ func (k *keeper) reap() bool {
 		case err != nil, pid == 0:
 			return false
 		default:
-			k.reaped(pid, ws)
+			rp.reaped(pid, ws)
 		}
 	}
 }
 
 // finish reports the command's status once everything is dead, and removes
 // the cgroup.
-func (k *keeper) finish() {
-	if k.cg != nil {
-		k.cg.remove()
+func (rp *reaper) finish() {
+	if rp.cg != nil {
+		rp.cg.remove()
 	}
-	if k.cmdPid == 0 {
+	if rp.cmdPid == 0 {
 		return
 	}
-	k.say("done %d %s", int(k.status), cmp.Or(k.stopping, whyExited))
+	rp.say("done %d %s", int(rp.status), cmp.Or(rp.stopping, whyExited))
 }

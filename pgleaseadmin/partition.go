@@ -1,4 +1,4 @@
-package pglease
+package pgleaseadmin
 
 import (
 	"context"
@@ -6,20 +6,23 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/tenure"
+	"github.com/pglease/pglease/pglease"
 )
 
 // Partition is the partition database that owns a lease name or slot
 // scope behind a pglease proxy (a database with the proxy migrations,
-// [MigrateProxy], whose calls PL/Proxy runs on the partition that owns
-// each name; docs/scaling.md).
+// pgleasemigrate.ProxyUp, whose calls PL/Proxy runs on the partition that
+// owns each name; docs/scaling.md).
 //
 // Two things work only on the partition itself, not through the proxy:
-// LISTEN for the release notifications ([NotifyChannel]; a NOTIFY does not
-// cross PL/Proxy, so a waiter on the proxy wakes at the holder's expiry),
-// and [WithFence]'s row lock (through the proxy, pglease.assert_held
-// checks the fence in the partition's own transaction, which commits at
-// once, so the caller's writes are not ordered before a takeover). Connect
-// to the partition with [Partition.Config] for either.
+// LISTEN for the release notifications ([pglease.NotifyChannel]; a NOTIFY
+// does not cross PL/Proxy, so a waiter on the proxy wakes at the holder's
+// expiry), and [pglease.WithFence]'s row lock (through the proxy,
+// pglease.assert_held checks the fence in the partition's own transaction,
+// which commits at once, so the caller's writes are not ordered before a
+// takeover). Connect to the partition with [Partition.Config] for either.
 type Partition struct {
 	// Index is the partition's number among the proxy's partitions, from
 	// 0.
@@ -34,9 +37,9 @@ type Partition struct {
 // partition owns key, a lease name or slot scope. It fails when database
 // is not a pglease proxy (a partition or a plain pglease database has no
 // pglease.partition_of) or when the proxy lists no partitions.
-func PartitionOf(ctx context.Context, database DB, key string) (Partition, error) {
-	if len(key) == 0 || len(key) > MaxNameLen {
-		return Partition{}, fmt.Errorf("%w: key must be 1 to %d bytes, got %d", ErrInvalidArgument, MaxNameLen, len(key))
+func PartitionOf(ctx context.Context, database pglease.DB, key string) (Partition, error) {
+	if len(key) == 0 || len(key) > pglease.MaxNameLen {
+		return Partition{}, tenure.Invalidf("key must be 1 to %d bytes, got %d", pglease.MaxNameLen, len(key))
 	}
 	var p Partition
 	err := database.QueryRow(ctx, `SELECT partition, conninfo FROM pglease.partition_of($1)`, key).Scan(&p.Index, &p.ConnString)
@@ -44,7 +47,7 @@ func PartitionOf(ctx context.Context, database DB, key string) (Partition, error
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return Partition{}, ctx.Err()
 		}
-		return Partition{}, fmt.Errorf("pglease: find the partition of %q (is this a pglease proxy database, migrated with MigrateProxy?): %w", key, err)
+		return Partition{}, fmt.Errorf("pglease: find the partition of %q (is this a pglease proxy database, migrated with pgleasemigrate.ProxyUp?): %w", key, err)
 	}
 	return p, nil
 }

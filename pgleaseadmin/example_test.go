@@ -1,0 +1,136 @@
+package pgleaseadmin_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
+	"github.com/pglease/pglease/runslots"
+)
+
+// ExampleLeases lists the leases of a database as `pglease status` does:
+// every lease with its holder, fence and state, whoever holds it.
+func ExampleLeases() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := pglease.New(pool, pglease.Config{Holder: "worker-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := client.TryAcquire(ctx, "status/report", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+
+	leases, err := pgleaseadmin.Leases(ctx, pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, l := range leases {
+		if l.Name == "status/report" {
+			fmt.Println(l.Name, l.State, "by", l.Holder, "fence", l.Fence)
+		}
+	}
+	// Output: status/report held by worker-1 fence 1
+}
+
+// ExampleForceRelease ends the tenure of a holder that is gone, as
+// `pglease release --force` does: the next holder need not wait for the
+// TTL, and gets a larger fence.
+func ExampleForceRelease() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	gone, err := pglease.New(pool, pglease.Config{Holder: "crashed"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := gone.TryAcquire(ctx, "force/nightly", time.Hour); err != nil {
+		log.Fatal(err)
+	}
+
+	r, err := pgleaseadmin.ForceRelease(ctx, pool, "force/nightly")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released:", r.Released, "holder", r.Holder, "fence", r.Fence)
+
+	next, err := pglease.New(pool, pglease.Config{Holder: "replacement"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := next.TryAcquire(ctx, "force/nightly", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println("taken over with fence", lease.Fence())
+	// Output:
+	// released: true holder crashed fence 1
+	// taken over with fence 2
+}
+
+// ExampleScopes shows the occupancy of a slot scope, whoever holds its
+// slots.
+func ExampleScopes() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	for _, holder := range []string{"gpu-worker-1", "gpu-worker-2"} {
+		c, err := runslots.New(pool, runslots.Config{Holder: holder})
+		if err != nil {
+			log.Fatal(err)
+		}
+		slot, err := c.TryClaim(ctx, "scopes/gpu", 4, time.Minute)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer slot.Release(ctx)
+	}
+
+	scopes, err := pgleaseadmin.Scopes(ctx, pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, s := range scopes {
+		if s.Scope == "scopes/gpu" {
+			fmt.Println(s.Scope, "in use:", s.InUse, "of", s.Slots, "slots")
+		}
+	}
+	// Output: scopes/gpu in use: 2 of 2 slots
+}
+
+// ExamplePurge deletes what has been free for at least an hour, on a
+// schedule of one's own (the clients already purge what has been free for
+// a day, once per hour across the fleet).
+func ExamplePurge() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	n, err := pgleaseadmin.Purge(ctx, pool, time.Hour)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("purged", n, "rows")
+	// Output: purged 0 rows
+}

@@ -1,0 +1,87 @@
+package pgleasemigrate_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/schema"
+	"github.com/pglease/pglease/pgleasemigrate"
+)
+
+// TestUpDown: Up installs the schema and records it in Table, again does
+// nothing, and Down removes it.
+func TestUpDown(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	pgtest.LockRoleDrops(t) // Down drops the role where it can
+	for range 2 {
+		if err := pgleasemigrate.Up(ctx, url); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var version int64
+	var dirty bool
+	if err := conn.QueryRow(ctx, "SELECT version, dirty FROM "+pgleasemigrate.Table).Scan(&version, &dirty); err != nil {
+		t.Fatal(err)
+	}
+	if version != int64(schema.Latest()) || dirty {
+		t.Fatalf("%s after Up: version %d, dirty %v; want %d, clean", pgleasemigrate.Table, version, dirty, schema.Latest())
+	}
+	if err := pgleasemigrate.Down(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	var present bool
+	if err := conn.QueryRow(ctx, "SELECT to_regnamespace('pglease') IS NOT NULL").Scan(&present); err != nil || present {
+		t.Fatalf("schema pglease after Down: present %v, %v; want gone", present, err)
+	}
+}
+
+// TestUpRefusesChangedSchema: an upgrade of a schema changed by hand is
+// refused naming the difference, changes nothing, and says "pglease:"
+// once although the SQL's message and the Go wrapping both start with it.
+func TestUpRefusesChangedSchema(t *testing.T) {
+	if schema.Latest() < 2 {
+		t.Skip("one migration only: no upgrade to refuse")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	before := schema.Latest() - 1
+	if err := schema.Goto(ctx, url, before); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE INDEX my_index ON pglease.leases (expires_at)`); err != nil {
+		t.Fatal(err)
+	}
+	err = pgleasemigrate.Up(ctx, url)
+	for _, want := range []string{"not applied (nothing changed)", "cannot upgrade schema pglease", "index my_index", "hint: "} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Up on a changed schema = %v, want an error saying %q", err, want)
+		}
+	}
+	if n := strings.Count(err.Error(), "pglease:"); n != 1 {
+		t.Fatalf("Up on a changed schema = %q: says %q %d times, want once", err, "pglease:", n)
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || !strings.HasPrefix(pgErr.Message, "pglease: cannot upgrade") {
+		t.Fatalf("Up on a changed schema: errors.As finds %v, want the guard's *pgconn.PgError", pgErr)
+	}
+	if v, dirty, err := schema.Version(ctx, url); err != nil || v != before || dirty {
+		t.Fatalf("version after the refused upgrade: %d, dirty %v, %v; want %d, clean", v, dirty, err, before)
+	}
+}
