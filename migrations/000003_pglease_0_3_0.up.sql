@@ -424,12 +424,16 @@ $$;
 --     same fence (a retry after a lost reply is the same tenure),
 --     expires_at re-pinned to now + p_ttl.
 --   * lease live and held by another holder (or another role): acquired =
---     false, and holder, fence, expires_at describe that holder's tenure.
--- expires_in is expires_at minus the server clock when the call decided,
--- after its waits (for a grant: p_ttl), so it is true when the call
--- returns, but for the call's own few microseconds. (One exception: the
--- first acquire of a name whose row a purge is deleting at that very
--- moment waits for the purge's commit after reading the clock.)
+--     false, and holder, fence, expires_at describe that holder's tenure
+--     as of the clock reading that decided the refusal.
+-- expires_in is expires_at minus the server clock reading that decided the
+-- call, taken after its waits: for a grant exactly p_ttl; for a refusal
+-- the holder's expires_at minus that same reading, so always > 0 (the
+-- refusal needs expires_at later than it) and at most the TTL the holder
+-- last asked for. It is true when the call returns, but for the call's own
+-- few microseconds. (One exception: the first acquire of a name whose row
+-- a purge is deleting at that very moment waits for the purge's commit
+-- after reading the clock.)
 -- A refused caller is registered as a waiter until that expiry, so that a
 -- release of the lease NOTIFYs channel 'pglease' (see pglease._wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
@@ -587,20 +591,24 @@ BEGIN
 
         -- Held by another holder. Before refusing, lock the row FOR KEY
         -- SHARE (waiting for a release in flight to commit) and look again
-        -- (see pglease._wake), then register as a waiter.
+        -- (see pglease._wake), then register as a waiter. The refusal is
+        -- decided on the clock read after that lock, and expires_in is
+        -- taken on that same reading (so it is > 0), not after the waiter's
+        -- registration, which may itself wait.
         SELECT l.holder, l.holder_role, l.fence, l.expires_at
         INTO v_holder, v_hrole, v_fence, v_expires
         FROM pglease.leases AS l
         WHERE l.name = p_name
         FOR KEY SHARE;
-        IF FOUND AND v_holder IS NOT NULL AND v_expires > clock_timestamp()
+        v_now := clock_timestamp();
+        IF FOUND AND v_holder IS NOT NULL AND v_expires > v_now
            AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
             acquired := false;
             holder := v_holder;
             fence := v_fence;
             expires_at := v_expires;
+            expires_in := v_expires - v_now;
             PERFORM pglease._wait_register('lease', p_name, v_expires);
-            expires_in := v_expires - clock_timestamp();
             RETURN;
         END IF;
         -- Released, expired or purged meanwhile: try again.
@@ -1009,7 +1017,8 @@ $$;
 -- the clock p_now read after that lock (and every other wait). Returns
 -- claimed = true with the slot, its fence and in_use counting this claim;
 -- or claimed = false with slot and fence NULL, in_use = slots in use and
--- retry_in = time until the earliest of them ends.
+-- retry_in = time from p_now until the earliest of them ends (> 0; 0 only
+-- when none is counted, a claim refused after ten changed attempts).
 -- A slot is in use at p_now when its tenure ends after p_now (expires_at >
 -- p_now): a release stamps expires_at with its own clock, so a release that
 -- committed after p_now was read still counts as in use for this claim,
@@ -1112,7 +1121,10 @@ BEGIN
     claimed := false;
     slot := NULL;
     fence := NULL;
-    SELECT min(s.expires_at) - clock_timestamp() INTO retry_in
+    -- On p_now, the reading that decided: every counted slot ends after it
+    -- (those that ended by then were un-counted above), so retry_in > 0
+    -- when any is counted, and p_now + retry_in is exactly the earliest end.
+    SELECT min(s.expires_at) - p_now INTO retry_in
     FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.counted;
     retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
@@ -1141,11 +1153,12 @@ $$;
 --     expires_at = now + p_ttl; in_use counts this claim.
 --   * as many in use as the capacity, or more: claimed = false, slot,
 --     fence, expires_at, expires_in NULL, in_use = slots in use, retry_in =
---     time until the earliest of them ends (a refused caller can sleep that
---     long, or until a release NOTIFY: it is registered as a waiter until
---     then, see pglease._wake). retry_in is NULL when claimed.
+--     the earliest of their ends minus now, so > 0 (a refused caller can
+--     sleep that long, or until a release NOTIFY: it is registered as a
+--     waiter until then, see pglease._wake). retry_in is NULL when claimed.
 -- now is the server clock read once the scope lock is granted, after every
--- wait; expires_in = p_ttl, true when the call returns.
+-- wait, and the call decides on it; expires_in = p_ttl, and both are true
+-- when the call returns, but for the call's own few microseconds.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows neither with live holders nor with p_capacity (the
@@ -1213,7 +1226,7 @@ $$;
 --     expires_at = now + p_ttl for all of them.
 --   * some scope was full: claimed = false, refused_scope names the first
 --     full scope in the order given, refused_in_use its live holders and
---     retry_in the time until its earliest live slot expires;
+--     retry_in its earliest live slot's end minus now (> 0);
 --     slots, fences and in_use are empty arrays, expires_at and expires_in
 --     NULL; nothing is held or changed in any scope (claims already made in
 --     this call are rolled back); the holder is registered as a waiter of
@@ -1504,23 +1517,34 @@ $$;
 -- holder's: neither renewed nor reported.
 --
 -- Returns one row of arrays (aligned by index within each group):
---   * leases, lease_fences: the leases renewed, now expiring at expires_at;
---   * slot_scopes, slots, slot_fences: the slots renewed, likewise;
+--   * leases, lease_fences: the leases renewed;
+--   * slot_scopes, slots, slot_fences: the slots renewed;
 --   * lost_leases, lost_slot_scopes, lost_slots: tenures of p_holder that
---     had expired before this call (lost; acquire or claim again for a new
---     fence). Empty arrays, never NULL, when there is nothing.
--- now is the server clock read once when the call starts: expires_at =
--- now + p_ttl and expires_in = p_ttl for everything renewed. A tenure
--- that already ends later keeps its end: renew_holder never moves an end
--- earlier, so a tenure granted (or re-pinned) while the call ran never
--- ends before its grant said. As with
--- pglease.renew, a tenure is renewed only when it is live on the clock
--- read after any wait for its row lock: one whose row another transaction
--- holds (the holder's own fenced write, say) is waited for, in a
--- subtransaction, and then renewed to that later clock + p_ttl, or left
--- alone when it ended meanwhile.
--- A lease or slot the caller believes it holds but that appears nowhere was
--- released or taken over by another holder: it is lost too.
+--     had expired by now (lost; acquire or claim again for a new fence).
+--   Empty arrays, never NULL, when there is nothing.
+--   * expires_at = now + p_ttl and expires_in = p_ttl, where now is the
+--     server clock read once when the call starts: a lower bound, the
+--     same for every tenure renewed, not each tenure's end. Every tenure
+--     renewed ends at expires_at or later: at the later of its previous
+--     end and now + p_ttl (renew_holder never moves an end earlier, so a
+--     tenure granted or re-pinned with a longer TTL, or while the call
+--     ran, keeps the end its grant gave it), or, when its row was locked
+--     and waited for, at the clock read after that wait + p_ttl. A client
+--     may take as every renewed tenure's deadline the time it sent the
+--     call + expires_in (the Keeper does, with p_ttl), never later; a
+--     tenure's own end is in pglease.lease_status and pglease.slot_status.
+--     (One value rather than an end per tenure keeps the result type of
+--     0.1.0 and 0.2.0: clients of those versions, the v0.2.0 Keeper among
+--     them, read it unchanged, and an upgrade replaces the function in
+--     place; a new result type would need DROP FUNCTION.)
+-- As with pglease.renew, a tenure is renewed only when it is live on the
+-- clock read after any wait for its row lock: one whose row another
+-- transaction holds (the holder's own fenced write, say) is waited for, in
+-- a subtransaction, and then renewed, or left alone when it ended
+-- meanwhile.
+-- A lease or slot the caller believes it holds but that appears nowhere
+-- ended (released, taken over, or expired while the call ran, after now
+-- but before its row was read): it is lost too.
 -- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.renew_holder(
     p_holder text, p_ttl interval,
