@@ -110,7 +110,7 @@ fuzz: ## Fuzz every SQL function's arguments, FUZZTIME (30s) per target
 test-failover: ## Failover tests on a pg_auto_failover formation (root; ~4 min; FAILOVER_FLAGS=-short ~3 min)
 	$(GO) test -tags failover -count=1 -v -timeout 20m $(FAILOVER_FLAGS) ./failover/
 
-test-sharded: ## PL/Proxy proxy over four partitions on two throwaway clusters: contract, Go clients, role binding, faults (~2 min; PGLEASE_SHARDED_SUITES=1 adds the unchanged suites)
+test-sharded: ## PL/Proxy proxy over four partitions on two throwaway clusters: contract, Go clients, role binding, faults (~1 min; PGLEASE_SHARDED_SUITES=1 adds the unchanged suites)
 	./scripts/test-sharded.sh
 
 test-run-margins: ## pglease run: margin between the command's last process dying and the server's expiry, RUNS=10 per fault (~3 min)
