@@ -9,7 +9,7 @@ FUZZTIME  ?= 30s
 FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 
 .DEFAULT_GOAL := help
-.PHONY: help demo generate verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
+.PHONY: help demo generate freeze verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
 	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover \
 	test-clients test-sharded test-run-margins
 
@@ -23,9 +23,13 @@ demo: ## Run the demo: migrations, three supervised instances, a crash, a handov
 deps: ## Install the Debian packages the checks need (the only target that installs; root or sudo)
 	./scripts/install-deps.sh
 
-generate: ## Regenerate the head upgrade (migrations/, extension/) from sql/, and internal/db/ from sql/queries/
+generate: ## Regenerate the head upgrade (migrations/, extension/) and the proxy (migrations/proxy/) from sql/, and internal/db/ from sql/queries/
 	./scripts/gen-schema.sh
+	./scripts/gen-proxy.sh
 	$(SQLC) generate
+
+freeze: ## Record the checksums of released schema files in sql/released.sha256 (once a version stops being head; never re-records one)
+	./scripts/freeze-schema.sh
 
 verify: ## Fail when a released file changed or a generated one (migrations, extension, internal/db) is stale
 	./scripts/verify-schema.sh
@@ -106,7 +110,7 @@ fuzz: ## Fuzz every SQL function's arguments, FUZZTIME (30s) per target
 test-failover: ## Failover tests on a pg_auto_failover formation (root; ~4 min; FAILOVER_FLAGS=-short ~3 min)
 	$(GO) test -tags failover -count=1 -v -timeout 20m $(FAILOVER_FLAGS) ./failover/
 
-test-sharded: ## PL/Proxy proxy over four partitions on two throwaway clusters: contract, Go clients, role binding, faults (~2 min; PGLEASE_SHARDED_SUITES=1 adds the unchanged suites)
+test-sharded: ## PL/Proxy proxy over four partitions on two throwaway clusters: contract, Go clients, role binding, faults (~1 min; PGLEASE_SHARDED_SUITES=1 adds the unchanged suites)
 	./scripts/test-sharded.sh
 
 test-run-margins: ## pglease run: margin between the command's last process dying and the server's expiry, RUNS=10 per fault (~3 min)

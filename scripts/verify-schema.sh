@@ -1,5 +1,7 @@
 #!/bin/sh
-# Fails when a released schema file changed (sql/released.sha256), when the
+# Fails when a released schema file changed (sql/released.sha256), when a
+# file of a released version (every version of sql/versions but head; see
+# scripts/released-files.sh) has no checksum there (make freeze), when the
 # generated head upgrade (migrations/, extension/) differs from what
 # scripts/gen-schema.sh makes of sql/, or when migrations/ or extension/
 # hold a file that is neither released nor generated.
@@ -13,6 +15,15 @@ if ! out=$(sha256sum -c --quiet sql/released.sha256 2>&1); then
     echo "  Restore them (git checkout -- FILE) and make the change in sql/: it ships in the next upgrade." >&2
     exit 1
 fi
+released=$(./scripts/released-files.sh)
+missing=0
+for f in $released; do
+    if ! grep -q "  $f\$" sql/released.sha256; then
+        echo "verify: $f belongs to a released version but sql/released.sha256 has no checksum of it: run make freeze" >&2
+        missing=1
+    fi
+done
+[ "$missing" -eq 0 ] || exit 1
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -5,7 +5,12 @@
 --
 -- Only what PostgreSQL 13 to 18 print alike: function bodies as written
 -- (prosrc), column types, index and constraint definitions; view columns
--- rather than view text, which the server reformats. Privileges are not
+-- rather than view text, which the server reformats. A column's place is
+-- its position among the live columns of its table, not its attnum: a
+-- column dropped and added again (a downgrade, then an upgrade) leaves a
+-- gap in the attnums that a fresh install does not have, and is no change
+-- by hand (without a dropped column the two are equal, so the catalogs of
+-- 0.1.0 and 0.2.0 read the same either way). Privileges are not
 -- compared: every upgrade sets them anew (sql/schema/90_privileges.sql).
 -- Generated into the upgrade scripts: one statement, no trailing semicolon.
 SELECT 'function ' || p.proname || '(' || pg_catalog.pg_get_function_identity_arguments(p.oid) || ')' AS object,
@@ -23,7 +28,7 @@ FROM pg_catalog.pg_class AS c
 WHERE c.relnamespace = 'pglease'::regnamespace AND c.relkind IN ('r', 'v', 'm', 'p', 'S')
 UNION ALL
 SELECT 'column ' || c.relname || '.' || a.attname,
-       pg_catalog.md5(pg_catalog.concat_ws('|', a.attnum,
+       pg_catalog.md5(pg_catalog.concat_ws('|', pg_catalog.row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum),
            pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull,
            pg_catalog.pg_get_expr(d.adbin, d.adrelid)))
 FROM pg_catalog.pg_class AS c

@@ -34,7 +34,8 @@ Usage: pglease migrate up|down|version|goto N [--database URL] [--yes]
   version  prints the applied migration version (0: none), followed by
            " (dirty)" when a migration failed half-way.
   goto N   migrates up or down to version N (1 is pglease 0.1.0, 2 is
-           0.2.0), keeping leases and fences; N = 0 is down (needs --yes).
+           0.2.0, 3 is 0.3.0), keeping leases and fences; N = 0 is down
+           (needs --yes).
 
 The history is kept in table pglease_schema_migrations, apart from an
 application's own schema_migrations (the same table as pgleasemigrate.Up).

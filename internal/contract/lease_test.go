@@ -23,6 +23,7 @@ func TestLeases(t *testing.T) {
 		{"AcquireFreeLease", testAcquireFreeLease},
 		{"AcquireReentrant", testAcquireReentrant},
 		{"AcquireHeldByOther", testAcquireHeldByOther},
+		{"RefusalExpiresInOnDecidingClock", testRefusalExpiresInOnDecidingClock},
 		{"ExpiredLeaseTakenOver", testExpiredLeaseTakenOver},
 		{"ExpiredLeaseNotRenewable", testExpiredLeaseNotRenewable},
 		{"RenewCompareAndSwap", testRenewCompareAndSwap},
@@ -61,6 +62,64 @@ func testAcquireFreeLease(t *testing.T, db *testDB) {
 		t.Fatalf("lease_status expires_at: got %s, want %v", ptrString(st.ExpiresAt), r.ExpiresAt)
 	}
 	requireAtMostAbout(t, "lease_status expires_in", *st.ExpiresIn, 30*time.Second, 5*time.Second)
+}
+
+// testRefusalExpiresInOnDecidingClock: a refused acquire's expires_in is
+// the holder's expiry minus the clock reading that decided the refusal,
+// also when registering the refused caller as a waiter then waits past
+// that expiry (for a lock on its waiters row): it stays > 0 and is not
+// read again after the wait (before 0.3.0 it was, and came out negative).
+func testRefusalExpiresInOnDecidingClock(t *testing.T, db *testDB) {
+	url, pool := db.url, db.pool
+	n := namer(t)
+	connA := connect(t, url)
+	connB := connect(t, url)
+	ctx := testContext(t)
+
+	held := mustAcquire(t, pool, n("held"), "a", liveThenExpiredTTL, 1)
+	// A registration of a waiter of the lease, uncommitted: the refusal's
+	// own registration must wait for it.
+	txA, err := connA.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = txA.Rollback(context.Background()) }()
+	if _, err := txA.Exec(ctx, `INSERT INTO pglease.waiters AS w (kind, name, until) VALUES ('lease', $1, clock_timestamp())
+		ON CONFLICT ON CONSTRAINT waiters_pkey DO UPDATE SET until = excluded.until`, n("held")); err != nil {
+		t.Fatal(err)
+	}
+
+	pidA, pidB := backendPID(t, connA), backendPID(t, connB)
+	type outcome struct {
+		r   acquireResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := tryAcquire(ctx, connB, n("held"), "b", 10*time.Second)
+		done <- outcome{r, err}
+	}()
+	waitBlockedBy(t, pool, pidB, pidA)
+	waitLeaseState(t, pool, n("held"), "expired")
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("refused acquire still blocked 10s after the waiter registration it waited for committed")
+	}
+	if o.err != nil {
+		t.Fatalf("acquire of a held lease: %v", o.err)
+	}
+	if o.r.Acquired || o.r.Holder != "a" || o.r.Fence != 1 || !o.r.ExpiresAt.Equal(held.ExpiresAt) {
+		t.Fatalf("acquire of a held lease: got %+v, want refused, naming a, fence 1, expires_at %v", o.r, held.ExpiresAt)
+	}
+	if o.r.ExpiresIn <= 0 || o.r.ExpiresIn > liveThenExpiredTTL {
+		t.Fatalf("refusal's expires_in: got %v, want in (0, %v]: the time left on the clock reading that decided, not after the wait",
+			o.r.ExpiresIn, liveThenExpiredTTL)
+	}
 }
 
 func testAcquireReentrant(t *testing.T, db *testDB) {

@@ -26,12 +26,11 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// version is the head extension version (sql/versions), and released the
-// one before it.
-const (
-	version  = "0.2.0"
-	released = "0.1.0"
-)
+// version is the head extension version, and releases every released one,
+// oldest first: sql/versions, which TestExtension checks them against.
+const version = "0.3.0"
+
+var releases = []string{"0.1.0", "0.2.0"}
 
 // callTimeout bounds each database call.
 const callTimeout = 30 * time.Second
@@ -119,6 +118,19 @@ func catalog(t *testing.T, q *pgx.Conn) []string {
 }
 
 func TestExtension(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "sql", "versions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) > 0 && !strings.HasPrefix(f[0], "#") {
+			listed = append(listed, f[0])
+		}
+	}
+	if want := append(slices.Clone(releases), version); !slices.Equal(listed, want) {
+		t.Fatalf("sql/versions lists %q, this test knows %q: update version and releases", listed, want)
+	}
 	pgtest.InstallExtension(t, version)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -180,21 +192,23 @@ func TestExtension(t *testing.T) {
 		}
 	})
 
-	t.Run("updated from the release equals a fresh install", func(t *testing.T) {
-		fresh := catalog(t, conn)
-		uurl := pgtest.NewDatabase(t)
-		up := connect(t, uurl)
-		mustExec(ctx, t, up, "CREATE EXTENSION pglease VERSION '"+released+"'")
-		old := catalog(t, up)
-		mustExec(ctx, t, up, "ALTER EXTENSION pglease UPDATE")
-		requireSameCatalog(t, "CREATE EXTENSION pglease", fresh, "ALTER EXTENSION pglease UPDATE from "+released, catalog(t, up))
+	for _, released := range releases {
+		t.Run("updated from "+released+" equals a fresh install", func(t *testing.T) {
+			fresh := catalog(t, conn)
+			uurl := pgtest.NewDatabase(t)
+			up := connect(t, uurl)
+			mustExec(ctx, t, up, "CREATE EXTENSION pglease VERSION '"+released+"'")
+			old := catalog(t, up)
+			mustExec(ctx, t, up, "ALTER EXTENSION pglease UPDATE")
+			requireSameCatalog(t, "CREATE EXTENSION pglease", fresh, "ALTER EXTENSION pglease UPDATE from "+released, catalog(t, up))
 
-		// Down to the release and up again.
-		mustExec(ctx, t, up, "ALTER EXTENSION pglease UPDATE TO '"+released+"'")
-		requireSameCatalog(t, "CREATE EXTENSION pglease VERSION '"+released+"'", old, "ALTER EXTENSION pglease UPDATE TO '"+released+"'", catalog(t, up))
-		mustExec(ctx, t, up, "ALTER EXTENSION pglease UPDATE")
-		requireSameCatalog(t, "CREATE EXTENSION pglease", fresh, "ALTER EXTENSION pglease UPDATE again", catalog(t, up))
-	})
+			// Down to the release and up again.
+			mustExec(ctx, t, up, "ALTER EXTENSION pglease UPDATE TO '"+released+"'")
+			requireSameCatalog(t, "CREATE EXTENSION pglease VERSION '"+released+"'", old, "ALTER EXTENSION pglease UPDATE TO '"+released+"'", catalog(t, up))
+			mustExec(ctx, t, up, "ALTER EXTENSION pglease UPDATE")
+			requireSameCatalog(t, "CREATE EXTENSION pglease", fresh, "ALTER EXTENSION pglease UPDATE again", catalog(t, up))
+		})
+	}
 
 	t.Run("leases and slots work", func(t *testing.T) {
 		pool := pgtest.Pool(t, url)

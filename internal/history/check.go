@@ -41,8 +41,10 @@ const (
 	// under a fence never granted.
 	RuleOutside = "outside-tenure"
 	// RuleRefusal: a refusal that no possible state explains: an acquire
-	// refused in the name of a tenure that cannot have been live, or a
-	// claim refused with more live holders than could have been.
+	// refused in the name of a tenure that cannot have been live, or
+	// reporting a time left (expires_in) that is negative or that the
+	// tenure's expiry at the decision cannot have been; or a claim refused
+	// with more live holders than could have been.
 	RuleRefusal = "bad-refusal"
 )
 
@@ -180,8 +182,11 @@ type tenure struct {
 	ops     []*Op // renewals, releases and writes that carried its fence
 	pending []*Op // acquires or claims of its holder with unknown outcome
 	certain []seg // when it was certainly live (merged, sorted)
-	start   time.Duration
-	endMax  time.Duration // latest possible end
+	// raw are the segments of certain before merging, one per OK
+	// extension: throughout one, the row's expiry is at least its end.
+	raw    []seg
+	start  time.Duration
+	endMax time.Duration // latest possible end
 }
 
 // grantOp is the op that began the tenure.
@@ -262,6 +267,7 @@ func (t *tenure) computeCertain(slack time.Duration) {
 			segs = append(segs, seg{s, e})
 		}
 	}
+	t.raw = slices.Clone(segs)
 	t.certain = merge(segs)
 }
 
@@ -471,7 +477,7 @@ func Check(ops []Op, cfg Config) Report {
 		}
 	}
 	checkScopes(&rep, byKey, capacity)
-	checkRefusals(&rep, all, tenures, byKey, pending)
+	checkRefusals(&rep, all, tenures, byKey, pending, slack)
 	return rep
 }
 
@@ -609,9 +615,10 @@ func checkScopes(rep *Report, byKey map[key][]*tenure, capacity map[string]int) 
 }
 
 // checkRefusals: a refused acquire names a tenure that may have been live
-// during the call; a refused claim reports no more live holders than may
-// have been.
-func checkRefusals(rep *Report, all []*Op, tenures map[tkey]*tenure, byKey map[key][]*tenure, pending map[pkey][]*Op) {
+// during the call, with a time left that its expiry at the decision may
+// have had; a refused claim reports no more live holders than may have
+// been.
+func checkRefusals(rep *Report, all []*Op, tenures map[tkey]*tenure, byKey map[key][]*tenure, pending map[pkey][]*Op, slack time.Duration) {
 	// Possible intervals per scope, for counting.
 	type bounds struct{ starts, ends []time.Duration }
 	scopeBounds := map[string]*bounds{}
@@ -672,7 +679,9 @@ func checkRefusals(rep *Report, all []*Op, tenures map[tkey]*tenure, byKey map[k
 			}
 			if t.start >= op.Return || t.endMax <= op.Call {
 				rep.add(RuleRefusal, fmt.Sprintf("lease %q: acquire refused in the name of fence %d, which cannot have been live then", op.Name, op.Fence), t.grantOp(), op)
+				continue
 			}
+			checkExpiresIn(rep, t, op, slack)
 		case Claim:
 			b := scopeBounds[op.Name]
 			possible := countBefore(unknownClaims[op.Name], op.Return)
@@ -684,6 +693,37 @@ func checkRefusals(rep *Report, all []*Op, tenures map[tkey]*tenure, byKey map[k
 			if op.InUse > possible {
 				rep.add(RuleRefusal, fmt.Sprintf("scope %q: claim refused with %d live holders, at most %d can have been live", op.Name, op.InUse, possible), op)
 			}
+		}
+	}
+}
+
+// checkExpiresIn checks the time left a refused acquire op reported for
+// tenure t (when recorded). The server decided at one clock reading d
+// inside the call, [Call, Return], and reported the row's expiry at d
+// minus d: so it is positive (the refusal needs the expiry after d); d +
+// ExpiresIn is no later than the latest expiry any extension called
+// before Return can have set (possibleEnd); and when one extension's
+// certain segment covers the whole call, the row's expiry at d is at
+// least that segment's end, so Return + ExpiresIn reaches it.
+func checkExpiresIn(rep *Report, t *tenure, op *Op, slack time.Duration) {
+	if op.ExpiresIn == 0 {
+		return
+	}
+	if op.ExpiresIn < 0 {
+		rep.add(RuleRefusal, fmt.Sprintf("lease %q: acquire refused in the name of fence %d with expires_in %s: the tenure had ended by the clock reading that decided",
+			op.Name, op.Fence, op.ExpiresIn), t.grantOp(), op)
+		return
+	}
+	if end := t.possibleEnd(op.Return, nil, slack); op.Call+op.ExpiresIn > end {
+		rep.add(RuleRefusal, fmt.Sprintf("lease %q: acquire refused in the name of fence %d with expires_in %s, %s past the latest expiry its extensions can have set",
+			op.Name, op.Fence, op.ExpiresIn, op.Call+op.ExpiresIn-end), t.grantOp(), op)
+		return
+	}
+	for _, s := range t.raw {
+		if s.start <= op.Call && s.end > op.Return && op.Return+op.ExpiresIn < s.end {
+			rep.add(RuleRefusal, fmt.Sprintf("lease %q: acquire refused in the name of fence %d with expires_in %s, %s before the tenure's certain expiry",
+				op.Name, op.Fence, op.ExpiresIn, s.end-(op.Return+op.ExpiresIn)), t.grantOp(), op)
+			return
 		}
 	}
 }

@@ -33,6 +33,13 @@ func refusedAcquire(holder, name, other string, fence int64, call, ret float64) 
 	return o
 }
 
+// refusedAcquireIn is refusedAcquire reporting expiresIn milliseconds left.
+func refusedAcquireIn(holder, name, other string, fence int64, call, ret, expiresIn float64) Op {
+	o := refusedAcquire(holder, name, other, fence, call, ret)
+	o.ExpiresIn = time.Duration(expiresIn * float64(ms))
+	return o
+}
+
 func refusedClaim(holder, scope string, capacity, inUse int, call, ret float64) Op {
 	o := op(Claim, Refused, holder, scope, 0, call, ret)
 	o.Capacity, o.InUse = capacity, inUse
@@ -77,6 +84,14 @@ func TestCheckAccepts(t *testing.T) {
 			op(Renew, Unknown, "a", "L", 1, 90, 95),
 			op(Write, OK, "a", "L", 1, 150, 151),
 			refusedAcquire("b", "L", "a", 1, 160, 161),
+		}},
+		{"refusals report the time their holder had left", []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),                 // expires in [100, 101]
+			refusedAcquireIn("b", "L", "a", 1, 2, 3, 98),       // decided in [2, 3]
+			op(Renew, OK, "a", "L", 1, 50, 51),                 // expires in [150, 151]
+			refusedAcquireIn("c", "L", "a", 1, 60, 61, 90),     // decided in [60, 61]
+			refusedAcquire("c", "L", "a", 1, 96, 97),           // not recorded
+			refusedAcquireIn("b", "L", "a", 1, 148, 150, 0.05), // right before the expiry
 		}},
 		{"acquire with unknown outcome explains a refusal", []Op{
 			op(Acquire, Unknown, "a", "L", 0, 0, 5),
@@ -205,6 +220,19 @@ func TestCheckRejects(t *testing.T) {
 			op(Acquire, OK, "a", "L", 1, 0, 1),
 			op(Release, OK, "a", "L", 1, 2, 3),
 			refusedAcquire("b", "L", "a", 1, 10, 11),
+		}},
+		{"refusal reporting a negative time left", RuleRefusal, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			refusedAcquireIn("b", "L", "a", 1, 99, 102, -0.22),
+		}},
+		{"refusal reporting more time than the holder asked for", RuleRefusal, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			refusedAcquireIn("b", "L", "a", 1, 2, 3, 150),
+		}},
+		{"refusal reporting less time than the holder certainly had", RuleRefusal, []Op{
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Renew, OK, "a", "L", 1, 50, 51),
+			refusedAcquireIn("b", "L", "a", 1, 60, 61, 10),
 		}},
 		{"refusal in the name of the caller", RuleRefusal, []Op{
 			refusedAcquire("a", "L", "a", 1, 10, 11),

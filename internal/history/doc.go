@@ -55,8 +55,10 @@
 //   - RuleFenceOrder: a tenure whose grant was called after another
 //     tenure's grant returned has a larger fence. The first grant
 //     committed before the second began, and a new tenure's fence is the
-//     row's fence + 1; rows are never deleted, so this holds across
-//     release and expiry.
+//     row's fence + 1. Release and expiry keep the row; pglease.purge
+//     deletes rows of ended tenures, but first raises the fence floor to
+//     at least their fences, and a new row starts above that floor, so
+//     this holds across release, expiry and purge.
 //   - RuleTwoHolders: a fence of one lease or slot is granted to one
 //     holder only.
 //   - RuleOutside: every OK renewal, release, re-grant (re-entrant acquire
@@ -73,7 +75,15 @@
 //     (not the caller); a claim refused with n live holders happened while
 //     at least n tenures of the scope (plus claims of Unknown outcome)
 //     could have been live. Refusals naming a tenure that only an Unknown
-//     acquire can have made are counted as unverifiable.
+//     acquire can have made are counted as unverifiable. When a refused
+//     acquire records the time left it reported (Op.ExpiresIn), that is
+//     the tenure's expiry minus the clock reading that decided, some d in
+//     [Call, Return]: it must be > 0 (a refusal needs the expiry after
+//     d), d + ExpiresIn no later than the latest expiry an extension
+//     called before Return can have set (so Call + ExpiresIn is bounded by
+//     the tenure's possible end), and, when one extension's certain
+//     segment covers the whole call, the expiry at d is at least that
+//     segment's end (so Return + ExpiresIn reaches it).
 //
 // Check under-approximates certain sets and over-approximates possible
 // ones, so it reports no false violations; the price is that a violation

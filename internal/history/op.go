@@ -14,7 +14,8 @@ type Kind uint8
 const (
 	// Acquire is pglease.acquire. OK: Fence is the fence granted (a new
 	// tenure, or the holder's own live one re-pinned). Refused: Other and
-	// Fence are the holder and fence the server named.
+	// Fence are the holder and fence the server named, ExpiresIn the time
+	// left it reported.
 	Acquire Kind = iota + 1
 	// Renew is pglease.renew of the tenure (Name, Fence).
 	Renew
@@ -109,6 +110,11 @@ type Op struct {
 	Capacity int
 	// Other is the holder a refused Acquire named.
 	Other string
+	// ExpiresIn is the expires_in a refused Acquire reported: the named
+	// tenure's expiry minus the server clock reading that decided the
+	// refusal. Zero means not recorded (a refusal reports at least a
+	// microsecond); Check verifies any other value.
+	ExpiresIn time.Duration
 	// InUse is the number of live holders a refused Claim reported.
 	InUse int
 	// Call and Return are when the call was made and answered, on the
@@ -130,7 +136,11 @@ func (o Op) String() string {
 		s += fmt.Sprintf(" capacity %d", o.Capacity)
 	}
 	if o.Other != "" {
-		s += fmt.Sprintf(" (held by %s)", o.Other)
+		s += fmt.Sprintf(" (held by %s", o.Other)
+		if o.ExpiresIn != 0 {
+			s += fmt.Sprintf(" for another %s", o.ExpiresIn)
+		}
+		s += ")"
 	}
 	return s
 }

@@ -264,7 +264,7 @@ func (c *stressClient) leaseStep(st *stressStats) {
 		switch c.call(op, func(ctx context.Context, op *history.Op) history.Outcome {
 			nl, err := c.leases.TryAcquire(ctx, name, ttl)
 			if held, ok := errors.AsType[*pglease.HeldError](err); ok {
-				op.Other, op.Fence = held.Holder, held.Fence
+				op.Other, op.Fence, op.ExpiresIn = held.Holder, held.Fence, held.ExpiresIn
 				return history.Refused
 			}
 			if err != nil {

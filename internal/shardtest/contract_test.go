@@ -35,6 +35,11 @@ func TestProxyHasThePartitionsSignatures(t *testing.T) {
 			t.Fatalf("catalog differs:\n partition %q\n proxy     %q", partition, proxy)
 		}
 	}
+	// And the proxy answers with the partitions' schema version (head).
+	const version = `SELECT pglease.version()`
+	if p, x := column(t, s.Partitions[0].URL, version), column(t, s.ProxyURL, version); !slices.Equal(p, x) || len(p) != 1 {
+		t.Fatalf("pglease.version(): partition %q, proxy %q; want one and the same", p, x)
+	}
 }
 
 // column runs q on url and returns its one text column.

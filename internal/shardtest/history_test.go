@@ -120,12 +120,14 @@ func runHolder(ctx context.Context, proxy *pgxpool.Pool, rec *history.Recorder, 
 				op.Kind = history.Acquire
 				var got int64
 				var other string
-				err = proxy.QueryRow(call, `SELECT acquired, fence, holder FROM pglease.acquire($1, $2, $3)`, op.Name, holder, ttl).Scan(&ok, &got, &other)
+				var left time.Duration
+				err = proxy.QueryRow(call, `SELECT acquired, fence, holder, expires_in FROM pglease.acquire($1, $2, $3)`, op.Name, holder, ttl).
+					Scan(&ok, &got, &other, &left)
 				op.Fence = got
 				if err == nil && ok {
 					leases[op.Name] = got
 				} else if err == nil {
-					op.Other = other
+					op.Other, op.ExpiresIn = other, left
 				}
 			case rand.IntN(3) == 0:
 				op.Kind, op.Fence, op.TTL = history.Release, fence, 0

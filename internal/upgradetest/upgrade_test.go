@@ -34,14 +34,6 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var update = flag.Bool("update", false, "rewrite sql/releases/VERSION.catalog from fresh installs of each released version")
 
-// Versions of the schema: released is the last release, head what sql/
-// defines (sql/versions).
-const (
-	released          = "0.1.0"
-	releasedMigration = 1
-	head              = "0.2.0"
-)
-
 // renewEvery is how often the live traffic renews during an upgrade.
 const renewEvery = 20 * time.Millisecond
 
@@ -54,36 +46,78 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// versions reads sql/versions: version -> migration number, oldest first.
-func versions(t *testing.T) (names []string, migration map[string]uint) {
+// schemaVersions is sql/versions: every version of the schema, oldest
+// first, each with its migration number. The last is head, what sql/
+// defines; every other one is released, its files frozen.
+type schemaVersions struct {
+	names     []string
+	migration map[string]uint
+}
+
+// head returns the version sql/ defines.
+func (v schemaVersions) head() string { return v.names[len(v.names)-1] }
+
+// released returns every released version, oldest first.
+func (v schemaVersions) released() []string { return v.names[:len(v.names)-1] }
+
+// next returns the version that follows from.
+func (v schemaVersions) next(t *testing.T, from string) string {
+	t.Helper()
+	i := slices.Index(v.names, from)
+	if i < 0 || i == len(v.names)-1 {
+		t.Fatalf("sql/versions has no version after %q (%q)", from, v.names)
+	}
+	return v.names[i+1]
+}
+
+// versions reads sql/versions. It needs no migration of head: recording a
+// release's catalog comes before generating the new head (sql/versions).
+func versions(t *testing.T) schemaVersions {
 	t.Helper()
 	f, err := os.Open(filepath.Join(repoRoot(t), "sql", "versions"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	migration = map[string]uint{}
+	v := schemaVersions{migration: map[string]uint{}}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
 			continue
 		}
-		n, err := strconv.ParseUint(fields[1], 10, 32)
-		if err != nil || len(fields) != 2 {
+		if len(fields) != 2 {
 			t.Fatalf("sql/versions: bad line %q", sc.Text())
 		}
-		names = append(names, fields[0])
-		migration[fields[0]] = uint(n)
+		n, err := strconv.ParseUint(fields[1], 10, 32)
+		if err != nil {
+			t.Fatalf("sql/versions: bad line %q", sc.Text())
+		}
+		if len(v.names) > 0 && uint(n) <= v.migration[v.head()] {
+			t.Fatalf("sql/versions: migration %d of %s does not follow %d of %s", n, fields[0], v.migration[v.head()], v.head())
+		}
+		v.names = append(v.names, fields[0])
+		v.migration[fields[0]] = uint(n)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if names[len(names)-1] != head || migration[head] != schema.Latest() || migration[released] != releasedMigration {
-		t.Fatalf("sql/versions lists %q (%v): this test knows release %s (migration %d) and head %s (migration %d)",
-			names, migration, released, releasedMigration, head, schema.Latest())
+	if len(v.names) < 2 {
+		t.Fatalf("sql/versions lists %q: want a release and a head", v.names)
 	}
-	return names, migration
+	return v
+}
+
+// headVersions is versions, for tests that install head: head's migration
+// must be the newest this build embeds (make generate).
+func headVersions(t *testing.T) schemaVersions {
+	t.Helper()
+	v := versions(t)
+	if v.migration[v.head()] != schema.Latest() {
+		t.Fatalf("sql/versions ends with head %s at migration %d, but the newest embedded migration is %d: run make generate",
+			v.head(), v.migration[v.head()], schema.Latest())
+	}
+	return v
 }
 
 // catalog returns schema pglease's catalog as sql/catalog.sql describes it,
@@ -166,12 +200,12 @@ func testContext(t *testing.T) context.Context {
 // expects: a release's files never change, so neither may this.
 func TestReleasedCatalogs(t *testing.T) {
 	ctx := testContext(t)
-	names, migration := versions(t)
-	for _, v := range names[:len(names)-1] {
+	vs := versions(t)
+	for _, v := range vs.released() {
 		t.Run(v, func(t *testing.T) {
 			url := pgtest.NewDatabase(t)
-			if err := schema.Goto(ctx, url, migration[v]); err != nil {
-				t.Fatalf("migrate to %d: %v", migration[v], err)
+			if err := schema.Goto(ctx, url, vs.migration[v]); err != nil {
+				t.Fatalf("migrate to %d: %v", vs.migration[v], err)
 			}
 			got := catalog(ctx, t, connect(ctx, t, url), false)
 			path := filepath.Join(repoRoot(t), "sql", "releases", v+".catalog")
@@ -198,11 +232,11 @@ type traffic struct {
 	slots  []*runslots.Slot
 	sup    *supervisor.Supervisor
 
-	// downgrade: the traffic runs across a downgrade from head, which drops
-	// head's columns; a call already running head's code at that instant
-	// fails once with SQLSTATE 42703 or 42883 (undefined column or
-	// function: the table changed under it) and its retry runs the older
-	// code. Those failures, and the supervisor's warnings about them, are
+	// downgrade: the traffic runs across a downgrade from head, which may
+	// drop columns a newer version added (0.2.0 -> 0.1.0 does); a call
+	// already running the newer code at that instant fails once with
+	// SQLSTATE 42703 or 42883 (undefined column or function: the table
+	// changed under it) and its retry runs the older code. Those failures, and the supervisor's warnings about them, are
 	// counted, not failures of the test; a lost lease still is.
 	downgrade bool
 
@@ -469,69 +503,77 @@ func run(ctx context.Context, t *testing.T, bin string, args ...string) string {
 	return string(out)
 }
 
-// TestUpgradeUnderTraffic upgrades a v0.1.0 database to head three ways
-// while its tenures renew, then goes down to v0.1.0 and up again.
+// TestUpgradeUnderTraffic upgrades a database at each released version to
+// head three ways while its tenures renew (the stock migrate CLI, pglease
+// migrate up, ALTER EXTENSION pglease UPDATE, which goes through every
+// version between), compares the upgraded catalog with a fresh install of
+// head, then goes down to the release under traffic (through every version
+// between) and up again.
 func TestUpgradeUnderTraffic(t *testing.T) {
 	ctx := testContext(t)
-	versions(t)
+	vs := headVersions(t)
+	head := vs.head()
 
-	// A fresh install of head through the migrations, to compare with.
+	// Fresh installs of head to compare with: through the migrations, and
+	// as the extension.
 	freshURL := pgtest.NewDatabase(t)
 	if err := schema.Up(ctx, freshURL); err != nil {
 		t.Fatal(err)
 	}
 	fresh := catalog(ctx, t, connect(ctx, t, freshURL), true)
+	pgtest.InstallExtension(t, head)
+	freshExtURL := pgtest.NewDatabase(t)
+	freshExtConn := connect(ctx, t, freshExtURL)
+	if _, err := freshExtConn.Exec(ctx, "CREATE EXTENSION pglease"); err != nil {
+		t.Fatal(err)
+	}
+	freshExt := catalog(ctx, t, freshExtConn, true)
 
-	upgrades := []struct {
+	migrateBin := build(ctx, t, "migrate", "github.com/golang-migrate/migrate/v4/cmd/migrate",
+		"-modfile="+filepath.Join(repoRoot(t), "tools", "go.mod"), "-tags", "pgx5")
+	pgleaseBin := build(ctx, t, "pglease", "./cmd/pglease")
+
+	migrateTo := func(t *testing.T, url, version string) {
+		t.Helper()
+		if err := schema.Goto(ctx, url, vs.migration[version]); err != nil {
+			t.Fatalf("migrate to %s (migration %d): %v", version, vs.migration[version], err)
+		}
+	}
+	type upgrade struct {
 		name    string
-		install func(t *testing.T, url string)
-		upgrade func(t *testing.T, url string)
-		down    func(t *testing.T, url string)
-	}{{
-		name: "migrate CLI",
-		install: func(t *testing.T, url string) {
-			if err := schema.Goto(ctx, url, releasedMigration); err != nil {
-				t.Fatal(err)
-			}
+		fresh   []string // the catalog of a fresh install of head, the same way
+		install func(t *testing.T, url, from string)
+		upgrade func(t *testing.T, url, from string)
+		down    func(t *testing.T, url, from string)
+	}
+	upgrades := []upgrade{{
+		name:    "migrate CLI",
+		fresh:   fresh,
+		install: migrateTo,
+		upgrade: func(t *testing.T, dbURL, _ string) {
+			run(ctx, t, migrateBin, "-path", filepath.Join(repoRoot(t), "migrations"), "-database", migrateCLIURL(t, dbURL), "up")
 		},
-		upgrade: func(t *testing.T, dbURL string) {
-			bin := build(ctx, t, "migrate", "github.com/golang-migrate/migrate/v4/cmd/migrate",
-				"-modfile="+filepath.Join(repoRoot(t), "tools", "go.mod"), "-tags", "pgx5")
-			run(ctx, t, bin, "-path", filepath.Join(repoRoot(t), "migrations"), "-database", migrateCLIURL(t, dbURL), "up")
-		},
-		down: func(t *testing.T, url string) {
-			if err := schema.Goto(ctx, url, releasedMigration); err != nil {
-				t.Fatal(err)
-			}
-		},
+		down: migrateTo,
 	}, {
-		name: "pglease migrate up",
-		install: func(t *testing.T, url string) {
-			if err := schema.Goto(ctx, url, releasedMigration); err != nil {
-				t.Fatal(err)
-			}
-		},
-		upgrade: func(t *testing.T, url string) {
-			bin := build(ctx, t, "pglease", "./cmd/pglease")
-			out := run(ctx, t, bin, "migrate", "up", "--database", url)
-			if want := fmt.Sprintf("from version %d to %d", releasedMigration, schema.Latest()); !strings.Contains(out, want) {
+		name:    "pglease migrate up",
+		fresh:   fresh,
+		install: migrateTo,
+		upgrade: func(t *testing.T, url, from string) {
+			out := run(ctx, t, pgleaseBin, "migrate", "up", "--database", url)
+			if want := fmt.Sprintf("from version %d to %d", vs.migration[from], schema.Latest()); !strings.Contains(out, want) {
 				t.Fatalf("pglease migrate up: got %q, want it to say %q", out, want)
 			}
 		},
-		down: func(t *testing.T, url string) {
-			if err := schema.Goto(ctx, url, releasedMigration); err != nil {
-				t.Fatal(err)
-			}
-		},
+		down: migrateTo,
 	}, {
-		name: "ALTER EXTENSION",
-		install: func(t *testing.T, url string) {
-			pgtest.InstallExtension(t, head)
-			if _, err := connect(ctx, t, url).Exec(ctx, "CREATE EXTENSION pglease VERSION '"+released+"'"); err != nil {
+		name:  "ALTER EXTENSION",
+		fresh: freshExt,
+		install: func(t *testing.T, url, from string) {
+			if _, err := connect(ctx, t, url).Exec(ctx, "CREATE EXTENSION pglease VERSION '"+from+"'"); err != nil {
 				t.Fatal(err)
 			}
 		},
-		upgrade: func(t *testing.T, url string) {
+		upgrade: func(t *testing.T, url, _ string) {
 			// Held open across a few of the supervisor's renewals, which
 			// run on the old definitions until the commit.
 			conn := connect(ctx, t, url)
@@ -539,52 +581,54 @@ func TestUpgradeUnderTraffic(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		down: func(t *testing.T, url string) {
-			if _, err := connect(ctx, t, url).Exec(ctx, "ALTER EXTENSION pglease UPDATE TO '"+released+"'"); err != nil {
+		down: func(t *testing.T, url, from string) {
+			if _, err := connect(ctx, t, url).Exec(ctx, "ALTER EXTENSION pglease UPDATE TO '"+from+"'"); err != nil {
 				t.Fatal(err)
 			}
 		},
 	}}
-	for _, u := range upgrades {
-		t.Run(u.name, func(t *testing.T) {
-			url := pgtest.NewDatabase(t)
-			u.install(t, url)
-			conn := connect(ctx, t, url)
-			old := catalog(ctx, t, conn, true)
-			pool := pgtest.Pool(t, url)
+	for _, from := range vs.released() {
+		for _, u := range upgrades {
+			t.Run(from+"/"+u.name, func(t *testing.T) {
+				url := pgtest.NewDatabase(t)
+				u.install(t, url, from)
+				conn := connect(ctx, t, url)
+				old := catalog(ctx, t, conn, true)
+				pool := pgtest.Pool(t, url)
 
-			endSlotTenures(ctx, t, conn)
-			tr := startTraffic(ctx, t, pool, false)
-			u.upgrade(t, url)
-			// A few more rounds of renewals on the new schema.
-			waitRenewals(ctx, t, tr, 15*(len(tr.leases)+len(tr.slots)))
-			requireSlotCounts(ctx, t, conn)
-			tr.check(ctx, pool)
-			requireVersion(ctx, t, conn, head)
-			if u.name != "ALTER EXTENSION" {
-				requireSame(t, "a fresh install of "+head, fresh, "an upgrade from "+released, catalog(ctx, t, conn, true))
-			}
+				endSlotTenures(ctx, t, conn, from)
+				tr := startTraffic(ctx, t, pool, false)
+				u.upgrade(t, url, from)
+				// A few more rounds of renewals on the new schema.
+				waitRenewals(ctx, t, tr, 15*(len(tr.leases)+len(tr.slots)))
+				requireSlotCounts(ctx, t, conn)
+				tr.check(ctx, pool)
+				requireVersion(ctx, t, conn, head)
+				requireSame(t, "a fresh install of "+head, u.fresh, "an upgrade from "+from, catalog(ctx, t, conn, true))
 
-			// Down to the release under traffic again, then up again.
-			tr = startTraffic(ctx, t, pool, true)
-			u.down(t, url)
-			waitRenewals(ctx, t, tr, 15*(len(tr.leases)+len(tr.slots)))
-			tr.check(ctx, pool)
-			requireSame(t, "a fresh install of "+released, old, "a downgrade from "+head, catalog(ctx, t, conn, true))
-			u.upgrade(t, url)
-			requireVersion(ctx, t, conn, head)
-		})
+				// Down to the release under traffic again, then up again.
+				tr = startTraffic(ctx, t, pool, true)
+				u.down(t, url, from)
+				waitRenewals(ctx, t, tr, 15*(len(tr.leases)+len(tr.slots)))
+				tr.check(ctx, pool)
+				requireSame(t, "a fresh install of "+from, old, "a downgrade from "+head, catalog(ctx, t, conn, true))
+				u.upgrade(t, url, from)
+				requireVersion(ctx, t, conn, head)
+				requireSame(t, "a fresh install of "+head, u.fresh, "an upgrade from "+from+" again", catalog(ctx, t, conn, true))
+			})
+		}
 	}
 }
 
-// endSlotTenures leaves, on the released schema, a slot tenure that expired
-// in scope "ended-expired" and one that was released in "ended-released".
-func endSlotTenures(ctx context.Context, t *testing.T, conn *pgx.Conn) {
+// endSlotTenures leaves, on the released schema from, a slot tenure that
+// expired in scope "ended-expired" and one that was released in
+// "ended-released".
+func endSlotTenures(ctx context.Context, t *testing.T, conn *pgx.Conn, from string) {
 	t.Helper()
 	if _, err := conn.Exec(ctx, `SELECT pglease.claim_slot('ended-expired', 'old', 1, interval '1 millisecond');
 		SELECT pglease.release_slot('ended-released', r.slot, 'old', r.fence)
 		FROM pglease.claim_slot('ended-released', 'old', 1, interval '1 minute') AS r`); err != nil {
-		t.Fatalf("end slot tenures on %s: %v", released, err)
+		t.Fatalf("end slot tenures on %s: %v", from, err)
 	}
 }
 
@@ -646,111 +690,171 @@ func waitRenewals(ctx context.Context, t *testing.T, tr *traffic, n int) {
 	}
 }
 
-// TestUpgradeRefusesHandChangedSchema changes a v0.1.0 schema by hand and
-// checks that the upgrade stops naming every difference and changes
-// nothing, through pglease's migrations (which leave the history clean) and
-// through the upgrade script itself (as the stock CLI and psql run it).
+// TestUpgradeRefusesHandChangedSchema changes the schema of each released
+// version by hand and checks that the upgrade from it stops naming every
+// difference and changes nothing, through pglease's migrations (which leave
+// the history clean) and through the upgrade script itself (as the stock
+// CLI and psql run it).
 func TestUpgradeRefusesHandChangedSchema(t *testing.T) {
 	ctx := testContext(t)
-	url := pgtest.NewDatabase(t)
-	if err := schema.Goto(ctx, url, releasedMigration); err != nil {
-		t.Fatal(err)
-	}
-	conn := connect(ctx, t, url)
-	for _, change := range []string{
-		`CREATE INDEX my_index ON pglease.leases (expires_at)`,
-		`ALTER TABLE pglease.slots ADD COLUMN note text`,
-		`CREATE OR REPLACE FUNCTION pglease._check_fence(p_func text, p_fence bigint) RETURNS void
-			LANGUAGE plpgsql AS $$BEGIN END$$`,
-		`DROP VIEW pglease.slot_scope_status`,
-	} {
-		if _, err := conn.Exec(ctx, change); err != nil {
-			t.Fatalf("%s: %v", change, err)
-		}
-	}
-	before := catalog(ctx, t, conn, true)
-	wants := []string{
-		"cannot upgrade schema pglease from " + released + " to " + head,
-		"7 object(s) differ",
-		"index my_index (not part of pglease " + released + ")",
-		"column slots.note (not part of pglease " + released + ")",
-		"function _check_fence(p_func text, p_fence bigint) (changed)",
-		"relation slot_scope_status (missing)",
-	}
+	vs := headVersions(t)
+	for _, from := range vs.released() {
+		t.Run(from, func(t *testing.T) {
+			next := vs.next(t, from)
+			url := pgtest.NewDatabase(t)
+			if err := schema.Goto(ctx, url, vs.migration[from]); err != nil {
+				t.Fatal(err)
+			}
+			conn := connect(ctx, t, url)
+			for _, change := range []string{
+				`CREATE INDEX my_index ON pglease.leases (expires_at)`,
+				`ALTER TABLE pglease.slots ADD COLUMN note text`,
+				`CREATE OR REPLACE FUNCTION pglease._check_fence(p_func text, p_fence bigint) RETURNS void
+					LANGUAGE plpgsql AS $$BEGIN END$$`,
+				`DROP VIEW pglease.slot_scope_status`,
+			} {
+				if _, err := conn.Exec(ctx, change); err != nil {
+					t.Fatalf("%s: %v", change, err)
+				}
+			}
+			before := catalog(ctx, t, conn, true)
+			wants := []string{
+				"cannot upgrade schema pglease from " + from + " to " + next,
+				fmt.Sprintf("%d object(s) differ", differing(t, from, catalog(ctx, t, conn, false))),
+				"index my_index (not part of pglease " + from + ")",
+				"column slots.note (not part of pglease " + from + ")",
+				"function _check_fence(p_func text, p_fence bigint) (changed)",
+				"relation slot_scope_status (missing)",
+			}
 
-	err := schema.Up(ctx, url)
-	for _, want := range append(wants, "nothing changed", "hint: The schema was changed by hand") {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Fatalf("schema.Up on a changed schema: got %v, want an error saying %q", err, want)
-		}
-	}
-	if v, dirty, err := schema.Version(ctx, url); err != nil || v != releasedMigration || dirty {
-		t.Fatalf("version after the refused upgrade: got %d, dirty %v, %v; want %d, clean", v, dirty, err, releasedMigration)
-	}
-	requireSame(t, "the changed schema", before, "after the refused upgrade", catalog(ctx, t, conn, true))
+			err := schema.Up(ctx, url)
+			for _, want := range append(wants, "nothing changed", "hint: The schema was changed by hand") {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("schema.Up on a changed schema: got %v, want an error saying %q", err, want)
+				}
+			}
+			if v, dirty, err := schema.Version(ctx, url); err != nil || v != vs.migration[from] || dirty {
+				t.Fatalf("version after the refused upgrade: got %d, dirty %v, %v; want %d, clean", v, dirty, err, vs.migration[from])
+			}
+			requireSame(t, "the changed schema", before, "after the refused upgrade", catalog(ctx, t, conn, true))
 
-	// The upgrade file itself, as psql or the migrate CLI runs it.
-	names, migration := versions(t)
-	up, err := filepath.Glob(filepath.Join(repoRoot(t), "migrations", fmt.Sprintf("%06d_*.up.sql", migration[names[1]])))
-	if err != nil || len(up) != 1 {
-		t.Fatalf("the upgrade from %s: %q, %v", released, up, err)
+			// The upgrade file itself, as psql or the migrate CLI runs it.
+			up, err := filepath.Glob(filepath.Join(repoRoot(t), "migrations", fmt.Sprintf("%06d_*.up.sql", vs.migration[next])))
+			if err != nil || len(up) != 1 {
+				t.Fatalf("the upgrade from %s: %q, %v", from, up, err)
+			}
+			script, err := os.ReadFile(up[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = conn.Exec(ctx, string(script))
+			for _, want := range append(wants, "This upgrade changed nothing") {
+				var pgErr *pgconn.PgError
+				if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message+" "+pgErr.Hint, want) {
+					t.Fatalf("%s on a changed schema: got %v, want an error saying %q", filepath.Base(up[0]), err, want)
+				}
+			}
+			if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil { // the script's own BEGIN failed half-way
+				t.Fatal(err)
+			}
+			requireSame(t, "the changed schema", before, "after the refused upgrade script", catalog(ctx, t, conn, true))
+		})
 	}
-	script, err := os.ReadFile(up[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = conn.Exec(ctx, string(script))
-	for _, want := range append(wants, "This upgrade changed nothing") {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message+" "+pgErr.Hint, want) {
-			t.Fatalf("%s on a changed schema: got %v, want an error saying %q", filepath.Base(up[0]), err, want)
-		}
-	}
-	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil { // the script's own BEGIN failed half-way
-		t.Fatal(err)
-	}
-	requireSame(t, "the changed schema", before, "after the refused upgrade script", catalog(ctx, t, conn, true))
 }
 
-// TestClientOnReleasedSchema runs this build's clients against the released
-// schema, as during a rollout that upgrades the clients first: what the
-// release had works, what it lacks fails with an error that says to migrate.
+// differing counts the objects of a catalog (lines "object<TAB>digest")
+// that are missing from, added to or changed from the one version shipped.
+func differing(t *testing.T, version string, got []string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "sql", "releases", version+".catalog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	digests := func(lines []string) map[string]string {
+		m := map[string]string{}
+		for _, l := range lines {
+			object, digest, _ := strings.Cut(l, "\t")
+			m[object] = digest
+		}
+		return m
+	}
+	want, have := digests(strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")), digests(got)
+	n := 0
+	for object, digest := range want {
+		if d, ok := have[object]; !ok || d != digest {
+			n++
+		}
+	}
+	for object := range have {
+		if _, ok := want[object]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// TestClientOnReleasedSchema runs this build's clients against each
+// released schema, as during a rollout that upgrades the clients first:
+// what the release had works, what it lacks fails with an error that says
+// to migrate.
 func TestClientOnReleasedSchema(t *testing.T) {
 	ctx := testContext(t)
-	url := pgtest.NewDatabase(t)
-	if err := schema.Goto(ctx, url, releasedMigration); err != nil {
-		t.Fatal(err)
-	}
-	pool := pgtest.Pool(t, url)
-	lc, err := pglease.New(pool, pglease.Config{Holder: "new-client"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lc.TryAcquire(ctx, "rollout", time.Minute)
-	if err != nil {
-		t.Fatalf("acquire on schema %s: %v", released, err)
-	}
-	if err := l.Renew(ctx); err != nil {
-		t.Fatalf("renew on schema %s: %v", released, err)
-	}
-	if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
-		t.Fatalf("fenced write on schema %s: %v", released, err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatalf("release on schema %s: %v", released, err)
-	}
-	sc, err := runslots.New(pool, runslots.Config{Holder: "new-client"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sc.TryClaim(ctx, "rollout", 2, time.Minute)
-	if err != nil {
-		t.Fatalf("claim on schema %s: %v", released, err)
-	}
-	if err := s.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pgleaseadmin.Purge(ctx, pool, time.Hour); err == nil || !strings.Contains(err.Error(), "apply the migrations") {
-		t.Fatalf("purge on schema %s (which has none): got %v, want an error saying to apply the migrations", released, err)
+	vs := versions(t)
+	for _, from := range vs.released() {
+		t.Run(from, func(t *testing.T) {
+			url := pgtest.NewDatabase(t)
+			if err := schema.Goto(ctx, url, vs.migration[from]); err != nil {
+				t.Fatal(err)
+			}
+			pool := pgtest.Pool(t, url)
+			lc, err := pglease.New(pool, pglease.Config{Holder: "new-client"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := lc.TryAcquire(ctx, "rollout", time.Minute)
+			if err != nil {
+				t.Fatalf("acquire on schema %s: %v", from, err)
+			}
+			// A refusal names the holder and how long it has left.
+			other, err := pglease.New(pool, pglease.Config{Holder: "other-client"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = other.TryAcquire(ctx, "rollout", time.Minute)
+			if held, ok := errors.AsType[*pglease.HeldError](err); !ok || held.Holder != "new-client" || held.Fence != l.Fence() ||
+				held.ExpiresIn <= 0 || held.ExpiresIn > time.Minute {
+				t.Fatalf("acquire of a held lease on schema %s: got %v, want a *HeldError naming new-client, fence %d, within a minute",
+					from, err, l.Fence())
+			}
+			if err := l.Renew(ctx); err != nil {
+				t.Fatalf("renew on schema %s: %v", from, err)
+			}
+			if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+				t.Fatalf("fenced write on schema %s: %v", from, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("release on schema %s: %v", from, err)
+			}
+			sc, err := runslots.New(pool, runslots.Config{Holder: "new-client"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := sc.TryClaim(ctx, "rollout", 2, time.Minute)
+			if err != nil {
+				t.Fatalf("claim on schema %s: %v", from, err)
+			}
+			if err := s.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// pglease.purge is new in 0.2.0.
+			_, err = pgleaseadmin.Purge(ctx, pool, time.Hour)
+			if from == "0.1.0" {
+				if err == nil || !strings.Contains(err.Error(), "apply the migrations") {
+					t.Fatalf("purge on schema %s (which has none): got %v, want an error saying to apply the migrations", from, err)
+				}
+			} else if err != nil {
+				t.Fatalf("purge on schema %s: %v", from, err)
+			}
+		})
 	}
 }

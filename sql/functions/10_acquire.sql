@@ -14,12 +14,16 @@
 --     same fence (a retry after a lost reply is the same tenure),
 --     expires_at re-pinned to now + p_ttl.
 --   * lease live and held by another holder (or another role): acquired =
---     false, and holder, fence, expires_at describe that holder's tenure.
--- expires_in is expires_at minus the server clock when the call decided,
--- after its waits (for a grant: p_ttl), so it is true when the call
--- returns, but for the call's own few microseconds. (One exception: the
--- first acquire of a name whose row a purge is deleting at that very
--- moment waits for the purge's commit after reading the clock.)
+--     false, and holder, fence, expires_at describe that holder's tenure
+--     as of the clock reading that decided the refusal.
+-- expires_in is expires_at minus the server clock reading that decided the
+-- call, taken after its waits: for a grant exactly p_ttl; for a refusal
+-- the holder's expires_at minus that same reading, so always > 0 (the
+-- refusal needs expires_at later than it) and at most the TTL the holder
+-- last asked for. It is true when the call returns, but for the call's own
+-- few microseconds. (One exception: the first acquire of a name whose row
+-- a purge is deleting at that very moment waits for the purge's commit
+-- after reading the clock.)
 -- A refused caller is registered as a waiter until that expiry, so that a
 -- release of the lease NOTIFYs channel 'pglease' (see pglease._wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
@@ -177,20 +181,24 @@ BEGIN
 
         -- Held by another holder. Before refusing, lock the row FOR KEY
         -- SHARE (waiting for a release in flight to commit) and look again
-        -- (see pglease._wake), then register as a waiter.
+        -- (see pglease._wake), then register as a waiter. The refusal is
+        -- decided on the clock read after that lock, and expires_in is
+        -- taken on that same reading (so it is > 0), not after the waiter's
+        -- registration, which may itself wait.
         SELECT l.holder, l.holder_role, l.fence, l.expires_at
         INTO v_holder, v_hrole, v_fence, v_expires
         FROM pglease.leases AS l
         WHERE l.name = p_name
         FOR KEY SHARE;
-        IF FOUND AND v_holder IS NOT NULL AND v_expires > clock_timestamp()
+        v_now := clock_timestamp();
+        IF FOUND AND v_holder IS NOT NULL AND v_expires > v_now
            AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
             acquired := false;
             holder := v_holder;
             fence := v_fence;
             expires_at := v_expires;
+            expires_in := v_expires - v_now;
             PERFORM pglease._wait_register('lease', p_name, v_expires);
-            expires_in := v_expires - clock_timestamp();
             RETURN;
         END IF;
         -- Released, expired or purged meanwhile: try again.

@@ -43,7 +43,8 @@ $$;
 -- the clock p_now read after that lock (and every other wait). Returns
 -- claimed = true with the slot, its fence and in_use counting this claim;
 -- or claimed = false with slot and fence NULL, in_use = slots in use and
--- retry_in = time until the earliest of them ends.
+-- retry_in = time from p_now until the earliest of them ends (> 0; 0 only
+-- when none is counted, a claim refused after ten changed attempts).
 -- A slot is in use at p_now when its tenure ends after p_now (expires_at >
 -- p_now): a release stamps expires_at with its own clock, so a release that
 -- committed after p_now was read still counts as in use for this claim,
@@ -146,7 +147,10 @@ BEGIN
     claimed := false;
     slot := NULL;
     fence := NULL;
-    SELECT min(s.expires_at) - clock_timestamp() INTO retry_in
+    -- On p_now, the reading that decided: every counted slot ends after it
+    -- (those that ended by then were un-counted above), so retry_in > 0
+    -- when any is counted, and p_now + retry_in is exactly the earliest end.
+    SELECT min(s.expires_at) - p_now INTO retry_in
     FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.counted;
     retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');

@@ -18,11 +18,12 @@
 --     expires_at = now + p_ttl; in_use counts this claim.
 --   * as many in use as the capacity, or more: claimed = false, slot,
 --     fence, expires_at, expires_in NULL, in_use = slots in use, retry_in =
---     time until the earliest of them ends (a refused caller can sleep that
---     long, or until a release NOTIFY: it is registered as a waiter until
---     then, see pglease._wake). retry_in is NULL when claimed.
+--     the earliest of their ends minus now, so > 0 (a refused caller can
+--     sleep that long, or until a release NOTIFY: it is registered as a
+--     waiter until then, see pglease._wake). retry_in is NULL when claimed.
 -- now is the server clock read once the scope lock is granted, after every
--- wait; expires_in = p_ttl, true when the call returns.
+-- wait, and the call decides on it; expires_in = p_ttl, and both are true
+-- when the call returns, but for the call's own few microseconds.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows neither with live holders nor with p_capacity (the

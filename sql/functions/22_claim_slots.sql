@@ -9,7 +9,7 @@
 --     expires_at = now + p_ttl for all of them.
 --   * some scope was full: claimed = false, refused_scope names the first
 --     full scope in the order given, refused_in_use its live holders and
---     retry_in the time until its earliest live slot expires;
+--     retry_in its earliest live slot's end minus now (> 0);
 --     slots, fences and in_use are empty arrays, expires_at and expires_in
 --     NULL; nothing is held or changed in any scope (claims already made in
 --     this call are rolled back); the holder is registered as a waiter of

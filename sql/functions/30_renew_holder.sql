@@ -4,23 +4,34 @@
 -- holder's: neither renewed nor reported.
 --
 -- Returns one row of arrays (aligned by index within each group):
---   * leases, lease_fences: the leases renewed, now expiring at expires_at;
---   * slot_scopes, slots, slot_fences: the slots renewed, likewise;
+--   * leases, lease_fences: the leases renewed;
+--   * slot_scopes, slots, slot_fences: the slots renewed;
 --   * lost_leases, lost_slot_scopes, lost_slots: tenures of p_holder that
---     had expired before this call (lost; acquire or claim again for a new
---     fence). Empty arrays, never NULL, when there is nothing.
--- now is the server clock read once when the call starts: expires_at =
--- now + p_ttl and expires_in = p_ttl for everything renewed. A tenure
--- that already ends later keeps its end: renew_holder never moves an end
--- earlier, so a tenure granted (or re-pinned) while the call ran never
--- ends before its grant said. As with
--- pglease.renew, a tenure is renewed only when it is live on the clock
--- read after any wait for its row lock: one whose row another transaction
--- holds (the holder's own fenced write, say) is waited for, in a
--- subtransaction, and then renewed to that later clock + p_ttl, or left
--- alone when it ended meanwhile.
--- A lease or slot the caller believes it holds but that appears nowhere was
--- released or taken over by another holder: it is lost too.
+--     had expired by now (lost; acquire or claim again for a new fence).
+--   Empty arrays, never NULL, when there is nothing.
+--   * expires_at = now + p_ttl and expires_in = p_ttl, where now is the
+--     server clock read once when the call starts: a lower bound, the
+--     same for every tenure renewed, not each tenure's end. Every tenure
+--     renewed ends at expires_at or later: at the later of its previous
+--     end and now + p_ttl (renew_holder never moves an end earlier, so a
+--     tenure granted or re-pinned with a longer TTL, or while the call
+--     ran, keeps the end its grant gave it), or, when its row was locked
+--     and waited for, at the clock read after that wait + p_ttl. A client
+--     may take as every renewed tenure's deadline the time it sent the
+--     call + expires_in (the Keeper does, with p_ttl), never later; a
+--     tenure's own end is in pglease.lease_status and pglease.slot_status.
+--     (One value rather than an end per tenure keeps the result type of
+--     0.1.0 and 0.2.0: clients of those versions, the v0.2.0 Keeper among
+--     them, read it unchanged, and an upgrade replaces the function in
+--     place; a new result type would need DROP FUNCTION.)
+-- As with pglease.renew, a tenure is renewed only when it is live on the
+-- clock read after any wait for its row lock: one whose row another
+-- transaction holds (the holder's own fenced write, say) is waited for, in
+-- a subtransaction, and then renewed, or left alone when it ended
+-- meanwhile.
+-- A lease or slot the caller believes it holds but that appears nowhere
+-- ended (released, taken over, or expired while the call ran, after now
+-- but before its row was read): it is lost too.
 -- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.renew_holder(
     p_holder text, p_ttl interval,

@@ -1,8 +1,9 @@
 -- Every partition's renewals and losses, concatenated in partition order;
 -- expires_at and expires_in are the earliest any partition returned (each
--- is its own clock's now + p_ttl). Fails when any partition fails: renew
--- each tenure on its own (renew, renew_slot) to keep the others going
--- while a partition is down.
+-- is its own clock's now + p_ttl, a lower bound of the end of every tenure
+-- it renewed; the earliest is one of them all). Fails when any partition
+-- fails: renew each tenure on its own (renew, renew_slot) to keep the
+-- others going while a partition is down.
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$

@@ -1,0 +1,7 @@
+-- pglease 0.2.0 -> 0.3.0: table changes. Runs after the catalog check and
+-- before the functions, views and privileges of 0.3.0 are applied.
+--
+-- None: 0.3.0 changes functions only (a refused acquire's expires_in and a
+-- refused claim's retry_in are taken on the clock read that decided;
+-- renew_holder's expires_at documented as the lower bound it is). Its
+-- tables, columns, indexes and constraints are 0.2.0's.
