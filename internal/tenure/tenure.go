@@ -134,12 +134,13 @@ func (t *Tenure) endLocked(why lossReason) {
 	}
 	t.ended = true
 	t.over.Stop()
-	close(t.done)
+	// Measured before done closes: whoever waits on Done sees the loss.
 	ctx := context.Background()
 	t.c.m.held.Add(ctx, -1, t.a.base.Add...)
 	if why != noLoss {
 		t.c.m.losses.Add(ctx, 1, t.a.lost[why].Add...)
 	}
+	close(t.done)
 }
 
 // Renew extends the tenure by its TTL from now and moves the deadline. It
