@@ -45,7 +45,9 @@ func (e *env) renewPkg(metrics bool) workload {
 			reader = sdkmetric.NewManualReader()
 			mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		}
-		inst, err := e.perPoolClientWith(ctx, w.key, n, pglease.Config{MeterProvider: mp},
+		// Both rows renew the same leases (as the same holders), so that
+		// only the MeterProvider differs between them.
+		inst, err := e.perPoolClientWith(ctx, renewPkgKey, n, pglease.Config{MeterProvider: mp},
 			func(ctx context.Context, c *pglease.Client, name string) ([]step, error) {
 				l, err := c.TryAcquire(ctx, name, heldTTL)
 				if err != nil {

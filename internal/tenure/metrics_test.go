@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/pglease/pglease/internal/db"
@@ -376,5 +377,37 @@ func TestRenewAllocs(t *testing.T) {
 		if renew > query {
 			t.Errorf("%s: Renew allocates %.0f times, its query alone %.0f: want no more", tc.name, renew, query)
 		}
+	}
+}
+
+// BenchmarkRenew measures the client's side of a renewal (its query
+// answered at once by renewDB) without metrics and with an SDK and a
+// reader: the difference is what measuring costs each renewal.
+func BenchmarkRenew(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		mp   func() metric.MeterProvider
+	}{
+		{"no-op", func() metric.MeterProvider { return noop.NewMeterProvider() }},
+		{"SDK", func() metric.MeterProvider { return metrictest.New(b).Provider }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			c, err := New(&renewDB{renew: renewed(true)}, metricKind, Config{MeterProvider: bc.mp(), Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tn := c.Grant("a", 0, 1, time.Hour, time.Now())
+			defer func() {
+				tn.mu.Lock()
+				defer tn.mu.Unlock()
+				tn.endLocked(noLoss)
+			}()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := tn.Renew(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
