@@ -53,11 +53,6 @@ func MeterProvider(mp metric.MeterProvider) metric.MeterProvider {
 	return mp
 }
 
-// Meter returns the pglease meter of mp (MeterProvider's rule applies).
-func Meter(mp metric.MeterProvider) metric.Meter {
-	return MeterProvider(mp).Meter(MeterName)
-}
-
 // Instruments collects the errors of creating instruments and reports them
 // once, to otel's error handler: an instrument that failed to be created
 // is still usable (it records nothing), so metrics never stop a client.
@@ -66,9 +61,10 @@ type Instruments struct {
 	errs []error
 }
 
-// NewInstruments returns a builder of instruments on mp's pglease meter.
+// NewInstruments returns a builder of instruments on the pglease meter
+// of mp (MeterProvider's rule applies).
 func NewInstruments(mp metric.MeterProvider) *Instruments {
-	return &Instruments{m: Meter(mp)}
+	return &Instruments{m: MeterProvider(mp).Meter(MeterName)}
 }
 
 // Counter returns an Int64Counter.
