@@ -14,15 +14,20 @@ import (
 )
 
 // harness is what neither the library nor the binary may link: test
-// harnesses, and the OpenTelemetry SDK and exporters (tests use the SDK
-// through internal/metrictest; a service picks its own).
+// harnesses, and the OpenTelemetry SDK (tests use it through
+// internal/metrictest).
 var harness = []string{
 	"github.com/testcontainers/", "github.com/docker/", "github.com/moby/",
 	"github.com/pglease/pglease/internal/pgtest", "github.com/pglease/pglease/internal/pgcontainer",
 	"github.com/pglease/pglease/internal/faultproxy", "github.com/pglease/pglease/internal/metrictest",
-	"go.uber.org/goleak",
-	"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/sdk/", "go.opentelemetry.io/otel/exporters/",
-	"go.opentelemetry.io/contrib/", "github.com/prometheus/", "google.golang.org/grpc", "google.golang.org/protobuf/",
+	"go.uber.org/goleak", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/sdk/",
+}
+
+// exporters are what the library may not link: a service picks how its
+// metrics leave the process.
+var exporters = []string{
+	"go.opentelemetry.io/otel/exporters/", "go.opentelemetry.io/contrib/", "github.com/prometheus/",
+	"google.golang.org/grpc", "google.golang.org/protobuf/",
 }
 
 // allowed are the third-party modules the library and the binary may
@@ -49,16 +54,16 @@ func TestDependencies(t *testing.T) {
 			"github.com/pglease/pglease/supervisor",
 			"github.com/pglease/pglease/pgleaseadmin",
 			"github.com/pglease/pglease/pgleasemigrate",
-		}, append([]string{"github.com/pglease/pglease/internal/pgserver"}, harness...)},
+		}, slices.Concat([]string{"github.com/pglease/pglease/internal/pgserver"}, harness, exporters)},
 		{"clients", []string{
 			"github.com/pglease/pglease/pglease",
 			"github.com/pglease/pglease/runslots",
 			"github.com/pglease/pglease/supervisor",
 			"github.com/pglease/pglease/pgleaseadmin",
-		}, append([]string{
+		}, slices.Concat([]string{
 			"github.com/golang-migrate/", "github.com/pglease/pglease/internal/schema",
 			"github.com/pglease/pglease/migrations", "github.com/pglease/pglease/migrations/", "github.com/pglease/pglease/pgleasemigrate",
-		}, harness...)},
+		}, harness, exporters)},
 		{"binary", []string{"github.com/pglease/pglease/cmd/pglease"}, harness},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
