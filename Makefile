@@ -45,6 +45,7 @@ lint-go: ## gofmt and go vet
 	$(GO) vet -tags failover ./failover/
 	$(GO) vet -tags sharded ./internal/shardtest/
 	cd bench && $(GO) vet ./...
+	cd examples/metrics && $(GO) vet ./...
 
 lint-sql: ## plpgsql_check over every PL/pgSQL function, all warnings on (needs make deps)
 	./scripts/lint-sql.sh

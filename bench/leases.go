@@ -78,19 +78,8 @@ func (e *env) leaseWorkloads() []workload {
 		e.limitWorkload(),
 		e.renewFloor(),
 		e.renewSQL("renew/sql"),
-		{
-			key: "renew/pkg", name: "pglease.renew", path: "Go package: Lease.Renew",
-			steps: []string{"renew"},
-			start: func(ctx context.Context, n int) (*instance, error) {
-				return e.perPoolClient(ctx, "renew/pkg", n, func(ctx context.Context, c *pglease.Client, name string) ([]step, error) {
-					l, err := c.TryAcquire(ctx, name, heldTTL)
-					if err != nil {
-						return nil, err
-					}
-					return []step{l.Renew}, nil
-				})
-			},
-		},
+		e.renewPkg(false),
+		e.renewPkg(true),
 		e.limitCycle(),
 		e.acquireReleaseSQL("acquire-release/sql", "SQL via pgx", releaseSQL),
 		e.acquireReleaseSQL("acquire-release/sql-async", "SQL via pgx, asynchronous release", releaseAsyncSQL),
@@ -320,10 +309,18 @@ func (e *env) claimReleaseSQL(key string) workload {
 // perPoolClient sets up an instance whose n clients share the env's pool,
 // each with a pglease.Client of its own (holder "bench/" + its lease name).
 func (e *env) perPoolClient(ctx context.Context, key string, n int, mk func(ctx context.Context, c *pglease.Client, name string) ([]step, error)) (*instance, error) {
+	return e.perPoolClientWith(ctx, key, n, pglease.Config{}, mk)
+}
+
+// perPoolClientWith is perPoolClient with the clients' Config (its Holder
+// is set per client).
+func (e *env) perPoolClientWith(ctx context.Context, key string, n int, cfg pglease.Config, mk func(ctx context.Context, c *pglease.Client, name string) ([]step, error)) (*instance, error) {
 	inst := &instance{cycles: make([][]step, n), close: func() {}}
 	err := parallel(n, func(i int) error {
 		name := id(key, i)
-		c, err := pglease.New(e.pool, pglease.Config{Holder: "bench/" + name})
+		cfg := cfg
+		cfg.Holder = "bench/" + name
+		c, err := pglease.New(e.pool, cfg)
 		if err == nil {
 			inst.cycles[i], err = mk(ctx, c, name)
 		}

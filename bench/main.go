@@ -54,6 +54,8 @@ type config struct {
 	// keeperLeases, when set, are the sizes of the keeper comparison
 	// (keeper.go), run alone.
 	keeperLeases []int
+	// metricsOnly runs only the metrics overhead comparison (metrics.go).
+	metricsOnly bool
 }
 
 func main() {
@@ -95,6 +97,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.leases, "renew-holder-leases", 1000, "leases of the renew_holder comparison")
 	fs.IntVar(&cfg.purgeNames, "purge-names", 1_000_000, "unique names of the table-size run, with and without purge (0: skip it)")
 	fs.BoolVar(&cfg.purgeOnly, "purge-only", false, "run only the table-size run: print its section and write -json, leave -out alone")
+	fs.BoolVar(&cfg.metricsOnly, "metrics-only", false, "run only the metrics overhead comparison (renew with and without an OpenTelemetry SDK, at -clients) and print its section")
 	keeperLeases := fs.String("keeper-leases", "", "run only the keeper comparison, for these lease counts (e.g. 1000,10000), and print its section")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -153,6 +156,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if len(cfg.keeperLeases) > 0 {
 		return runKeeperBench(ctx, cfg)
+	}
+	if cfg.metricsOnly {
+		return runMetricsBench(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {

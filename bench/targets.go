@@ -42,6 +42,7 @@ func (r *Report) checkTargets() {
 		r.add(name, row.VsLimit >= goal, "%.2f× (%s ops/s vs %s ops/s)%s",
 			row.VsLimit, count(row.OpsPerSec), count(row.OpsPerSec/row.VsLimit), floor)
 	}
+	r.checkMetricsTarget(c)
 	var floor string
 	for _, x := range r.ExecTimes {
 		if x.Path == "floor" {

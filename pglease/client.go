@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pglease/pglease/internal/notify"
 	"github.com/pglease/pglease/internal/tenure"
@@ -125,6 +126,20 @@ type Config struct {
 	// zero; the keeper's TTL must suit SafetyMargin as every TTL does.
 	// Acquire with the keeper's TTL.
 	Keeper *Keeper
+
+	// MeterProvider gives the client's instruments (tenures held, granted,
+	// refused, released and lost, renewal round trips and the margin each
+	// renewal leaves; docs/observability.md lists them). Defaults to
+	// otel.GetMeterProvider(): the global provider, a no-op until the
+	// service installs an OpenTelemetry SDK.
+	MeterProvider metric.MeterProvider
+
+	// MetricsByName, when true, adds the lease name to the client's
+	// measurements as the attribute pglease.name: one time series per
+	// name. Leave it false (the default) when names are per entity
+	// ("order:<id>"), or a series would be made per entity; the
+	// measurements then carry the kind only.
+	MetricsByName bool
 }
 
 // core returns cfg in the words of the core.
@@ -133,6 +148,7 @@ func (cfg Config) core() tenure.Config {
 		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
+		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName,
 	}
 }
 

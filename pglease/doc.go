@@ -92,4 +92,16 @@
 // Behind PgBouncer in transaction pooling mode, use pgx's
 // QueryExecModeExec or QueryExecModeSimpleProtocol. LISTEN does not work
 // there, so Acquire wakes at the holder's expiry instead of at its release.
+//
+// # Metrics
+//
+// A Client and a Keeper measure through the OpenTelemetry metric API, from
+// Config.MeterProvider (KeeperConfig.MeterProvider), the global provider by
+// default: a no-op until the service installs an SDK. Tenures held,
+// granted, refused, released and lost (by reason: refused, deadline,
+// connection), each renewal's round trip and the margin it leaves, and a
+// Keeper's rounds. Measurements carry the kind, not the lease name, unless
+// Config.MetricsByName asks for it: a locker of one lease per entity makes
+// a few series, not one per entity. docs/observability.md lists every
+// instrument.
 package pglease

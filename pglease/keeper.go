@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/pglease/pglease/internal/tenure"
 )
 
@@ -39,6 +41,14 @@ type KeeperConfig struct {
 
 	// Logger receives failed rounds. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// MeterProvider gives the keeper's instruments (the duration of each
+	// round and the tenures it renewed; docs/observability.md lists them).
+	// Defaults to otel.GetMeterProvider(): the global provider, a no-op
+	// until the service installs an OpenTelemetry SDK. The tenures a
+	// keeper renews are measured by their clients, with the clients'
+	// MeterProvider.
+	MeterProvider metric.MeterProvider
 }
 
 // Keeper renews every lease and slot one holder holds in one round trip per

@@ -72,6 +72,7 @@ func (c *Client) try(ctx context.Context, name string, ttl time.Duration) (*Leas
 	}
 	if !row.Acquired {
 		held := &HeldError{Name: name, Holder: row.Holder, Fence: row.Fence, ExpiresIn: row.ExpiresIn}
+		c.c.Refused(ctx, name)
 		return nil, &tenure.Refusal{Name: name, RetryIn: held.ExpiresIn, Sent: sent}, held
 	}
 	return &Lease{t: c.c.Grant(name, 0, row.Fence, ttl, sent), db: c.db}, nil, nil

@@ -40,6 +40,7 @@ func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl t
 	}
 	if !row.Claimed {
 		full := &FullError{Scope: scope, Capacity: capacity, InUse: int(row.InUse), RetryIn: orZero(row.RetryIn)}
+		c.c.Refused(ctx, scope)
 		return nil, full.refusal(sent), full
 	}
 	return &Slot{t: c.c.Grant(scope, int(row.Slot.Int32), row.Fence.Int64, ttl, sent)}, nil, nil
@@ -104,6 +105,7 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 	}
 	if !row.Claimed {
 		full := &FullError{Scope: row.RefusedScope.String, InUse: int(row.RefusedInUse.Int32), RetryIn: orZero(row.RetryIn)}
+		c.c.Refused(ctx, full.Scope)
 		for _, w := range wants {
 			if w.Scope == full.Scope {
 				full.Capacity = w.Capacity

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/pglease/pglease/internal/tenure"
 	"github.com/pglease/pglease/pglease"
 )
@@ -87,6 +89,20 @@ type Config struct {
 	// RetryDelay must be zero; the keeper's TTL must suit SafetyMargin as
 	// every TTL does. Claim with the keeper's TTL.
 	Keeper *pglease.Keeper
+
+	// MeterProvider gives the client's instruments (tenures held, granted,
+	// refused, released and lost, renewal round trips and the margin each
+	// renewal leaves; docs/observability.md lists them). Defaults to
+	// otel.GetMeterProvider(): the global provider, a no-op until the
+	// service installs an OpenTelemetry SDK.
+	MeterProvider metric.MeterProvider
+
+	// MetricsByName, when true, adds the slot scope to the client's
+	// measurements as the attribute pglease.name: one time series per
+	// scope. Leave it false (the default) when scopes are per entity
+	// ("tenant:<id>"), or a series would be made per entity; the
+	// measurements then carry the kind only.
+	MetricsByName bool
 }
 
 // core returns cfg in the words of the core.
@@ -95,6 +111,7 @@ func (cfg Config) core() tenure.Config {
 		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
+		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName,
 	}
 }
 

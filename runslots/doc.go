@@ -125,4 +125,13 @@
 // (where LISTEN does not work), they wake at the earliest expiry the server
 // reported instead of at a release. Behind PgBouncer, use pgx's
 // QueryExecModeExec or QueryExecModeSimpleProtocol.
+//
+// # Metrics
+//
+// A Client measures its slots as pglease's clients measure leases, with
+// the attribute pglease.kind "slot": through the OpenTelemetry metric API,
+// from Config.MeterProvider (the global provider by default, a no-op until
+// the service installs an SDK), without the scope unless
+// Config.MetricsByName asks for it. docs/observability.md lists every
+// instrument.
 package runslots

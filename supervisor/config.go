@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/pglease/pglease/internal/tenure"
 	"github.com/pglease/pglease/pglease"
 )
@@ -48,7 +50,8 @@ const (
 
 // Config configures a Supervisor. Zero fields mean their defaults. The
 // fields it shares with pglease.Config (Holder, SafetyMargin,
-// RenewInterval, RetryDelay, StopTimeout, PurgeEvery, Logger, Keeper) have
+// RenewInterval, RetryDelay, StopTimeout, PurgeEvery, Logger, Keeper,
+// MeterProvider) have
 // the same defaults and rules, applied by the same code; New refuses an
 // invalid Config with an error that names the field.
 type Config struct {
@@ -145,6 +148,15 @@ type Config struct {
 	// Run's goroutine (EventHardStop from a timer's): it must return
 	// quickly.
 	Observer func(Event)
+
+	// MeterProvider gives the supervisor's instruments: whether it leads
+	// and its transitions, and those of its lease or slot client
+	// (docs/observability.md lists them). Every measurement carries the
+	// supervisor's Name (or Scope) as the attribute pglease.name: one
+	// series per supervisor. Defaults to otel.GetMeterProvider(): the
+	// global provider, a no-op until the service installs an
+	// OpenTelemetry SDK.
+	MeterProvider metric.MeterProvider
 }
 
 // withDefaults returns cfg with defaults applied, or an error naming the
@@ -195,7 +207,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if err := core.CheckTTL("TTL", cfg.TTL); err != nil {
 		return cfg, err
 	}
-	cfg.Holder, cfg.Logger, cfg.PurgeEvery = core.Holder, core.Logger, core.PurgeEvery
+	cfg.Holder, cfg.Logger, cfg.PurgeEvery, cfg.MeterProvider = core.Holder, core.Logger, core.PurgeEvery, core.MeterProvider
 	cfg.SafetyMargin = core.Margin(cfg.TTL)
 	if cfg.Keeper == nil {
 		cfg.RenewInterval, cfg.RetryDelay = core.Pace(cfg.TTL)
@@ -215,7 +227,7 @@ func (cfg Config) core() tenure.Config {
 	return tenure.Config{
 		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
-		Keeper: (*tenure.Keeper)(cfg.Keeper),
+		Keeper: (*tenure.Keeper)(cfg.Keeper), MeterProvider: cfg.MeterProvider,
 	}
 }
 

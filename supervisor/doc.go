@@ -72,6 +72,22 @@
 // authoritative loss. Errors while standing by (the database is down) are
 // logged and retried with capped exponential backoff; they never end Run.
 // Logs are structured (log/slog) with the lease name, holder and fence;
-// Config.Observer receives the same events for metrics, and IsLeader and
-// Fence serve health endpoints.
+// Config.Observer receives the same events.
+//
+// # Metrics and health
+//
+// A supervisor measures through the OpenTelemetry metric API, from
+// Config.MeterProvider (the global provider by default, a no-op until the
+// service installs an SDK): pglease.supervisor.leading (1 while it leads)
+// and pglease.supervisor.transitions (acquired, released, lost), and its
+// lease's or slot's instruments (held, losses by reason, renewal round
+// trips and margins). Every measurement carries its Name (or Scope) as
+// pglease.name: one set of series per supervisor. docs/observability.md
+// lists them all.
+//
+// Healthy reports the one state a health check must catch: a workload that
+// still runs grace after its tenure ended (its deadline passed, or it was
+// lost), and so may run alongside the next holder. HealthHandler serves it
+// as an http.Handler for a liveness probe; IsLeader and Fence serve status
+// pages.
 package supervisor

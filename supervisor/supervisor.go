@@ -31,6 +31,10 @@ type Supervisor struct {
 	pool   *pgxpool.Pool // non-nil when the database is a pool: purges run on it
 	take   func(ctx context.Context) (held, error)
 	idle   func() // closes the client's idle LISTEN connection
+	m      *meters
+
+	hmu  sync.Mutex
+	work *working // the workload running now, for Healthy
 
 	// On Run's goroutine only (the clients call back on it):
 	current held    // the tenure held now, for events
@@ -84,6 +88,7 @@ func (r *runSet) remove(key runKey) {
 type held interface {
 	Run(ctx context.Context, fn func(ctx context.Context) error) error
 	Fence() int64
+	Deadline() time.Time
 }
 
 // refusal identifies the holder a standby saw.
@@ -113,6 +118,7 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 			Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: noPurge,
 			RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 			OnStuck: s.stuck, OnRelease: s.released, OnWait: s.refused, Keeper: cfg.Keeper,
+			MeterProvider: cfg.MeterProvider, MetricsByName: true,
 		})
 		if err != nil {
 			return nil, err
@@ -125,6 +131,7 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 			Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: noPurge,
 			RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 			OnStuck: s.stuck, OnRelease: s.released, OnWait: s.refused, Keeper: cfg.Keeper,
+			MeterProvider: cfg.MeterProvider, MetricsByName: true,
 		})
 		if err != nil {
 			return nil, err
@@ -133,6 +140,7 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 		s.idle = c.CloseIdle
 	}
 	s.log = cfg.Logger.With(s.kind, s.name, "holder", cfg.Holder)
+	s.m = newMeters(cfg.MeterProvider, s.kind, s.name)
 	return s, nil
 }
 
@@ -181,6 +189,7 @@ func (s *Supervisor) Run(ctx context.Context, workload func(ctx context.Context)
 		defer stop()
 	}
 	defer s.idle()
+	s.m.leading.Add(ctx, 0, s.m.base.Add...) // the series exists from the start
 	for {
 		t, err := s.standby(ctx)
 		if err != nil {
@@ -200,10 +209,17 @@ func (s *Supervisor) hold(ctx context.Context, t held, workload func(context.Con
 	s.current = t
 	s.fence.Store(t.Fence())
 	s.leader.Store(true)
+	s.m.lead(true, transAcquired)
+	lost := false
 	defer func() {
 		s.leader.Store(false)
 		s.fence.Store(0)
 		s.current = nil
+		tr := transReleased
+		if lost {
+			tr = transLost
+		}
+		s.m.lead(false, tr)
 	}()
 	log.Info("acquired; starting workload")
 	s.observe(EventAcquired, nil)
@@ -226,8 +242,9 @@ func (s *Supervisor) hold(ctx context.Context, t held, workload func(context.Con
 	if s.cfg.HardStop > 0 {
 		run = s.withHardStop(run, s.event(EventHardStop, nil))
 	}
-	err = t.Run(ctx, run)
+	err = t.Run(ctx, s.watch(t, run))
 	if cause, workErr, ok := lossOf(err); ok {
+		lost = true
 		log.Warn(s.kind+" lost; workload cancelled", "cause", cause, "workload_err", workErr)
 		s.observe(EventLost, cause)
 		return false, nil
@@ -267,7 +284,7 @@ func (s *Supervisor) withHardStop(workload func(context.Context) error, e Event)
 		var timer *time.Timer
 		stop := context.AfterFunc(ctx, func() {
 			cause := context.Cause(ctx)
-			if !errors.Is(cause, pglease.ErrLeaseLost) && !errors.Is(cause, runslots.ErrSlotLost) {
+			if !tenureEnded(cause) {
 				return
 			}
 			mu.Lock()

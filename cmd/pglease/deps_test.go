@@ -7,17 +7,19 @@ import (
 )
 
 // TestShipsLight checks that the pglease binary links no test harness: no
-// container runtime (testcontainers, the Docker client, OpenTelemetry), no
-// fault proxy, no test helpers. `go version -m` on the binary shows the same.
+// container runtime (testcontainers, the Docker client), no OpenTelemetry
+// SDK or exporter (the library's metrics use the API only), no fault proxy,
+// no test helpers. `go version -m` on the binary shows the same.
 func TestShipsLight(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
 	forbidden := []string{
-		"github.com/testcontainers/", "github.com/docker/", "github.com/moby/", "go.opentelemetry.io/",
+		"github.com/testcontainers/", "github.com/docker/", "github.com/moby/",
+		"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/sdk/", "go.opentelemetry.io/otel/exporters/", "go.opentelemetry.io/contrib/",
 		"github.com/pglease/pglease/internal/pgtest", "github.com/pglease/pglease/internal/pgcontainer",
-		"github.com/pglease/pglease/internal/faultproxy", "go.uber.org/goleak",
+		"github.com/pglease/pglease/internal/faultproxy", "github.com/pglease/pglease/internal/metrictest", "go.uber.org/goleak",
 	}
 	pkgs := strings.Fields(string(out))
 	for _, pkg := range pkgs {

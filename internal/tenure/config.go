@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/pglease/pglease/internal/purge"
 )
 
@@ -26,6 +28,8 @@ type Config struct {
 	OnRelease     func(err error)
 	OnWait        func(refusal error)
 	Keeper        *Keeper
+	MeterProvider metric.MeterProvider
+	MetricsByName bool
 }
 
 // The pace of renewals when a Config leaves it zero: one rule for every
@@ -52,7 +56,7 @@ func pace(ttl, renew, retry time.Duration) (time.Duration, time.Duration) {
 
 // WithDefaults returns cfg with the defaults that need no TTL applied
 // (Holder: the Keeper's, else NewHolderID(); Logger: slog.Default();
-// PurgeEvery: an hour), or an error matching ErrInvalidArgument that names
+// PurgeEvery: an hour; MeterProvider: otel.GetMeterProvider()), or an error matching ErrInvalidArgument that names
 // the first invalid field. With a Keeper, it also checks that the keeper's
 // TTL suits cfg (CheckTTL) and leaves its rounds room.
 func (cfg Config) WithDefaults() (Config, error) {
@@ -98,6 +102,7 @@ func (cfg Config) WithDefaults() (Config, error) {
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.PurgeEvery = cmp.Or(cfg.PurgeEvery, purge.DefaultEvery)
+	cfg.MeterProvider = MeterProvider(cfg.MeterProvider)
 	return cfg, nil
 }
 

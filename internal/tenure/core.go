@@ -64,6 +64,7 @@ type Core struct {
 	pool *pgxpool.Pool // non-nil when db is a pool: it purges
 	hub  *notify.Hub   // release notifications for the blocking calls
 	cfg  Config        // with defaults applied
+	m    *meters       // its instruments, made once
 
 	// OnWait, when set, is called each time a blocking call has been
 	// refused and is about to wait, with the name it waits on and the
@@ -83,7 +84,7 @@ func New(database DB, kind Kind, cfg Config) (*Core, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Core{kind: kind, db: database, q: db.New(database), cfg: cfg}
+	c := &Core{kind: kind, db: database, q: db.New(database), cfg: cfg, m: newMeters(cfg.MeterProvider, kind.Noun, cfg.MetricsByName)}
 	c.pool, _ = database.(*pgxpool.Pool)
 	c.hub = newHub(database, cfg.Logger)
 	if k := cfg.Keeper; k != nil && k.hub.Listens() {

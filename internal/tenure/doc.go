@@ -61,6 +61,20 @@
 // Done is closed exactly in the three ended states: work a tenure guards
 // stops when it closes.
 //
+// # Measurements
+//
+// A Core makes its instruments once (metrics.go), from Config.MeterProvider,
+// and a tenure measures its transitions where they happen: a grant counts an
+// acquisition and a tenure held; the end, once, in endLocked, counts it no
+// longer held and, for a loss, its reason, before Done closes. The reason is
+// decided where the tenure ends: refused when the server said so (Renew
+// refused, a Keeper's round that did not renew it, a Release that found it
+// gone: lost above); at the Deadline (abandoned above, or Hold's
+// ErrDeadline), connection when an own renewal was in flight or the last one
+// failed with an unknown outcome (for a kept tenure, its Keeper's round in
+// flight or failed), else deadline; Hold's ErrNoTime is connection. A
+// release, or a kept tenure whose Release failed, is no loss.
+//
 // # Holding a tenure while a workload runs
 //
 // Run (Lease.Run, Slot.Run) and pglease run use Hold: the workload runs

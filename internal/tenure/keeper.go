@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/internal/notify"
@@ -21,11 +23,12 @@ const DefaultKeeperTTL = 15 * time.Second
 // KeeperConfig configures a Keeper (pglease.KeeperConfig documents each
 // field).
 type KeeperConfig struct {
-	Holder     string
-	TTL        time.Duration
-	Interval   time.Duration
-	RetryDelay time.Duration
-	Logger     *slog.Logger
+	Holder        string
+	TTL           time.Duration
+	Interval      time.Duration
+	RetryDelay    time.Duration
+	Logger        *slog.Logger
+	MeterProvider metric.MeterProvider
 }
 
 // Keeper renews every lease and slot of one holder with one
@@ -38,6 +41,14 @@ type Keeper struct {
 	hub     *notify.Hub  // the LISTEN connection its clients' blocking calls share
 	cfg     KeeperConfig // with defaults applied
 	running atomic.Bool
+
+	// Its instruments, and what a tenure's deadline needs to say why it
+	// passed: a round in flight, or the last one's outcome unknown.
+	roundTime    metric.Float64Histogram
+	roundTenures metric.Int64Histogram
+	roundOpts    [nOutcomes]Opts
+	inflight     atomic.Bool
+	failing      atomic.Bool
 
 	mu        sync.Mutex
 	sent      uint64            // rounds sent so far
@@ -95,12 +106,27 @@ func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
 		return nil, Invalidf("RetryDelay %s must be shorter than Interval %s", cfg.RetryDelay, cfg.Interval)
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	return &Keeper{
+	cfg.MeterProvider = MeterProvider(cfg.MeterProvider)
+	k := &Keeper{
 		db: database, q: db.New(database), cfg: cfg, hub: newHub(database, cfg.Logger),
 		held: make(map[key][]*Tenure), releasing: make(map[key]*zombie),
 		next: &round{done: make(chan struct{})},
-	}, nil
+	}
+	b := NewInstruments(cfg.MeterProvider)
+	k.roundTime = b.Seconds("pglease.keeper.round.duration",
+		"Round trip of a Keeper's renew_holder call, by outcome (renewed, or error: outcome unknown).", durationBuckets)
+	k.roundTenures = b.Count("pglease.keeper.round.tenures", "{tenure}",
+		"Tenures (leases and slots) each successful Keeper round renewed.", countBuckets)
+	b.Done()
+	for o := range nOutcomes {
+		k.roundOpts[o] = NewOpts(AttrRenewOutcome.String(outcomeNames[o]))
+	}
+	return k, nil
 }
+
+// troubled reports whether a round is in flight or the last one failed:
+// a kept tenure whose deadline passes then was lost to the connection.
+func (k *Keeper) troubled() bool { return k.inflight.Load() || k.failing.Load() }
 
 // Holder returns the holder the keeper renews.
 func (k *Keeper) Holder() string { return k.cfg.Holder }
@@ -159,14 +185,26 @@ func (k *Keeper) renewAll(ctx context.Context, sent time.Time) error {
 	k.mu.Unlock()
 
 	cctx, cancel := context.WithTimeout(ctx, k.cfg.TTL) // a later reply extends nothing
+	k.inflight.Store(true)
+	start := time.Now()
 	row, err := k.q.HolderRenew(cctx, db.HolderRenewParams{Holder: k.cfg.Holder, Ttl: k.cfg.TTL})
+	now := time.Now()
 	cancel()
 	if err != nil {
 		err = Interpret(ctx, fmt.Sprintf("pglease: renew_holder for holder %q, outcome unknown", k.cfg.Holder), ErrLeaseLost, err)
+		if ctx.Err() == nil {
+			k.failing.Store(true)
+			k.roundTime.Record(ctx, now.Sub(start).Seconds(), k.roundOpts[renewError].Record...)
+		}
+		k.inflight.Store(false)
 		k.settled(err)
 		return err
 	}
-	zombies := k.settle(n, sent, row)
+	k.failing.Store(false)
+	k.inflight.Store(false)
+	k.roundTime.Record(ctx, now.Sub(start).Seconds(), k.roundOpts[renewOK].Record...)
+	k.roundTenures.Record(ctx, int64(len(row.Leases)+len(row.Slots)))
+	zombies := k.settle(n, sent, now, row)
 	k.settled(nil)
 	k.release(zombies)
 	return nil
@@ -182,9 +220,10 @@ func (k *Keeper) settled(err error) {
 	close(r.done)
 }
 
-// settle applies the result of round n, sent at sent, to the tenures
-// registered before it was sent, and returns the releases to make.
-func (k *Keeper) settle(n uint64, sent time.Time, row db.HolderRenewRow) []*Tenure {
+// settle applies the result of round n, sent at sent and answered at now,
+// to the tenures registered before it was sent, and returns the releases
+// to make.
+func (k *Keeper) settle(n uint64, sent, now time.Time, row db.HolderRenewRow) []*Tenure {
 	renewed := make(map[key]int64, len(row.Leases)+len(row.Slots))
 	for i, name := range row.Leases {
 		renewed[key{name, 0}] = row.LeaseFences[i]
@@ -202,7 +241,7 @@ func (k *Keeper) settle(n uint64, sent time.Time, row db.HolderRenewRow) []*Tenu
 				kept = append(kept, t)
 				continue
 			}
-			switch t.settle(ok && fence == t.fence, sent, k.cfg.TTL) {
+			switch t.settle(ok && fence == t.fence, sent, now, k.cfg.TTL) {
 			case settleKept:
 				kept = append(kept, t)
 			case settleLost:

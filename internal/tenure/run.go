@@ -47,7 +47,7 @@ func (t *Tenure) Run(ctx context.Context, fn func(ctx context.Context) error) er
 		return fn(wctx)
 	})
 	if res.Lost {
-		t.end()
+		t.endLost(res.Cause)
 		workErr := res.WorkErr
 		if errors.Is(workErr, context.Canceled) {
 			workErr = nil

@@ -2,6 +2,7 @@ package tenure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ type Tenure struct {
 	margin time.Duration
 	k      *Keeper // non-nil when a Keeper renews the tenure
 	reg    uint64  // k's rounds sent before t was registered
+	a      *attrs  // the options of its measurements
 
 	mu        sync.Mutex
 	deadline  time.Time   // monotonic; see Deadline
@@ -30,6 +32,8 @@ type Tenure struct {
 	abandoned bool      // ended locally while the server may still hold it
 	err       error     // why a Keeper ended it
 	seen      time.Time // the deadline the last kept Renew returned with
+	renewing  int       // own renewals in flight
+	failed    bool      // the last own renewal's outcome is unknown
 }
 
 // Grant returns the tenure granted by a request sent at sent: its deadline
@@ -37,6 +41,9 @@ type Tenure struct {
 // tenure is registered with it.
 func (c *Core) Grant(name string, slot int, fence int64, ttl time.Duration, sent time.Time) *Tenure {
 	t := &Tenure{c: c, name: name, slot: slot, fence: fence, ttl: ttl, margin: c.cfg.Margin(ttl), k: c.cfg.Keeper, done: make(chan struct{})}
+	t.a = c.m.attrsOf(name)
+	c.m.acquisitions.Add(context.Background(), 1, t.a.base.Add...)
+	c.m.held.Add(context.Background(), 1, t.a.base.Add...)
 	t.deadline = sent.Add(ttl - t.margin)
 	t.seen = t.deadline
 	t.mu.Lock() // expire may run before t.over is set
@@ -87,22 +94,53 @@ func (t *Tenure) expire() {
 	if !t.ended {
 		t.abandoned = true
 	}
-	t.endLocked()
+	t.endLocked(t.deadlineReason())
 }
 
-// end closes done.
-func (t *Tenure) end() {
+// endLost ends t as Run's Hold found it lost, for cause (HoldResult.Cause),
+// unless it has ended already.
+func (t *Tenure) endLost(cause error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.endLocked()
+	why := lossConnection // ErrNoTime: a renewal failed with no time left
+	switch {
+	case errors.Is(cause, ErrRefused):
+		why = lossRefused
+	case errors.Is(cause, ErrDeadline):
+		why = t.deadlineReason()
+	}
+	t.endLocked(why)
 }
 
-func (t *Tenure) endLocked() {
-	if !t.ended {
-		t.ended = true
-		t.over.Stop()
-		close(t.done)
+// deadlineReason says why t's deadline passed: connection when renewals
+// were failing or one was in flight (the keeper's, for a kept tenure),
+// else deadline (none was made in time). t.mu is held.
+func (t *Tenure) deadlineReason() lossReason {
+	troubled := t.renewing > 0 || t.failed
+	if t.k != nil {
+		troubled = t.k.troubled()
 	}
+	if troubled {
+		return lossConnection
+	}
+	return lossDeadline
+}
+
+// endLocked closes done, once, and measures the end: why is the loss's
+// reason, noLoss for an end that is not a loss. t.mu is held.
+func (t *Tenure) endLocked(why lossReason) {
+	if t.ended {
+		return
+	}
+	t.ended = true
+	t.over.Stop()
+	// Measured before done closes: whoever waits on Done sees the loss.
+	ctx := context.Background()
+	t.c.m.held.Add(ctx, -1, t.a.base.Add...)
+	if why != noLoss {
+		t.c.m.losses.Add(ctx, 1, t.a.lost[why].Add...)
+	}
+	close(t.done)
 }
 
 // Renew extends the tenure by its TTL from now and moves the deadline. It
@@ -115,6 +153,9 @@ func (t *Tenure) Renew(ctx context.Context) error {
 	if t.k != nil {
 		return t.k.renew(ctx, t)
 	}
+	t.mu.Lock()
+	t.renewing++
+	t.mu.Unlock()
 	sent := time.Now()
 	var (
 		renewed bool
@@ -133,17 +174,34 @@ func (t *Tenure) Renew(ctx context.Context) error {
 		})
 		renewed = row.Renewed
 	}
+	now := time.Now()
 	if err != nil {
-		return t.c.Interpret(ctx, err)
+		err = t.c.Interpret(ctx, err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !renewed {
-		t.endLocked()
+	t.renewing--
+	m := t.c.m
+	switch {
+	case errors.Is(err, context.Canceled):
+		// Ended by its caller (Run's workload returned): no outcome.
+		return err
+	case err != nil:
+		t.failed = true
+		m.renewTime.Record(ctx, now.Sub(sent).Seconds(), t.a.renewed[renewError].Record...)
+		return err
+	case !renewed:
+		m.renewTime.Record(ctx, now.Sub(sent).Seconds(), t.a.renewed[renewRefused].Record...)
+		t.endLocked(lossRefused)
 		return t.c.kind.Lost
 	}
+	t.failed = false
+	m.renewTime.Record(ctx, now.Sub(sent).Seconds(), t.a.renewed[renewOK].Record...)
 	if d := sent.Add(t.ttl - t.margin); d.After(t.deadline) {
 		t.deadline = d
+	}
+	if !t.ended {
+		m.margin.Record(ctx, max(t.deadline.Sub(now), 0).Seconds(), t.a.base.Record...)
 	}
 	return nil
 }
@@ -161,7 +219,7 @@ func (t *Tenure) Release(ctx context.Context) error {
 		if err != nil {
 			t.mu.Lock()
 			t.abandoned = t.abandoned || !t.ended
-			t.endLocked()
+			t.endLocked(noLoss)
 			t.mu.Unlock()
 		} else {
 			t.k.deregister(t)
@@ -172,10 +230,12 @@ func (t *Tenure) Release(ctx context.Context) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.endLocked()
 	if !released {
+		t.endLocked(lossRefused) // over on the server already
 		return t.c.kind.Lost
 	}
+	t.endLocked(noLoss)
+	t.c.m.releases.Add(ctx, 1, t.a.base.Add...)
 	t.deadline = time.Now()
 	return nil
 }
@@ -203,9 +263,9 @@ const (
 	settleZombie        // ended locally while the server may hold it
 )
 
-// settle applies a round sent at sent, renewing to ttl, to t: renewed says
-// whether the round renewed t's fence.
-func (t *Tenure) settle(renewed bool, sent time.Time, ttl time.Duration) int {
+// settle applies a round sent at sent and answered at now, renewing to
+// ttl, to t: renewed says whether the round renewed t's fence.
+func (t *Tenure) settle(renewed bool, sent, now time.Time, ttl time.Duration) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
@@ -219,6 +279,7 @@ func (t *Tenure) settle(renewed bool, sent time.Time, ttl time.Duration) int {
 	if d := sent.Add(ttl - t.c.cfg.Margin(ttl)); d.After(t.deadline) {
 		t.deadline = d
 	}
+	t.c.m.margin.Record(context.Background(), max(t.deadline.Sub(now), 0).Seconds(), t.a.base.Record...)
 	return settleKept
 }
 
@@ -228,7 +289,7 @@ func (t *Tenure) lose() {
 	defer t.mu.Unlock()
 	if !t.ended {
 		t.err = fmt.Errorf("%w: %s was released, taken over or expired (renew_holder did not renew it)", t.c.kind.Lost, t.describe())
-		t.endLocked()
+		t.endLocked(lossRefused)
 	}
 }
 
