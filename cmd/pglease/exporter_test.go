@@ -39,7 +39,7 @@ func startExporter(t *testing.T, c cli, args ...string) (*background, string) {
 // get fetches url and returns its status and body.
 func get(t *testing.T, url string, timeout time.Duration) (int, string) {
 	t.Helper()
-	client := &http.Client{Timeout: timeout}
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Get(url)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/faultproxy"
+	"github.com/pglease/pglease/internal/obstest"
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/pgleaseadmin"
@@ -58,90 +59,15 @@ func TestEscaping(t *testing.T) {
 	}
 }
 
-// sample is a parsed sample: its metric name and label values, in order.
-type sample struct {
-	name   string
-	labels []string // name=value pairs, values unescaped
-	value  float64
-}
-
-func (s sample) key() string { return s.name + "{" + strings.Join(s.labels, ",") + "}" }
-
-// parseExposition parses the text format as Prometheus reads it (the part
-// this exporter writes: HELP, TYPE, samples with labels, no timestamps)
-// and checks that every family has one HELP and one TYPE before its
-// samples.
-func parseExposition(t *testing.T, body string) map[string]sample {
+// parseExposition parses body strictly (obstest.ParseText), failing the
+// test on any error.
+func parseExposition(t *testing.T, body string) map[string]obstest.Series {
 	t.Helper()
-	out := map[string]sample{}
-	typed := map[string]string{}
-	for i, line := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
-		if rest, ok := strings.CutPrefix(line, "# HELP "); ok {
-			name, _, _ := strings.Cut(rest, " ")
-			if _, dup := typed[name]; dup {
-				t.Fatalf("line %d: second HELP of %s", i+1, name)
-			}
-			continue
-		}
-		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
-			name, typ, _ := strings.Cut(rest, " ")
-			if typ != "gauge" && typ != "counter" {
-				t.Fatalf("line %d: type %q", i+1, typ)
-			}
-			typed[name] = typ
-			continue
-		}
-		s := sample{}
-		j := strings.IndexAny(line, "{ ")
-		if j < 0 {
-			t.Fatalf("line %d: %q", i+1, line)
-		}
-		s.name, line = line[:j], line[j:]
-		if typed[s.name] == "" {
-			t.Fatalf("line %d: sample of %s before its TYPE", i+1, s.name)
-		}
-		if line[0] == '{' {
-			line = line[1:]
-			for line[0] != '}' {
-				eq := strings.Index(line, `="`)
-				lname := line[:eq]
-				line = line[eq+2:]
-				var v strings.Builder
-				for line[0] != '"' {
-					if line[0] == '\\' {
-						switch line[1] {
-						case 'n':
-							v.WriteByte('\n')
-						case '\\', '"':
-							v.WriteByte(line[1])
-						default:
-							t.Fatalf("line %d: bad escape \\%c", i+1, line[1])
-						}
-						line = line[2:]
-						continue
-					}
-					if line[0] == '\n' {
-						t.Fatalf("line %d: raw line feed in a label value", i+1)
-					}
-					v.WriteByte(line[0])
-					line = line[1:]
-				}
-				s.labels = append(s.labels, lname+"="+v.String())
-				line = strings.TrimPrefix(line[1:], ",")
-			}
-			line = line[1:]
-		}
-		v, err := strconv.ParseFloat(strings.TrimPrefix(line, " "), 64)
-		if err != nil {
-			t.Fatalf("line %d: value: %v", i+1, err)
-		}
-		s.value = v
-		if _, dup := out[s.key()]; dup {
-			t.Fatalf("line %d: series %s twice", i+1, s.key())
-		}
-		out[s.key()] = s
+	got, err := obstest.ParseText(body)
+	if err != nil {
+		t.Fatalf("parse the exposition: %v\n%s", err, body)
 	}
-	return out
+	return got
 }
 
 // logBuffer collects log lines, safe for concurrent use.
@@ -214,12 +140,12 @@ func TestScrape(t *testing.T) {
 		for metric, want := range map[string]float64{
 			"pglease_lease_held": 1, "pglease_lease_fence": 1,
 		} {
-			if s, ok := got[metric+"{name="+l.Name+"}"]; !ok || s.value != want {
-				t.Errorf("%s{name=%q}: got %v (present %v), want %v", metric, l.Name, s.value, ok, want)
+			if s, ok := got[metric+"{name="+l.Name+"}"]; !ok || s.Value != want {
+				t.Errorf("%s{name=%q}: got %v (present %v), want %v", metric, l.Name, s.Value, ok, want)
 			}
 		}
-		if s := got["pglease_lease_expiry_seconds{name="+l.Name+"}"]; s.value <= 50 || s.value > 60 {
-			t.Errorf("pglease_lease_expiry_seconds{name=%q}: got %v, want about 60", l.Name, s.value)
+		if s := got["pglease_lease_expiry_seconds{name="+l.Name+"}"]; s.Value <= 50 || s.Value > 60 {
+			t.Errorf("pglease_lease_expiry_seconds{name=%q}: got %v, want about 60", l.Name, s.Value)
 		}
 	}
 	for key, want := range map[string]float64{
@@ -233,14 +159,14 @@ func TestScrape(t *testing.T) {
 		"pglease_purged_rows_total{}":                       0,
 		"pglease_waiters{kind=lease}":                       0,
 	} {
-		if s, ok := got[key]; !ok || s.value != want {
-			t.Errorf("%s: got %v (present %v), want %v", key, s.value, ok, want)
+		if s, ok := got[key]; !ok || s.Value != want {
+			t.Errorf("%s: got %v (present %v), want %v", key, s.Value, ok, want)
 		}
 	}
 	// The counter of dropped series grows with each scrape that drops.
 	body, _ = scrape(t, e, 0)
-	if s := parseExposition(t, body)["pglease_exporter_series_dropped_total{kind=lease}"]; s.value != 12 {
-		t.Errorf("dropped lease series after two scrapes: got %v, want 12", s.value)
+	if s := parseExposition(t, body)["pglease_exporter_series_dropped_total{kind=lease}"]; s.Value != 12 {
+		t.Errorf("dropped lease series after two scrapes: got %v, want 12", s.Value)
 	}
 	if l := logs.String(); l != "" {
 		t.Errorf("log of healthy scrapes: got %q, want nothing", l)
@@ -300,8 +226,8 @@ func TestOutage(t *testing.T) {
 			t.Fatalf("%s: the scrape took %s, want at most its timeout %s and a second", what, took, timeout)
 		}
 		s, ok := parseExposition(t, body)["pglease_up{}"]
-		if !ok || s.value != want {
-			t.Fatalf("%s: pglease_up %v (present %v), want %v", what, s.value, ok, want)
+		if !ok || s.Value != want {
+			t.Fatalf("%s: pglease_up %v (present %v), want %v", what, s.Value, ok, want)
 		}
 	}
 	up("healthy", 1)
@@ -330,8 +256,8 @@ func TestOutage(t *testing.T) {
 	_ = proxy.Close()
 	up("refused", 0)
 	body, _ := scrape(t, e, 0)
-	if s := parseExposition(t, body)["pglease_exporter_scrape_errors_total{}"]; s.value < 9 {
-		t.Errorf("scrape errors: got %v, want at least 9", s.value)
+	if s := parseExposition(t, body)["pglease_exporter_scrape_errors_total{}"]; s.Value < 9 {
+		t.Errorf("scrape errors: got %v, want at least 9", s.Value)
 	}
 	if strings.Contains(body, "pglease_lease_held") || !strings.Contains(body, "# TYPE pglease_up gauge") {
 		t.Errorf("body while down: got %q, want the exporter's own metrics only", body)
@@ -345,7 +271,7 @@ func waitUp(t *testing.T, e *Exporter) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		body, _ := scrape(t, e, 0)
-		if parseExposition(t, body)["pglease_up{}"].value == 1 {
+		if parseExposition(t, body)["pglease_up{}"].Value == 1 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -383,8 +309,8 @@ func TestNoGrant(t *testing.T) {
 	log, logs := newLog()
 	e := New(pool, Options{Log: log})
 	body, _ := scrape(t, e, 0)
-	if s := parseExposition(t, body)["pglease_up{}"]; s.value != 0 {
-		t.Fatalf("pglease_up without pglease_client: got %v, want 0", s.value)
+	if s := parseExposition(t, body)["pglease_up{}"]; s.Value != 0 {
+		t.Fatalf("pglease_up without pglease_client: got %v, want 0", s.Value)
 	}
 	if !strings.Contains(logs.String(), "GRANT pglease_client TO") {
 		t.Fatalf("log without pglease_client: got %q, want the grant to add", logs)
