@@ -44,7 +44,7 @@ const (
 	panelHeight = 150.0
 	marginLeft  = 64.0
 	marginRight = 150.0 // the legend
-	marginTop   = 96.0 // the title, and a row per event label
+	marginTop   = 96.0  // the title, and a row per event label
 	panelGap    = 34.0
 	marginBot   = 40.0
 )
