@@ -54,6 +54,9 @@ type config struct {
 	// keeperLeases, when set, are the sizes of the keeper comparison
 	// (keeper.go), run alone.
 	keeperLeases []int
+	// scrapeLeases, when set, are the sizes of the scrape cost
+	// (scrape.go), run alone.
+	scrapeLeases []int
 }
 
 func main() {
@@ -96,10 +99,16 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.purgeNames, "purge-names", 1_000_000, "unique names of the table-size run, with and without purge (0: skip it)")
 	fs.BoolVar(&cfg.purgeOnly, "purge-only", false, "run only the table-size run: print its section and write -json, leave -out alone")
 	keeperLeases := fs.String("keeper-leases", "", "run only the keeper comparison, for these lease counts (e.g. 1000,10000), and print its section")
+	scrapeLeases := fs.String("scrape-leases", "", "run only the scrape cost of pglease.metrics, for these lease counts (e.g. 10000,100000), and print its section")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	var err error
+	if *scrapeLeases != "" {
+		if cfg.scrapeLeases, err = parseInts(*scrapeLeases); err != nil {
+			return cfg, fmt.Errorf("-scrape-leases: %w", err)
+		}
+	}
 	if *keeperLeases != "" {
 		if cfg.keeperLeases, err = parseInts(*keeperLeases); err != nil {
 			return cfg, fmt.Errorf("-keeper-leases: %w", err)
@@ -153,6 +162,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if len(cfg.keeperLeases) > 0 {
 		return runKeeperBench(ctx, cfg)
+	}
+	if len(cfg.scrapeLeases) > 0 {
+		return runScrapeBench(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {

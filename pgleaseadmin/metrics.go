@@ -30,9 +30,10 @@ type MetricsOptions struct {
 	// bytes.
 	Names string
 	// MaxNames is how many lease names, and how many scope names, are
-	// reported at most: the first in byte order among those that match;
-	// the others are counted in LeasesDropped and ScopesDropped. Defaults
-	// to DefaultMaxNames; negative: none (totals only). At most 1,000,000.
+	// reported at most: the first that match, in the order of the tables'
+	// primary keys (the database's collation); the others are counted in
+	// LeasesDropped and ScopesDropped. Defaults to DefaultMaxNames;
+	// negative: none (totals only). At most 1,000,000.
 	MaxNames int
 }
 
@@ -42,8 +43,8 @@ type Metrics struct {
 	// Version is the schema version (pglease.version()).
 	Version string
 	// Leases are the leases whose name matches MetricsOptions.Names, the
-	// first MaxNames of them in byte order; LeasesDropped counts those that
-	// matched beyond.
+	// first MaxNames of them in the order of the primary key; LeasesDropped
+	// counts those that matched beyond.
 	Leases        []LeaseMetric
 	LeasesDropped int64
 	// Scopes are the slot scopes likewise; ScopesDropped counts those that

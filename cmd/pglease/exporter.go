@@ -56,9 +56,10 @@ when it answers again). SIGINT or SIGTERM stop it (exit 0).
 
 --names and --max-series bound the per-name series: only lease and
 scope names matching REGEX (a POSIX regular expression, as PostgreSQL's
-~: unanchored), and of those the first N in byte order, are exported one
-by one; the series left out are counted in
-pglease_exporter_series_dropped_total. The totals count every row.`,
+~: unanchored), and of those the first N in the order of the primary key
+(the database's collation), are exported one by one; the series left out
+are counted in pglease_exporter_series_dropped_total. The totals count
+every row.`,
 	interspersed: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (

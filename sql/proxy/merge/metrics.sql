@@ -1,6 +1,7 @@
 -- Every partition's figures, merged into what one database would return:
--- the per-name arrays of all partitions sorted by name in byte order and
--- cut at p_max_names, the names cut added to the partitions' own dropped
+-- the per-name arrays of all partitions sorted by name (in the proxy
+-- database's collation, which should be the partitions') and cut at
+-- p_max_names, the names cut added to the partitions' own dropped
 -- counts; totals, row counts, sizes and purged rows summed; the oldest
 -- free ages the largest of any partition; version the oldest of any
 -- partition (during an upgrade, what every partition offers). Each
@@ -58,26 +59,26 @@ BEGIN
 
     v_cut := greatest(cardinality(lease_names) - p_max_names, 0);
     IF v_cut > 0 OR cardinality(lease_names) > 1 THEN
-        SELECT coalesce(array_agg(m.n ORDER BY m.n COLLATE "C"), '{}'),
-               coalesce(array_agg(m.h ORDER BY m.n COLLATE "C"), '{}'),
-               coalesce(array_agg(m.e ORDER BY m.n COLLATE "C"), '{}'),
-               coalesce(array_agg(m.f ORDER BY m.n COLLATE "C"), '{}')
+        SELECT coalesce(array_agg(m.n ORDER BY m.n), '{}'),
+               coalesce(array_agg(m.h ORDER BY m.n), '{}'),
+               coalesce(array_agg(m.e ORDER BY m.n), '{}'),
+               coalesce(array_agg(m.f ORDER BY m.n), '{}')
         INTO lease_names, lease_held, lease_expiry_seconds, lease_fences
         FROM (SELECT u.n, u.h, u.e, u.f
               FROM unnest(lease_names, lease_held, lease_expiry_seconds, lease_fences) AS u(n, h, e, f)
-              ORDER BY u.n COLLATE "C"
+              ORDER BY u.n
               LIMIT p_max_names) AS m;
         leases_dropped := leases_dropped + v_cut;
     END IF;
     v_cut := greatest(cardinality(scope_names) - p_max_names, 0);
     IF v_cut > 0 OR cardinality(scope_names) > 1 THEN
-        SELECT coalesce(array_agg(m.n ORDER BY m.n COLLATE "C"), '{}'),
-               coalesce(array_agg(m.u ORDER BY m.n COLLATE "C"), '{}'),
-               coalesce(array_agg(m.c ORDER BY m.n COLLATE "C"), '{}')
+        SELECT coalesce(array_agg(m.n ORDER BY m.n), '{}'),
+               coalesce(array_agg(m.u ORDER BY m.n), '{}'),
+               coalesce(array_agg(m.c ORDER BY m.n), '{}')
         INTO scope_names, scope_in_use, scope_capacities
         FROM (SELECT x.n, x.u, x.c
               FROM unnest(scope_names, scope_in_use, scope_capacities) AS x(n, u, c)
-              ORDER BY x.n COLLATE "C"
+              ORDER BY x.n
               LIMIT p_max_names) AS m;
         scopes_dropped := scopes_dropped + v_cut;
     END IF;
