@@ -8,6 +8,7 @@
 //	pglease status [--json]             leases, slots and scopes, as the server sees them
 //	pglease run --lease NAME [--slot SCOPE:CAPACITY] [--ttl 30s] [--wait|--no-wait] [--grace TTL/4] -- COMMAND [ARGS...]
 //	pglease release --force NAME --yes  operator override: end a tenure whoever holds it
+//	pglease exporter [--listen ADDR]    the database's view as Prometheus metrics (docs/exporter.md)
 //	pglease demo                        three supervised instances, a crash, a handover
 //	pglease help [COMMAND]              usage; `pglease COMMAND -h` too
 //
