@@ -44,6 +44,7 @@ lint-go: ## gofmt and go vet
 	$(GO) vet -tags proof ./internal/proof/
 	$(GO) vet -tags failover ./failover/
 	$(GO) vet -tags sharded ./internal/shardtest/
+	$(GO) vet -tags observability ./internal/obstest/
 	cd bench && $(GO) vet ./...
 
 lint-sql: ## plpgsql_check over every PL/pgSQL function, all warnings on (needs make deps)

@@ -1,6 +1,7 @@
 // Command pglease applies pglease's schema, shows its leases and slots, runs
 // a command under a lease (a distributed flock(1)), force-releases a lease,
-// and demonstrates leader election.
+// serves the database's view as Prometheus metrics, and demonstrates leader
+// election.
 //
 // # Overview
 //
