@@ -114,7 +114,7 @@ func Plot(w io.Writer, title string, start, end time.Time, maxStep time.Duration
 		ly := 42 + float64(i%3)*14
 		p(`<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#c00" stroke-dasharray="4 3"/>`+"\n", xe, ly+4, xe, last)
 		anchor, dx := "start", 3.0
-		if xe > right-160 {
+		if xe > right-110 {
 			anchor, dx = "end", -3
 		}
 		p(`<text x="%.1f" y="%g" fill="#c00" text-anchor="%s">%s</text>`+"\n", xe+dx, ly, anchor, esc(e.Label))
