@@ -87,9 +87,12 @@ func (e *Exporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	timeout := e.opts.Timeout
 	if s, err := strconv.ParseFloat(r.Header.Get(timeoutHeader), 64); err == nil && s > 0 {
-		if d := time.Duration(s*float64(time.Second)) - timeoutMargin; d > 0 && d < timeout {
-			timeout = d
+		scrape := time.Duration(s * float64(time.Second))
+		d := scrape - timeoutMargin
+		if d <= 0 {
+			d = scrape / 2 // a very short scrape timeout: keep half for the answer
 		}
+		timeout = min(timeout, d)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
