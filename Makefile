@@ -11,11 +11,11 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 .DEFAULT_GOAL := help
 .PHONY: help demo generate freeze verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
 	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover \
-	test-clients test-sharded test-run-margins
+	test-clients test-sharded test-run-margins test-rules test-observability
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
-		awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+		awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
 
 demo: ## Run the demo: migrations, three supervised instances, a crash, a handover
 	$(GO) run ./cmd/pglease demo
@@ -44,6 +44,7 @@ lint-go: ## gofmt and go vet
 	$(GO) vet -tags proof ./internal/proof/
 	$(GO) vet -tags failover ./failover/
 	$(GO) vet -tags sharded ./internal/shardtest/
+	$(GO) vet -tags observability ./internal/obstest/
 	cd bench && $(GO) vet ./...
 	cd examples/metrics && $(GO) vet ./...
 
@@ -113,6 +114,12 @@ test-failover: ## Failover tests on a pg_auto_failover formation (root; ~4 min; 
 
 test-sharded: ## PL/Proxy proxy over four partitions on two throwaway clusters: contract, Go clients, role binding, faults (~1 min; PGLEASE_SHARDED_SUITES=1 adds the unchanged suites)
 	./scripts/test-sharded.sh
+
+test-rules: ## Check the Prometheus rules of deploy/prometheus and run their promtool unit tests (needs make deps)
+	./scripts/test-observability.sh --rules-only
+
+test-observability: ## The rules, then a real Prometheus scraping pglease exporter through a handover, promtool check metrics, the postgres-exporter queries file (~40 s; PGLEASE_UPDATE_PLOT=1 redraws docs/img/handover.svg)
+	./scripts/test-observability.sh
 
 test-run-margins: ## pglease run: margin between the command's last process dying and the server's expiry, RUNS=10 per fault (~3 min)
 	@out=$$(mktemp); $(GO) test -race -count=$${RUNS:-10} -run 'TestCLI/Run(Kill9|Crash|Stopped|LeaseLostBlackhole)$$' -v \

@@ -56,6 +56,9 @@ type config struct {
 	keeperLeases []int
 	// metricsOnly runs only the metrics overhead comparison (metrics.go).
 	metricsOnly bool
+	// scrapeLeases, when set, are the sizes of the scrape cost
+	// (scrape.go), run alone.
+	scrapeLeases []int
 }
 
 func main() {
@@ -99,10 +102,16 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.purgeOnly, "purge-only", false, "run only the table-size run: print its section and write -json, leave -out alone")
 	fs.BoolVar(&cfg.metricsOnly, "metrics-only", false, "run only the metrics overhead comparison (renew with and without an OpenTelemetry SDK, at -clients) and print its section")
 	keeperLeases := fs.String("keeper-leases", "", "run only the keeper comparison, for these lease counts (e.g. 1000,10000), and print its section")
+	scrapeLeases := fs.String("scrape-leases", "", "run only the scrape cost of pglease.metrics, for these lease counts (e.g. 10000,100000), and print its section")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	var err error
+	if *scrapeLeases != "" {
+		if cfg.scrapeLeases, err = parseInts(*scrapeLeases); err != nil {
+			return cfg, fmt.Errorf("-scrape-leases: %w", err)
+		}
+	}
 	if *keeperLeases != "" {
 		if cfg.keeperLeases, err = parseInts(*keeperLeases); err != nil {
 			return cfg, fmt.Errorf("-keeper-leases: %w", err)
@@ -159,6 +168,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if cfg.metricsOnly {
 		return runMetricsBench(ctx, cfg)
+	}
+	if len(cfg.scrapeLeases) > 0 {
+		return runScrapeBench(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {

@@ -10,6 +10,9 @@
 //     pglease.lease_status, slot_status and slot_scope_status), with each
 //     holder, fence, state and time left, all computed by the server's
 //     clock (`pglease status`).
+//   - ReadMetrics reads, in one call, what a monitoring system needs: each
+//     lease's state, time to expiry and fence, each scope's occupancy and
+//     capacity, and totals (`pglease exporter`, docs/observability.md).
 //   - ForceRelease ends a lease's tenure whoever holds it: the override for
 //     a holder that is gone but whose TTL is long (`pglease release
 //     --force`).

@@ -134,3 +134,32 @@ func ExamplePurge() {
 	fmt.Println("purged", n, "rows")
 	// Output: purged 0 rows
 }
+
+// ExampleReadMetrics reads what `pglease exporter` serves: each lease with
+// its state and fence, and totals over every row.
+func ExampleReadMetrics() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := pglease.New(pool, pglease.Config{Holder: "worker-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := client.TryAcquire(ctx, "metrics/report", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+
+	m, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.MetricsOptions{Names: "^metrics/"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, l := range m.Leases {
+		fmt.Println(l.Name, "held:", l.Held, "fence", l.Fence, "left:", l.Expiry > 50*time.Second)
+	}
+	// Output: metrics/report held: true fence 1 left: true
+}

@@ -49,8 +49,11 @@ go test -tags sharded -race -count=1 -timeout 10m "$@" ./internal/shardtest/
 #   write pglease's tables or internal functions, which live on the
 #   partitions (make test runs them on a pglease database);
 #   (TestRunDeadline hangs renewals by locking a row of pglease.slots,
-#   TestKeeperKeepsMany counts live rows of pglease.leases and slots);
-TOP_PARTITION='TestMigrationsBesideAppHistory|TestMigrateCLI|TestExactACL|TestBadInputRefused|TestNameKeyedCallsUsePrimaryKey|TestPrivileges|TestRunPurges|TestRunLost|TestRunDeadline|TestKeeperKeepsMany|TestSentinels|TestMissingSchema'
+#   TestKeeperKeepsMany counts live rows of pglease.leases and slots,
+#   TestMetrics compares pglease.metrics with the tables and reads it twice
+#   in one repeatable-read snapshot; shardtest's TestMetricsThroughProxy
+#   covers the merge);
+TOP_PARTITION='TestMigrationsBesideAppHistory|TestMigrateCLI|TestExactACL|TestBadInputRefused|TestNameKeyedCallsUsePrimaryKey|TestPrivileges|TestRunPurges|TestRunLost|TestRunDeadline|TestKeeperKeepsMany|TestSentinels|TestMissingSchema|TestMetrics'
 SUB_PARTITION='LeaseStatusStates'
 # - roles created by a test exist on the proxy's cluster only, and PL/Proxy
 #   connects to the partitions as the caller's role (shardtest's

@@ -47,6 +47,8 @@ func TestCLI(t *testing.T) {
 		{"DemoDiscovery", testDemoDiscovery},
 		{"Errors", testErrors},
 		{"NoPasswordInOutput", testNoPasswordInOutput},
+		{"Exporter", testExporter},
+		{"ExporterErrors", testExporterErrors},
 	}, reaperCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -59,7 +61,9 @@ func TestCLI(t *testing.T) {
 
 func testUsage(t *testing.T, c cli) {
 	r := c.mustRun(0, "help")
-	requireContains(t, "help", r.stdout, "migrate", "status", "run", "release", "demo", "PGLEASE_DATABASE_URL", "75", "69")
+	requireContains(t, "help", r.stdout, "migrate", "status", "run", "release", "exporter", "demo", "PGLEASE_DATABASE_URL", "75", "69")
+	r = c.mustRun(0, "help", "exporter")
+	requireContains(t, "help exporter", r.stdout, "--listen", "--names", "--max-series", "--timeout", "pglease_client", "docs/observability.md")
 	r = c.mustRun(0, "run", "-h")
 	requireContains(t, "run -h", r.stdout, "Usage: pglease run", "--grace", "--no-wait", "PGLEASE_FENCE", "69", "75")
 	r = c.mustRun(0, "help", "status")
@@ -684,6 +688,7 @@ func testNoPasswordInOutput(t *testing.T, c cli) {
 	commands := [][]string{
 		{"status", "--json"}, {"migrate", "up"}, {"migrate", "down", "--yes"},
 		{"run", "--lease", "x", "--wait", "--", "true"}, {"release", "--force", "x"}, {"demo"},
+		{"exporter", "--listen", "127.0.0.1:0"},
 	}
 	for i, url := range urls {
 		for j, args := range commands {

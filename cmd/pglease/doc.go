@@ -1,6 +1,7 @@
 // Command pglease applies pglease's schema, shows its leases and slots, runs
 // a command under a lease (a distributed flock(1)), force-releases a lease,
-// and demonstrates leader election.
+// serves the database's view as Prometheus metrics, and demonstrates leader
+// election.
 //
 // # Overview
 //
@@ -8,6 +9,7 @@
 //	pglease status [--json]             leases, slots and scopes, as the server sees them
 //	pglease run --lease NAME [--slot SCOPE:CAPACITY] [--ttl 30s] [--wait|--no-wait] [--grace TTL/4] -- COMMAND [ARGS...]
 //	pglease release --force NAME --yes  operator override: end a tenure whoever holds it
+//	pglease exporter [--listen ADDR]    the database's view as Prometheus metrics (docs/observability.md)
 //	pglease demo                        three supervised instances, a crash, a handover
 //	pglease help [COMMAND]              usage; `pglease COMMAND -h` too
 //

@@ -34,6 +34,7 @@ var commands = []*command{
 	runCommand,
 	releaseCommand,
 	purgeCommand,
+	exporterCommand,
 	demoCommand,
 }
 

@@ -24,6 +24,8 @@ const (
 	intArg                     // 1 to 1000000 (capacities, slot numbers)
 	scopesArg                  // claim_slots' text[]
 	capacityArg                // claim_slots' integer[]
+	regexArg                   // metrics' p_names: a regular expression of at most 1024 bytes
+	maxNamesArg                // metrics' p_max_names: 0 to 1000000
 )
 
 type fnArg struct {
@@ -109,6 +111,19 @@ func badValues(a fnArg) []badValue {
 			{"zero element", []int32{5, 0}, "22023", "p_capacities[2]"},
 			{"1000001 element", []int32{5, 1000001}, "22023", "p_capacities[2]"},
 		}
+	case regexArg:
+		return []badValue{
+			{"NULL", nil, "22004", ""},
+			{"1025 bytes", strings.Repeat("x", 1025), "22023", ""},
+			{"unbalanced", "(", "22023", "not a valid regular expression"},
+			{"bad class", "[[:nope:]]", "22023", "not a valid regular expression"},
+		}
+	case maxNamesArg:
+		return []badValue{
+			{"NULL", nil, "22004", ""},
+			{"negative", int32(-1), "22023", ""},
+			{"1000001", int32(1000001), "22023", ""},
+		}
 	}
 	panic("unknown argument kind")
 }
@@ -127,6 +142,7 @@ var publicFunctions = []fnSpec{
 	{"release_slot", []fnArg{{"p_scope", textArg, "scope-a"}, {"p_slot", intArg, int32(1)}, {"p_holder", textArg, "h"}, {"p_fence", fenceArg, int64(1)}}},
 	{"renew_holder", []fnArg{{"p_holder", textArg, "h"}, {"p_ttl", ttlArg, time.Hour}}},
 	{"force_release", []fnArg{{"p_name", textArg, "seeded"}}},
+	{"metrics", []fnArg{{"p_names", regexArg, "^seed"}, {"p_max_names", maxNamesArg, int32(10)}}},
 }
 
 // tablesSnapshot returns the full contents of pglease's tables.
@@ -230,6 +246,8 @@ func TestBadInputRefused(t *testing.T) {
 			{`SELECT * FROM pglease.claim_slot($1, $2, 1000000, '1 s')`, []any{long, long}},
 			{`SELECT * FROM pglease.claim_slots('h', $1, $2, '1 s')`, []any{scopesN(64), slices.Repeat([]int32{1000000}, 64)}},
 			{`SELECT * FROM pglease.renew('seeded', 'h', 0, '1 s')`, nil},
+			{`SELECT * FROM pglease.metrics($1, 1000000)`, []any{strings.Repeat("x", 1024)}},
+			{`SELECT * FROM pglease.metrics('', 0)`, nil},
 		} {
 			if _, err := tx.Exec(ctx, call.sql, call.args...); err != nil {
 				t.Fatalf("%s: %v", call.sql, err)

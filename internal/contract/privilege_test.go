@@ -181,6 +181,9 @@ func testLeastPrivilege(t *testing.T, db *testDB) {
 		if !release(t, client, n("c"), n("client"), 1) {
 			t.Fatalf("release: got false, want true")
 		}
+		if m := readMetrics(t, client, "", 1000); len(m.LeaseNames) == 0 {
+			t.Fatalf("metrics as client: got no leases, want some")
+		}
 		for _, view := range []string{"lease_status", "slot_status", "slot_scope_status"} {
 			var rows int
 			if err := client.QueryRow(ctx, `SELECT count(*) FROM pglease.`+view).Scan(&rows); err != nil {
@@ -246,6 +249,7 @@ func testLeastPrivilege(t *testing.T, db *testDB) {
 			`SELECT * FROM pglease.lease_status`,
 			`SELECT * FROM pglease.slot_status`,
 			`SELECT * FROM pglease.slot_scope_status`,
+			`SELECT * FROM pglease.metrics('', 10)`,
 			`SELECT * FROM pglease.leases`,
 		} {
 			sql = names.Replace(sql)

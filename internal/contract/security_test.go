@@ -3,6 +3,7 @@ package contract
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -26,6 +27,8 @@ func TestThreatModel(t *testing.T) {
 		{"SameRoleIsTrusted", testSameRoleIsTrusted},
 		{"OwnerOverrides", testOwnerOverrides},
 		{"ForgedNotificationCostsARetry", testForgedNotificationCostsARetry},
+		{"MetricsRevealWhatTheViewsDo", testMetricsRevealWhatTheViewsDo},
+		{"TableSizesArePublic", testTableSizesArePublic},
 	})
 }
 
@@ -256,6 +259,77 @@ func testForgedNotificationCostsARetry(t *testing.T, db *testDB) {
 	}
 }
 
+// testMetricsRevealWhatTheViewsDo: another service's pglease_client role
+// (an exporter's, say) reads through pglease.metrics the names, fences and
+// expiries of every role's leases and scopes: what the views show it
+// already, and no holder string. A costly regular expression costs its own
+// call only: the holder's renewal does not wait for it.
+func testMetricsRevealWhatTheViewsDo(t *testing.T, db *testDB) {
+	n := namer(t)
+	adminURL := pgtest.AdminURL(t)
+	a := connectAs(t, db.url, createLoginRole(t, adminURL, db.url, true))
+	exporter := connectAs(t, db.url, createLoginRole(t, adminURL, db.url, true))
+	ctx := testContext(t)
+
+	holder := n("secret-holder-of-a")
+	mustAcquire(t, a, n("lease"), holder, time.Hour, 1)
+	mustClaimSlot(t, a, n("scope"), holder, 3, time.Hour, 1, 1)
+
+	prefix := "^" + regexp.QuoteMeta(n(""))
+	m := readMetrics(t, exporter, prefix, 100)
+	if !slices.Equal(m.LeaseNames, []string{n("lease")}) || !m.LeaseHeld[0] || m.LeaseFences[0] != 1 ||
+		!slices.Equal(m.ScopeNames, []string{n("scope")}) || m.ScopeInUse[0] != 1 || m.ScopeCapacities[0] != 3 {
+		t.Fatalf("metrics as another role: got leases %q held %v fences %v, scopes %q in use %v capacities %v; want A's lease and scope",
+			m.LeaseNames, m.LeaseHeld, m.LeaseFences, m.ScopeNames, m.ScopeInUse, m.ScopeCapacities)
+	}
+	var whole string
+	if err := exporter.QueryRow(ctx, `SELECT m::text FROM pglease.metrics($1, 100) AS m`, prefix).Scan(&whole); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(whole, holder) {
+		t.Fatalf("metrics as another role shows the holder string %q: %s", holder, whole)
+	}
+	// The same names and fences are in the views it may read.
+	var viewFence int64
+	if err := exporter.QueryRow(ctx, `SELECT fence FROM pglease.lease_status WHERE name = $1`, n("lease")).Scan(&viewFence); err != nil || viewFence != 1 {
+		t.Fatalf("lease_status as another role: fence %d (%v), want 1", viewFence, err)
+	}
+
+	// A backtracking-heavy expression over every name, in an open
+	// transaction: A's renewal does not wait for it.
+	tx, err := exporter.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT * FROM pglease.metrics('^(a|aa)*(b|bb)*(.*)*$', 1000000)`); err != nil {
+		t.Fatalf("metrics with a costly expression: %v", err)
+	}
+	if r := renew(t, a, n("lease"), holder, 1, time.Hour); !r.Renewed {
+		t.Fatal("renewal by A while another role's metrics transaction is open: got false, want true")
+	}
+}
+
+// testTableSizesArePublic: a role with no grant cannot call
+// pglease.metrics, but the sizes and row estimates of pglease's tables are
+// no secret from it: pg_class and pg_total_relation_size (by OID) need no
+// privilege on the table, for any table of the database.
+func testTableSizesArePublic(t *testing.T, db *testDB) {
+	stranger := connectAs(t, db.url, createLoginRole(t, pgtest.AdminURL(t), db.url, false))
+	ctx := testContext(t)
+	if _, err := stranger.Exec(ctx, `SELECT * FROM pglease.metrics('', 10)`); pgCode(err) != "42501" {
+		t.Fatalf("metrics without pglease_client: got %v, want SQLSTATE 42501", err)
+	}
+	var bytes int64
+	var estimate float32
+	err := stranger.QueryRow(ctx, `SELECT pg_catalog.pg_total_relation_size(c.oid), c.reltuples
+		FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS s ON s.oid = c.relnamespace
+		WHERE s.nspname = 'pglease' AND c.relname = 'leases'`).Scan(&bytes, &estimate)
+	if err != nil || bytes <= 0 {
+		t.Fatalf("size of pglease.leases read by a role with no grant: %d bytes (%v), want the size", bytes, err)
+	}
+}
+
 // TestExactACL installs pglease where other roles would get privileges on
 // its objects, and checks that every pglease object then carries exactly
 // the documented ACL (docs/security.md) and that those roles can write
@@ -379,7 +453,7 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 	for _, f := range []string{
 		"acquire(text,text,interval)", "assert_held(text,bigint)",
 		"claim_slot(text,text,integer,interval)", "claim_slots(text,text[],integer[],interval)",
-		"purge(interval)", "purge_due(interval,interval)",
+		"metrics(text,integer)", "purge(interval)", "purge_due(interval,interval)",
 		"release(text,text,bigint)", "release_slot(text,integer,text,bigint)",
 		"renew(text,text,bigint,interval)", "renew_holder(text,interval)",
 		"renew_slot(text,integer,text,bigint,interval)", "version()",

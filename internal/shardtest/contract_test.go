@@ -295,3 +295,110 @@ func TestRenewHolderAndViews(t *testing.T) {
 		t.Fatalf("purge over 4 partitions: got %d (%v), want 1 (the expired lease)", purged, err)
 	}
 }
+
+// TestMetricsThroughProxy checks the merged pglease.metrics over four
+// partitions: the per-name arrays of every partition sorted by name and
+// cut at p_max_names, the names cut counted as dropped, the totals and
+// table rows summed, and the proxy's figures equal to the sum of the
+// partitions' own.
+func TestMetricsThroughProxy(t *testing.T) {
+	t.Parallel()
+	s := newSharded(t, fleet, 4)
+	proxy := pool(t, s.ProxyURL, newRole(t, fleet, "metrics"))
+	var names []string
+	for p := range 4 {
+		names = append(names, namesOn(t, proxy, "m", p, 2)...)
+	}
+	for _, n := range names {
+		mustAcquire(t, proxy, n, "holder", time.Minute, 1)
+	}
+	gone := names[len(names)-1]
+	if !release(t, proxy, gone, "holder", 1) {
+		t.Fatalf("release of %s: got false", gone)
+	}
+	for _, sc := range []string{"s1", "s2", "s3"} {
+		if _, err := proxy.Exec(testContext(t), `SELECT pglease.claim_slot($1, 'holder', 2, '1 minute')`, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The order of the proxy database's collation (the partitions').
+	if err := proxy.QueryRow(testContext(t), `SELECT array_agg(n ORDER BY n) FROM unnest($1::text[]) AS n`, names).Scan(&names); err != nil {
+		t.Fatal(err)
+	}
+
+	const q = `SELECT version, lease_names, lease_held, lease_fences, leases_dropped, scope_names, scope_in_use,
+		scope_capacities, scopes_dropped, leases_held, leases_free, slots_held, tables, table_rows, table_bytes,
+		lease_oldest_free_seconds
+		FROM pglease.metrics($1, $2)`
+	type row struct {
+		version                string
+		leases                 []string
+		held                   []bool
+		fences                 []int64
+		leasesDropped          int64
+		scopes                 []string
+		inUse, capacities      []int32
+		scopesDropped          int64
+		leasesHeld, leasesFree int64
+		slotsHeld              int64
+		tables                 []string
+		rows, bytes            []int64
+		oldestFree             float64
+	}
+	read := func(q2 querier, names string, max int) row {
+		t.Helper()
+		var r row
+		err := q2.QueryRow(testContext(t), q, names, max).Scan(&r.version, &r.leases, &r.held, &r.fences, &r.leasesDropped,
+			&r.scopes, &r.inUse, &r.capacities, &r.scopesDropped, &r.leasesHeld, &r.leasesFree, &r.slotsHeld,
+			&r.tables, &r.rows, &r.bytes, &r.oldestFree)
+		if err != nil {
+			t.Fatalf("pglease.metrics(%q, %d): %v", names, max, err)
+		}
+		return r
+	}
+
+	all := read(proxy, "", 100)
+	if !slices.Equal(all.leases, names) || all.leasesDropped != 0 || all.leasesHeld != 7 || all.leasesFree != 1 {
+		t.Fatalf("metrics through the proxy: leases %q (%d dropped), %d held, %d free; want %q, 7 held, 1 free",
+			all.leases, all.leasesDropped, all.leasesHeld, all.leasesFree, names)
+	}
+	for i, n := range all.leases {
+		if all.held[i] != (n != gone) || all.fences[i] != 1 {
+			t.Errorf("lease %s: held %v fence %d, want held %v fence 1", n, all.held[i], all.fences[i], n != gone)
+		}
+	}
+	if !slices.Equal(all.scopes, []string{"s1", "s2", "s3"}) || !slices.Equal(all.inUse, []int32{1, 1, 1}) ||
+		!slices.Equal(all.capacities, []int32{2, 2, 2}) || all.slotsHeld != 3 || all.oldestFree <= 0 {
+		t.Errorf("scopes through the proxy: %q in use %v capacities %v, %d slots held, oldest free %v", all.scopes, all.inUse,
+			all.capacities, all.slotsHeld, all.oldestFree)
+	}
+
+	// The cap applies to the merged names, in order.
+	capped := read(proxy, "^m-", 3)
+	if !slices.Equal(capped.leases, names[:3]) || capped.leasesDropped != 5 || len(capped.held) != 3 || len(capped.fences) != 3 {
+		t.Errorf("metrics('^m-', 3) through the proxy: %q, %d dropped; want %q, 5 dropped", capped.leases, capped.leasesDropped, names[:3])
+	}
+	if c := read(proxy, "^s[12]$", 1); !slices.Equal(c.scopes, []string{"s1"}) || c.scopesDropped != 1 || len(c.leases) != 0 {
+		t.Errorf("metrics('^s[12]$', 1) through the proxy: scopes %q (%d dropped), leases %q; want [s1], 1, none", c.scopes, c.scopesDropped, c.leases)
+	}
+
+	// The proxy's totals are the partitions' summed.
+	var rows, bytes [4]int64
+	for _, p := range s.Partitions {
+		r := read(pool(t, p.URL, ""), "", 100)
+		if r.version != all.version || !slices.Equal(r.tables, all.tables) {
+			t.Fatalf("partition %s: version %q tables %q; proxy %q %q", p.URL, r.version, r.tables, all.version, all.tables)
+		}
+		for i := range 4 {
+			rows[i] += r.rows[i]
+			bytes[i] += r.bytes[i]
+		}
+	}
+	if !slices.Equal(all.rows, rows[:]) || !slices.Equal(all.bytes, bytes[:]) {
+		t.Errorf("table rows and bytes through the proxy: %v %v; the partitions' sums %v %v", all.rows, all.bytes, rows, bytes)
+	}
+
+	// A bad expression is refused by the partitions, with its SQLSTATE.
+	_, err := proxy.Exec(testContext(t), `SELECT * FROM pglease.metrics('(', 10)`)
+	requirePgError(t, err, "22023", "not a valid regular expression")
+}

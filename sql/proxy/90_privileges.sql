@@ -37,6 +37,7 @@ BEGIN
             pglease.renew_holder(text, interval),
             pglease.purge(interval),
             pglease.purge_due(interval, interval),
+            pglease.metrics(text, integer),
             pglease.version(),
             pglease.partition_of(text),
             pglease._route_key(text),
@@ -45,6 +46,7 @@ BEGIN
             pglease._all_renew_holder(text, interval),
             pglease._all_purge(interval),
             pglease._all_purge_due(interval, interval),
+            pglease._all_metrics(text, integer),
             pglease._all_lease_status(),
             pglease._all_slot_status(),
             pglease._all_slot_scope_status()

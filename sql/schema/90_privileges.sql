@@ -83,6 +83,7 @@ BEGIN
             pglease.renew_holder(text, interval),
             pglease.purge(interval),
             pglease.purge_due(interval, interval),
+            pglease.metrics(text, integer),
             pglease.version()
             TO pglease_client;
     END IF;

@@ -3,5 +3,6 @@
 --
 -- None: 0.3.0 changes functions only (a refused acquire's expires_in and a
 -- refused claim's retry_in are taken on the clock read that decided;
--- renew_holder's expires_at documented as the lower bound it is). Its
--- tables, columns, indexes and constraints are 0.2.0's.
+-- renew_holder's expires_at documented as the lower bound it is) and adds
+-- one (pglease.metrics, read-only). Its tables, columns, indexes and
+-- constraints are 0.2.0's.
