@@ -65,7 +65,7 @@ type Exporter struct {
 
 	mu     sync.Mutex
 	failed bool   // the last scrape failed
-	cause  string // and why, as logged
+	cause  string // and why: Explain's words, or "timeout" for any timeoutError
 }
 
 // New returns an exporter reading database, a pool whose sessions should
@@ -112,7 +112,7 @@ func (e *Exporter) Scrape(ctx context.Context) []byte {
 	took := time.Since(start)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-			err = errors.New("no answer within the scrape's timeout of " + timeoutText(ctx, start))
+			err = timeoutError{after: timeoutText(ctx, start)}
 		}
 		e.scrapeErrors.Add(1)
 	} else {
@@ -206,9 +206,14 @@ func (e *Exporter) noteOutcome(err error) {
 		e.failed, e.cause = false, ""
 		e.opts.Log.Info("exporter: the database answers again; pglease_up 1")
 	case err != nil:
-		cause := Explain(err)
+		// Scrapes time out after slightly different times (each one's
+		// deadline comes from its own request): one outage all the same.
+		cause := "timeout"
+		if !errors.As(err, new(timeoutError)) {
+			cause = Explain(err)
+		}
 		if !e.failed || cause != e.cause {
-			e.opts.Log.Warn("exporter: cannot read the database; pglease_up 0", "err", cause)
+			e.opts.Log.Warn("exporter: cannot read the database; pglease_up 0", "err", Explain(err))
 		}
 		e.failed, e.cause = true, cause
 	}
@@ -229,6 +234,11 @@ func Explain(err error) string {
 
 // timeoutText says how long a scrape that started at start could take
 // under ctx.
+// timeoutError: the database gave no answer within a scrape's timeout.
+type timeoutError struct{ after string }
+
+func (e timeoutError) Error() string { return "no answer within the scrape's timeout of " + e.after }
+
 func timeoutText(ctx context.Context, start time.Time) string {
 	if d, ok := ctx.Deadline(); ok {
 		return d.Sub(start).Round(time.Millisecond).String()

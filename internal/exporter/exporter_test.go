@@ -3,6 +3,7 @@ package exporter
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -314,5 +315,29 @@ func TestNoGrant(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "GRANT pglease_client TO") {
 		t.Fatalf("log without pglease_client: got %q, want the grant to add", logs)
+	}
+}
+
+// TestOutageLoggedOnce: scrapes that time out after different times (each
+// has its own deadline) are one outage, logged once; another cause, and the
+// recovery, are logged again. (TestOutage once logged two lines for one
+// outage: "timeout of 696ms", then "of 700ms".)
+func TestOutageLoggedOnce(t *testing.T) {
+	log, logs := newLog()
+	e := New(nil, Options{Log: log})
+	e.noteOutcome(timeoutError{after: "696ms"})
+	e.noteOutcome(timeoutError{after: "700ms"})
+	if n := strings.Count(logs.String(), "cannot read the database"); n != 1 {
+		t.Fatalf("log lines after two timeouts of one outage: got %d, want 1:\n%s", n, logs)
+	}
+	e.noteOutcome(errors.New("connection refused"))
+	e.noteOutcome(errors.New("connection refused"))
+	if n := strings.Count(logs.String(), "cannot read the database"); n != 2 {
+		t.Fatalf("log lines after the cause changed to a refusal: got %d, want 2:\n%s", n, logs)
+	}
+	e.noteOutcome(nil)
+	e.noteOutcome(nil)
+	if n := strings.Count(logs.String(), "answers again"); n != 1 {
+		t.Fatalf("recovery lines: got %d, want 1:\n%s", n, logs)
 	}
 }
