@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/history"
@@ -156,13 +157,21 @@ func installAudit(t testing.TB, url string) {
 	pool.Close()
 }
 
-// readAudit returns the server's history recorded by the audit.
+// readAudit returns the server's history recorded by the audit. The row
+// versions and the write log are read in one snapshot: clients may still
+// run, and a write read in a later snapshot than the grant it was made
+// under would look like a write under a fence the server never granted.
 func readAudit(t testing.TB, pool *pgxpool.Pool) []history.ServerEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatalf("read audit: %v", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
 	var evs []history.ServerEvent
-	rows, err := pool.Query(ctx, `
+	rows, err := tx.Query(ctx, `
 		SELECT seq, tbl, name, slot, inserted, deleted, coalesce(old_holder, ''), coalesce(old_fence, 0),
 		       coalesce(old_expires_at, 'epoch'), coalesce(holder, ''), fence, acquired_at, expires_at, clock,
 		       coalesce(capacity, 0)
@@ -188,7 +197,7 @@ func readAudit(t testing.TB, pool *pgxpool.Pool) []history.ServerEvent {
 	if err := rows.Err(); err != nil {
 		t.Fatalf("read audit: %v", err)
 	}
-	rows, err = pool.Query(ctx, `SELECT seq, name, fence, holder, began FROM proof.writes`)
+	rows, err = tx.Query(ctx, `SELECT seq, name, fence, holder, began FROM proof.writes`)
 	if err != nil {
 		t.Fatalf("read write log: %v", err)
 	}
