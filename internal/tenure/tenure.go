@@ -184,7 +184,12 @@ func (t *Tenure) Renew(ctx context.Context) error {
 	m := t.c.m
 	switch {
 	case errors.Is(err, context.Canceled):
-		// Ended by its caller (Run's workload returned): no outcome.
+		// Cut off by its caller: Run's workload returned (the tenure is
+		// released next), or Run's deadline passed while it hung. No
+		// outcome to measure, but it is unknown: a deadline that passes
+		// now passed with renewals failing (lossConnection), whether the
+		// deadline or this return is seen first.
+		t.failed = true
 		return err
 	case err != nil:
 		t.failed = true
