@@ -58,6 +58,8 @@ type Row struct {
 	Latency      Latency            `json:"latency"` // every op
 	Steps        map[string]Latency `json:"steps"`   // per op of the cycle
 	VsLimit      float64            `json:"vs_limit"`
+	// Slices is the rate (ops/s) of each turn of the cell, in order.
+	Slices []float64 `json:"slice_ops_per_sec"`
 }
 
 // SlotRow is one variant of the claim sweep at one concurrency.
@@ -87,6 +89,7 @@ func newRow(w workload, n int, t *tally) Row {
 		OpsPerSec: t.opsPerSec(), CyclesPerSec: t.cyclesPerSec(),
 		Latency: summarize(t.all()),
 		Steps:   make(map[string]Latency, len(w.steps)),
+		Slices:  t.slices,
 	}
 	for j, s := range w.steps {
 		r.Steps[s] = summarize(t.lat[j])

@@ -37,6 +37,9 @@ type tally struct {
 	ops, cycles int64
 	elapsed     time.Duration
 	lat         [][]time.Duration // per step
+	// slices is the rate (ops/s) of each turn, in order: rows measured in
+	// the same rounds can be compared turn by turn (pairedRatio).
+	slices []float64
 }
 
 func newTally(steps int) *tally {
@@ -112,7 +115,9 @@ func runSlice(ctx context.Context, w workload, n int, d time.Duration, t *tally)
 	deadline = start.Add(d)
 	close(begin)
 	done.Wait()
-	t.elapsed += time.Since(start)
+	elapsed := time.Since(start)
+	t.elapsed += elapsed
+	var ops int64
 	for _, r := range results {
 		if r.err != nil {
 			return r.err
@@ -120,9 +125,11 @@ func runSlice(ctx context.Context, w workload, n int, d time.Duration, t *tally)
 		t.cycles += r.cycles
 		for j, l := range r.lat {
 			t.lat[j] = append(t.lat[j], l...)
-			t.ops += int64(len(l))
+			ops += int64(len(l))
 		}
 	}
+	t.ops += ops
+	t.slices = append(t.slices, float64(ops)/elapsed.Seconds())
 	return nil
 }
 

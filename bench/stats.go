@@ -51,3 +51,39 @@ func median(ds []time.Duration) time.Duration {
 	}
 	return s[len(s)/2]
 }
+
+// Paired is the ratio of two rows measured in the same turns, turn by
+// turn: each turn's rate of one over the other's. The rows take their
+// turns back to back, so a drift of the machine (a checkpoint, a
+// neighbour) that spans a turn touches both sides of its ratio alike.
+type Paired struct {
+	N      int     `json:"n"`      // turns paired
+	Median float64 `json:"median"` // median of the turns' ratios
+	Q1     float64 `json:"q1"`     // first quartile (nearest rank)
+	Q3     float64 `json:"q3"`     // third quartile (nearest rank)
+}
+
+// pairedRatio pairs the turns of on and off (their Slices) and summarises
+// on[i]/off[i]. It returns N == 0 when the rows were not measured in the
+// same number of turns.
+func pairedRatio(on, off *Row) Paired {
+	if on == nil || off == nil || len(on.Slices) != len(off.Slices) || len(on.Slices) == 0 {
+		return Paired{}
+	}
+	rs := make([]float64, 0, len(on.Slices))
+	for i, x := range on.Slices {
+		if off.Slices[i] > 0 {
+			rs = append(rs, x/off.Slices[i])
+		}
+	}
+	if len(rs) == 0 {
+		return Paired{}
+	}
+	slices.Sort(rs)
+	rank := func(p int) float64 { return rs[max((p*len(rs)+99)/100, 1)-1] }
+	m := rs[len(rs)/2]
+	if len(rs)%2 == 0 {
+		m = (rs[len(rs)/2-1] + rs[len(rs)/2]) / 2
+	}
+	return Paired{N: len(rs), Median: m, Q1: rank(25), Q3: rank(75)}
+}
