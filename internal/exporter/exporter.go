@@ -96,7 +96,7 @@ func (e *Exporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	body := e.Scrape(ctx)
+	body := e.scrape(ctx, timeout)
 	w.Header().Set("Content-Type", ContentType)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method == http.MethodGet {
@@ -107,12 +107,22 @@ func (e *Exporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Scrape reads the database within ctx and returns the text exposition of
 // what it read, or of pglease_up 0 when the read failed.
 func (e *Exporter) Scrape(ctx context.Context) []byte {
+	var budget time.Duration
+	if d, ok := ctx.Deadline(); ok {
+		budget = time.Until(d)
+	}
+	return e.scrape(ctx, budget)
+}
+
+// scrape is Scrape, whose ctx ends budget after the scrape began (0: no
+// deadline): the time an error names when the database did not answer.
+func (e *Exporter) scrape(ctx context.Context, budget time.Duration) []byte {
 	start := time.Now()
 	m, err := pgleaseadmin.ReadMetrics(ctx, e.db, pgleaseadmin.MetricsOptions{Names: e.opts.Names, MaxNames: e.opts.MaxNames})
 	took := time.Since(start)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
-			err = timeoutError{after: timeoutText(ctx, start)}
+			err = timeoutError{after: timeoutText(budget)}
 		}
 		e.scrapeErrors.Add(1)
 	} else {
@@ -232,18 +242,17 @@ func Explain(err error) string {
 	return msg
 }
 
-// timeoutText says how long a scrape that started at start could take
-// under ctx.
 // timeoutError: the database gave no answer within a scrape's timeout.
 type timeoutError struct{ after string }
 
 func (e timeoutError) Error() string { return "no answer within the scrape's timeout of " + e.after }
 
-func timeoutText(ctx context.Context, start time.Time) string {
-	if d, ok := ctx.Deadline(); ok {
-		return d.Sub(start).Round(time.Millisecond).String()
+// timeoutText formats a scrape's budget for a timeout's error.
+func timeoutText(budget time.Duration) string {
+	if budget <= 0 {
+		return "?"
 	}
-	return "?"
+	return budget.Round(time.Millisecond).String()
 }
 
 func boolValue(b bool) float64 {

@@ -22,7 +22,11 @@ import (
 // The module is not fetched from the network: a replace directive points
 // github.com/pglease/pglease at this checkout, GOPROXY=off keeps every
 // other module in the module cache, and the checkout's go.sum stands in
-// for the checksum database.
+// for the checksum database. The new module's go get loads go.mod files
+// that building the checkout never reads (logr v1.2.2's, say, required by
+// stdr): go list -m all in the checkout puts every one of its module
+// graph in the cache first, with the environment's GOPROXY, and is a no-op
+// where they are there already.
 func TestREADMESetup(t *testing.T) {
 	root := repoRoot(t)
 	cmds := readmeBlock(t, "sh", "Install")
@@ -38,6 +42,11 @@ func TestREADMESetup(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	graph := exec.Command("go", "list", "-m", "all")
+	graph.Dir = root
+	if out, err := graph.CombinedOutput(); err != nil {
+		t.Fatalf("go list -m all in %s, to have the module graph's go.mod files in the module cache: %v\n%s", root, err, out)
 	}
 	env := append(os.Environ(), "GOPROXY=off", "GOWORK=off", "GOFLAGS=-mod=mod", "DATABASE_URL="+url)
 	run := func(script string) {
