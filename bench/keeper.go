@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -235,19 +234,11 @@ func backendTicks(ctx context.Context, pool *pgxpool.Pool) (map[int]int64, error
 	}
 	ticks := make(map[int]int64, len(pids))
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		t, err := processTicks(pid)
 		if err != nil {
 			return nil, fmt.Errorf("read a backend's CPU time (the server must run on this machine): %w", err)
 		}
-		// Fields after the command name, which ends with the last ')':
-		// state is field 3, utime 14 and stime 15.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		utime, err1 := strconv.ParseInt(f[11], 10, 64)
-		stime, err2 := strconv.ParseInt(f[12], 10, 64)
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
-		}
-		ticks[pid] = utime + stime
+		ticks[pid] = t
 	}
 	return ticks, nil
 }

@@ -83,17 +83,7 @@ func (e *env) leaseWorkloads() []workload {
 		e.limitCycle(),
 		e.acquireReleaseSQL("acquire-release/sql", "SQL via pgx", releaseSQL),
 		e.acquireReleaseSQL("acquire-release/sql-async", "SQL via pgx, asynchronous release", releaseAsyncSQL),
-		{
-			key: "acquire-release/pkg-try", name: "pglease.acquire + release", path: "Go package: TryAcquire + Release",
-			steps: []string{"acquire", "release"},
-			start: func(ctx context.Context, n int) (*instance, error) {
-				return e.perPoolClient(ctx, "acquire-release/pkg-try", n, func(_ context.Context, c *pglease.Client, name string) ([]step, error) {
-					return pkgCycle(func(ctx context.Context) (*pglease.Lease, error) {
-						return c.TryAcquire(ctx, name, cycleTTL)
-					}), nil
-				})
-			},
-		},
+		e.acquireReleasePkg(),
 		{
 			// Acquire subscribes to release notifications before it tries
 			// (a LISTEN connection of the package's own).
@@ -373,6 +363,22 @@ func slotCycle(conn *pgx.Conn, scope string, capacity int) []step {
 				return errRefused("release_slot " + scope)
 			}
 			return nil
+		},
+	}
+}
+
+// acquireReleasePkg is the Go package's TryAcquire and Release on a lease
+// of the client's own: the cycle compared with pglock, etcd and Redis.
+func (e *env) acquireReleasePkg() workload {
+	return workload{
+		key: "acquire-release/pkg-try", name: "pglease.acquire + release", path: "Go package: TryAcquire + Release",
+		steps: []string{"acquire", "release"},
+		start: func(ctx context.Context, n int) (*instance, error) {
+			return e.perPoolClient(ctx, "acquire-release/pkg-try", n, func(_ context.Context, c *pglease.Client, name string) ([]step, error) {
+				return pkgCycle(func(ctx context.Context) (*pglease.Lease, error) {
+					return c.TryAcquire(ctx, name, cycleTTL)
+				}), nil
+			})
 		},
 	}
 }

@@ -59,12 +59,24 @@ type config struct {
 	// scrapeLeases, when set, are the sizes of the scrape cost
 	// (scrape.go), run alone.
 	scrapeLeases []int
+	// stores are the other stores of the comparison (compare.go): etcd,
+	// redis; storeDir is where their data goes; storesOnly runs only the
+	// comparison.
+	stores     []string
+	storeDir   string
+	storesOnly bool
 }
 
 func main() {
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("bench: ")
 	if ran, err := proxyCommand(os.Args[1:]); ran { // bench proxy: see proxy.go
+		if err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	if ran, err := etcdCommand(os.Args[1:]); ran { // the etcd server of -stores: see etcd.go
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -103,6 +115,9 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.metricsOnly, "metrics-only", false, "run only the metrics overhead comparison (renew with and without an OpenTelemetry SDK, at -clients) and print its section")
 	keeperLeases := fs.String("keeper-leases", "", "run only the keeper comparison, for these lease counts (e.g. 1000,10000), and print its section")
 	scrapeLeases := fs.String("scrape-leases", "", "run only the scrape cost of pglease.metrics, for these lease counts (e.g. 10000,100000), and print its section")
+	stores := fs.String("stores", "etcd,redis", "stores compared with pglease's acquire + release, each a server the bench starts (etcd, redis; none: skip the comparison)")
+	fs.StringVar(&cfg.storeDir, "store-dir", os.TempDir(), "where the compared stores keep their data: put it on the Postgres server's disk")
+	fs.BoolVar(&cfg.storesOnly, "stores-only", false, "run only the comparison with -stores, at -clients, and print its section")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -116,6 +131,12 @@ func parseFlags(args []string) (config, error) {
 		if cfg.keeperLeases, err = parseInts(*keeperLeases); err != nil {
 			return cfg, fmt.Errorf("-keeper-leases: %w", err)
 		}
+	}
+	if cfg.stores, err = parseStores(*stores); err != nil {
+		return cfg, fmt.Errorf("-stores: %w", err)
+	}
+	if cfg.storesOnly && len(cfg.stores) == 0 {
+		return cfg, errors.New("-stores-only needs -stores to name at least one store")
 	}
 	if cfg.clients, err = parseInts(*clients); err != nil {
 		return cfg, fmt.Errorf("-clients: %w", err)
@@ -171,6 +192,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if len(cfg.scrapeLeases) > 0 {
 		return runScrapeBench(ctx, cfg)
+	}
+	if cfg.storesOnly {
+		return runStoresBench(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {
@@ -231,6 +255,12 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	r.Handover = append(r.Handover, sup)
+
+	if len(cfg.stores) > 0 {
+		if r.Stores, err = measureStores(ctx, e, cfg); err != nil {
+			return fmt.Errorf("against %s: %w", strings.Join(cfg.stores, " and "), err)
+		}
+	}
 
 	if cfg.purgeNames > 0 {
 		return r.runPurge(ctx, cfg)

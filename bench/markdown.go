@@ -178,6 +178,10 @@ func (r *Report) writeMarkdown(w io.Writer, notes bool) {
 		p("%s", line)
 	}
 	p("")
+	if r.Stores != nil {
+		r.Stores.writeMarkdown(w, r.Run.Clients)
+		p("")
+	}
 	r.writePurgeMarkdown(w)
 }
 

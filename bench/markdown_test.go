@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 )
 
@@ -25,5 +26,34 @@ func TestHandWrittenKept(t *testing.T) {
 	}
 	if handWritten(nil) != nil {
 		t.Fatal("no previous page: nothing to keep")
+	}
+}
+
+func TestStoreComparisonMarkdown(t *testing.T) {
+	c := &StoreComparison{
+		Versions: map[string]string{"etcd": "3.7.3", "redis": "7.0.15"},
+		SameDisk: "yes",
+		Rows: []Row{
+			{Key: "acquire-release/pkg-try", Name: "pglease", Path: "Go", Clients: 8, CyclesPerSec: 1000, ServerCPUPerCycle: 400},
+			{Key: redisKey, Name: "Redis", Path: "go-redis", Clients: 8, CyclesPerSec: 2500, ServerCPUPerCycle: 60},
+			{Key: etcdKey, Name: "etcd", Path: "clientv3", Clients: 1, CyclesPerSec: 90},
+		},
+	}
+	var b strings.Builder
+	c.writeMarkdown(&b, []int{8})
+	out := b.String()
+	for _, want := range []string{
+		"(etcd 3.7.3, redis 7.0.15)",
+		"same device: yes",
+		"| Redis (go-redis) | 8 | 2,500 | 2.50× |",
+		"| 60 µs | 2 AOF appends",
+		"| pglease (Go) | 8 | 1,000 | 1.00× |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "| etcd (clientv3) |") {
+		t.Errorf("markdown has the row at C=1, which was not asked for:\n%s", out)
 	}
 }

@@ -21,6 +21,7 @@ type Report struct {
 	RenewHolder RenewHolderResult `json:"renew_holder"`
 	Handover    []HandoverResult  `json:"handover"`
 	Purge       *PurgeResult      `json:"purge,omitempty"`
+	Stores      *StoreComparison  `json:"stores,omitempty"`
 	Targets     []Target          `json:"targets"`
 }
 
@@ -60,6 +61,9 @@ type Row struct {
 	VsLimit      float64            `json:"vs_limit"`
 	// Slices is the rate (ops/s) of each turn of the cell, in order.
 	Slices []float64 `json:"slice_ops_per_sec"`
+	// ServerCPUPerCycle is the server's CPU time per cycle, in µs, for
+	// the rows that read it (the comparison with other stores).
+	ServerCPUPerCycle float64 `json:"server_cpu_us_per_cycle,omitempty"`
 }
 
 // SlotRow is one variant of the claim sweep at one concurrency.
@@ -90,6 +94,9 @@ func newRow(w workload, n int, t *tally) Row {
 		Latency: summarize(t.all()),
 		Steps:   make(map[string]Latency, len(w.steps)),
 		Slices:  t.slices,
+	}
+	if t.serverTicks > 0 && t.cycles > 0 {
+		r.ServerCPUPerCycle = float64(t.serverTicks) * 1e6 / clockTicks / float64(t.cycles)
 	}
 	for j, s := range w.steps {
 		r.Steps[s] = summarize(t.lat[j])

@@ -19,6 +19,10 @@ type step func(ctx context.Context) error
 type instance struct {
 	cycles [][]step
 	close  func()
+	// serverTicks, when set, returns the CPU time (clock ticks) each
+	// process of the server has used so far, by pid; runSlice reads it
+	// around the measured time.
+	serverTicks func() (map[int]int64, error)
 }
 
 // workload is one benchmarked operation. A cycle is one or more steps (an
@@ -40,6 +44,9 @@ type tally struct {
 	// slices is the rate (ops/s) of each turn, in order: rows measured in
 	// the same rounds can be compared turn by turn (pairedRatio).
 	slices []float64
+	// serverTicks is the server's CPU time over the measured time, in
+	// clock ticks, where the instance could read it.
+	serverTicks int64
 }
 
 func newTally(steps int) *tally {
@@ -111,11 +118,28 @@ func runSlice(ctx context.Context, w workload, n int, d time.Duration, t *tally)
 		}()
 	}
 	ready.Wait()
+	var ticks0 map[int]int64
+	if inst.serverTicks != nil {
+		if ticks0, err = inst.serverTicks(); err != nil {
+			return fmt.Errorf("%s: read the server's CPU time: %w", w.key, err)
+		}
+	}
 	start := time.Now()
 	deadline = start.Add(d)
 	close(begin)
 	done.Wait()
 	elapsed := time.Since(start)
+	if inst.serverTicks != nil {
+		ticks1, err := inst.serverTicks()
+		if err != nil {
+			return fmt.Errorf("%s: read the server's CPU time: %w", w.key, err)
+		}
+		// A process that ended during the turn is lost; one that started
+		// counts from its start.
+		for pid, n := range ticks1 {
+			t.serverTicks += n - ticks0[pid]
+		}
+	}
 	t.elapsed += elapsed
 	var ops int64
 	for _, r := range results {

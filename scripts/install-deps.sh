@@ -6,7 +6,8 @@
 # (make test-sharded), Prometheus with promtool and
 # prometheus-postgres-exporter (make test-rules, make test-observability;
 # the package may start Debian's own prometheus service on :9090, which the
-# tests leave alone: they start their own on a free loopback port). The only
+# tests leave alone: they start their own on a free loopback port), and
+# redis-server (make bench starts its own, on a free port, to compare). The only
 # target that installs packages (make deps; .ci/run calls it first): the
 # others check for what they need and name the package. Idempotent; needs
 # root (or sudo) only when something is missing.
@@ -22,6 +23,7 @@ command -v npm >/dev/null 2>&1 || need="$need nodejs npm"
 dpkg -s "postgresql-$major-plproxy" >/dev/null 2>&1 || need="$need postgresql-$major-plproxy" # make test-sharded
 dpkg -s prometheus >/dev/null 2>&1 || need="$need prometheus"                                  # prometheus, promtool
 dpkg -s prometheus-postgres-exporter >/dev/null 2>&1 || need="$need prometheus-postgres-exporter"
+command -v redis-server >/dev/null 2>&1 || need="$need redis-server"                          # make bench
 [ -z "$need" ] && exit 0
 
 sudo=""
