@@ -527,6 +527,11 @@ func testDemo(t *testing.T, c cli) {
 	url := pgtest.NewMigrated(t)
 	r := c.mustRun(0, "demo", "--database", url)
 	t.Logf("demo on the test database took %v:\n%s", r.elapsed, r.stdout)
+	for l := range strings.Lines(r.stdout) {
+		if strings.Count(l, "pglease:") > 1 {
+			t.Errorf("a line of the demo says pglease: more than once: %s", l)
+		}
+	}
 	requireContains(t, "demo", r.stdout, "took the lease, fence 1", "cut instance-1 off", "workload cancelled",
 		"took over, fence 2", "stopping instance-", "took over, fence 3", "summary")
 	// The demo deletes its own lease.

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/pglease/pglease/internal/sqlerr"
 )
 
 // Tenure is a lease or slot tenure being held.
@@ -202,18 +204,18 @@ func (h *holding) renewed(err error) {
 		h.deadline.Reset(left)
 		h.next.Reset(h.cfg.RenewInterval)
 	case h.cfg.IsLost(err):
-		h.stop(fmt.Errorf("%w: %w", ErrRefused, err), true)
+		h.stop(fmt.Errorf("%w: %w", ErrRefused, sqlerr.Unprefixed(err)), true)
 	default:
 		left := time.Until(h.t.Deadline())
 		if left <= 0 {
 			// A renewal that hung until the deadline ends the same instant
 			// the deadline timer fires: the deadline is the cause either way.
-			h.stop(fmt.Errorf("%w: %w", ErrDeadline, err), true)
+			h.stop(fmt.Errorf("%w: %w", ErrDeadline, sqlerr.Unprefixed(err)), true)
 			return
 		}
 		h.cfg.Logger.Warn("renewal failed, outcome unknown; retrying", "err", err, "deadline_in", left)
 		if left <= h.cfg.RetryDelay {
-			h.stop(fmt.Errorf("%w: %w", ErrNoTime, err), true)
+			h.stop(fmt.Errorf("%w: %w", ErrNoTime, sqlerr.Unprefixed(err)), true)
 			return
 		}
 		h.next.Reset(h.cfg.RetryDelay)

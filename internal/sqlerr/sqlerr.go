@@ -38,3 +38,18 @@ func Trim(err error) error {
 	}
 	return err
 }
+
+// Unprefixed returns err worded without a leading Prefix, for a wrapper
+// whose own words say pglease already ("pglease: lease lost: ...: renewal
+// failed: <err>"); errors.Is and errors.As still reach err.
+func Unprefixed(err error) error {
+	if err == nil || !strings.HasPrefix(err.Error(), Prefix) {
+		return err
+	}
+	return unprefixed{err}
+}
+
+type unprefixed struct{ err error }
+
+func (u unprefixed) Error() string { return strings.TrimPrefix(u.err.Error(), Prefix) }
+func (u unprefixed) Unwrap() error { return u.err }

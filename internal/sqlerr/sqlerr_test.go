@@ -32,3 +32,20 @@ func TestTrim(t *testing.T) {
 		}
 	}
 }
+
+func TestUnprefixed(t *testing.T) {
+	cause := errors.New("pglease: connection lost")
+	got := fmt.Errorf("pglease: lease lost: %w", Unprefixed(cause))
+	if want := "pglease: lease lost: connection lost"; got.Error() != want {
+		t.Errorf("wrapped: %q, want %q", got, want)
+	}
+	if !errors.Is(got, cause) {
+		t.Errorf("errors.Is(%q, cause) = false, want true", got)
+	}
+	if plain := errors.New("dial tcp: refused"); Unprefixed(plain) != plain {
+		t.Errorf("Unprefixed changed an error that does not start with %q", Prefix)
+	}
+	if Unprefixed(nil) != nil {
+		t.Error("Unprefixed(nil) != nil")
+	}
+}
