@@ -10,6 +10,13 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+// pglease: refused holders of a lease, which a release request may prefer
+type PgleaseCandidate struct {
+	Name   string
+	Holder string
+	Until  time.Time
+}
+
 // pglease: fences of purged rows never come back; change only through the pglease functions
 type PgleaseFenceFloor struct {
 	ID         bool
@@ -21,22 +28,36 @@ type PgleaseFenceFloor struct {
 
 // pglease leases; change only through the pglease functions
 type PgleaseLease struct {
-	Name       string
-	Holder     pgtype.Text
-	Fence      int64
-	AcquiredAt time.Time
-	ExpiresAt  time.Time
-	HolderRole pgtype.Text
+	Name               string
+	Holder             pgtype.Text
+	Fence              int64
+	AcquiredAt         time.Time
+	ExpiresAt          time.Time
+	HolderRole         pgtype.Text
+	Value              pgtype.Text
+	ReleaseRequestedAt *time.Time
+	ReleaseTo          pgtype.Text
+	ReleaseFor         *time.Duration
 }
 
 // pglease leases as seen now: state is held, expired or free
 type PgleaseLeaseStatus struct {
-	Name      string
-	Holder    pgtype.Text
-	Fence     int64
-	State     string
-	ExpiresAt time.Time
-	ExpiresIn interface{}
+	Name               string
+	Holder             pgtype.Text
+	Fence              int64
+	State              string
+	ExpiresAt          time.Time
+	ExpiresIn          interface{}
+	Value              interface{}
+	ReleaseRequestedAt interface{}
+	PreferredHolder    pgtype.Text
+	PreferredUntil     interface{}
+}
+
+// pglease: observed leases, whose changes are notified
+type PgleaseObserver struct {
+	Name  string
+	Until time.Time
 }
 
 // pglease slots; change only through the pglease functions

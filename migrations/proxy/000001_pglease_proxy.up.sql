@@ -419,6 +419,60 @@ BEGIN
 END
 $$;
 
+-- Source: sql/functions/60_leader.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.acquire(
+    p_name text, p_holder text, p_ttl interval, p_value text,
+    OUT acquired boolean, OUT fence bigint, OUT holder text,
+    OUT expires_at timestamptz, OUT expires_in interval, OUT value text)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/60_leader.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.set_value(
+    p_name text, p_holder text, p_fence bigint, p_value text,
+    OUT value_set boolean)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/60_leader.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.renew_lease(
+    p_name text, p_holder text, p_fence bigint, p_ttl interval,
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
+    OUT release_requested boolean)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/60_leader.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.observe(
+    p_name text, p_for interval,
+    OUT state text, OUT holder text, OUT fence bigint, OUT value text,
+    OUT expires_at timestamptz, OUT expires_in interval,
+    OUT release_requested_at timestamptz)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/60_leader.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.request_release(
+    p_name text, p_to text DEFAULT NULL, p_for interval DEFAULT interval '10 seconds',
+    OUT requested boolean, OUT holder text, OUT fence bigint)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
 -- Source: sql/proxy/20_views.sql
 
 -- Status views: the union of every partition's view (RUN ON ALL), read
@@ -426,13 +480,17 @@ $$;
 -- unreachable.
 CREATE OR REPLACE FUNCTION pglease._all_lease_status(
     OUT name text, OUT holder text, OUT fence bigint, OUT state text,
-    OUT expires_at timestamptz, OUT expires_in interval)
+    OUT expires_at timestamptz, OUT expires_in interval,
+    OUT value text, OUT release_requested_at timestamptz,
+    OUT preferred_holder text, OUT preferred_until timestamptz)
 RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
     RUN ON ALL;
-    SELECT name, holder, fence, state, expires_at, expires_in FROM pglease.lease_status;
+    SELECT name, holder, fence, state, expires_at, expires_in,
+           value, release_requested_at, preferred_holder, preferred_until
+    FROM pglease.lease_status;
 $$;
 
 CREATE OR REPLACE FUNCTION pglease._all_slot_status(
@@ -526,6 +584,45 @@ BEGIN
             pglease._all_slot_status(),
             pglease._all_slot_scope_status()
             TO pglease_client;
+    END IF;
+END
+$pglease$;
+
+-- Leadership (0.3.0, docs/leadership.md): clients publish a value, renew
+-- with the release check and observe; only role pglease_operator may ask a
+-- holder to release (a stranger who could would keep a service leaderless,
+-- docs/security.md). Created like pglease_client when missing; grant it to
+-- the operators' roles (GRANT pglease_operator TO ...).
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.acquire(text, text, interval, text),
+            pglease.set_value(text, text, bigint, text),
+            pglease.renew_lease(text, text, bigint, interval),
+            pglease.observe(text, interval)
+            TO pglease_client;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
+        BEGIN
+            CREATE ROLE pglease_operator NOLOGIN;
+            COMMENT ON ROLE pglease_operator IS 'pglease: created by the pglease migration';
+        EXCEPTION
+            WHEN insufficient_privilege THEN
+                RAISE NOTICE 'pglease: cannot create role pglease_operator (%); ask a superuser to CREATE ROLE pglease_operator NOLOGIN and re-apply the grants', SQLERRM;
+            WHEN duplicate_object OR unique_violation THEN
+                NULL; -- created concurrently by another migration: fine
+        END;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
+        GRANT USAGE ON SCHEMA pglease TO pglease_operator;
+        GRANT SELECT ON pglease.lease_status TO pglease_operator;
+        GRANT EXECUTE ON FUNCTION
+            pglease.request_release(text, text, interval),
+            pglease._route_key(text),
+            pglease._route(text),
+            pglease._all_lease_status()
+            TO pglease_operator;
     END IF;
 END
 $pglease$;

@@ -26,6 +26,13 @@
 -- after reading the clock.)
 -- A refused caller is registered as a waiter until that expiry, so that a
 -- release of the lease NOTIFYs channel 'pglease' (see pglease._wake).
+-- Release on request (0.3.0, see pglease.request_release): after a tenure
+-- whose release was requested for a preferred holder ends, the next grant
+-- is that holder's alone for release_for after the end (expires_at): any
+-- other caller is refused as if the preferred holder held the lease until
+-- then (holder = the preferred holder, expires_at = the reservation's end).
+-- A new tenure starts without a value or a request, and NOTIFYs observers
+-- (see pglease._observed_wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
 -- bytes or a TTL not in (0, 24 hours]; 40001 when the lease changed under
 -- ten attempts in a row (retry); nothing is changed then.
@@ -49,6 +56,8 @@ DECLARE
     v_expires timestamptz;
     v_next    text;
     v_tid     tid;
+    v_rto     text;
+    v_rfor    interval;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -80,8 +89,11 @@ BEGIN
         INTO v_holder, v_hrole, v_fence, v_expires, v_tid
         FROM pglease.leases AS l
         WHERE l.name = p_name
-          AND (l.holder IS NULL OR l.expires_at <= clock_timestamp()
-               OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)))
+          AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
+                AND (l.release_to IS NULL OR l.release_to = p_holder
+                     OR l.expires_at + l.release_for <= clock_timestamp()))
+               OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
+                   AND l.expires_at > clock_timestamp()))
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             v_now := clock_timestamp();
@@ -89,8 +101,8 @@ BEGIN
         ELSE
             -- Locked by someone, held by someone else, or no row yet: look
             -- without locking.
-            SELECT l.holder, l.holder_role, l.fence, l.expires_at
-            INTO v_holder, v_hrole, v_fence, v_expires
+            SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.release_to, l.release_for
+            INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rfor
             FROM pglease.leases AS l
             WHERE l.name = p_name;
             IF NOT FOUND THEN
@@ -98,6 +110,9 @@ BEGIN
             ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
                   AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
                 v_next := 'refuse';
+            ELSIF (v_holder IS NULL OR v_expires <= clock_timestamp())
+                  AND v_rto <> p_holder AND v_expires + v_rfor > clock_timestamp() THEN
+                v_next := 'refuse'; -- reserved for the preferred holder
             ELSE
                 -- Ours to take, but locked (a release, takeover, renewal,
                 -- purge or fenced transaction in flight): wait for it. A
@@ -106,8 +121,9 @@ BEGIN
                 -- that it never delays that holder's renewals; a lock for a
                 -- grant stays with the transaction when the block ends.
                 BEGIN
-                    SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid
-                    INTO v_holder, v_hrole, v_fence, v_expires, v_tid
+                    SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid,
+                           l.release_to, l.release_for
+                    INTO v_holder, v_hrole, v_fence, v_expires, v_tid, v_rto, v_rfor
                     FROM pglease.leases AS l
                     WHERE l.name = p_name
                     FOR NO KEY UPDATE;
@@ -116,8 +132,10 @@ BEGIN
                     ELSE
                         -- Decide on the clock read now, after every wait.
                         v_now := clock_timestamp();
-                        IF v_holder IS NOT NULL AND v_expires > v_now
-                           AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+                        IF (v_holder IS NOT NULL AND v_expires > v_now
+                            AND (v_holder <> p_holder OR v_hrole <> v_role))
+                           OR ((v_holder IS NULL OR v_expires <= v_now)
+                               AND v_rto <> p_holder AND v_expires + v_rfor > v_now) THEN
                             RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
                         END IF;
                         v_next := 'take';
@@ -141,9 +159,11 @@ BEGIN
             ELSE
                 UPDATE pglease.leases AS l
                 SET holder = p_holder, holder_role = v_role, fence = v_fence + 1,
-                    acquired_at = v_now, expires_at = v_now + v_ttl
+                    acquired_at = v_now, expires_at = v_now + v_ttl, value = NULL,
+                    release_requested_at = NULL, release_to = NULL, release_for = NULL
                 WHERE l.ctid = v_tid;
                 fence := v_fence + 1;
+                PERFORM pglease._observed_wake(p_name);
             END IF;
             acquired := true;
             holder := p_holder;
@@ -174,6 +194,7 @@ BEGIN
                 holder := p_holder;
                 expires_at := v_now + v_ttl;
                 expires_in := v_ttl;
+                PERFORM pglease._observed_wake(p_name);
                 RETURN;
             END IF;
             CONTINUE; -- another session created the row first
@@ -185,8 +206,8 @@ BEGIN
         -- decided on the clock read after that lock, and expires_in is
         -- taken on that same reading (so it is > 0), not after the waiter's
         -- registration, which may itself wait.
-        SELECT l.holder, l.holder_role, l.fence, l.expires_at
-        INTO v_holder, v_hrole, v_fence, v_expires
+        SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.release_to, l.release_for
+        INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rfor
         FROM pglease.leases AS l
         WHERE l.name = p_name
         FOR KEY SHARE;
@@ -199,6 +220,17 @@ BEGIN
             expires_at := v_expires;
             expires_in := v_expires - v_now;
             PERFORM pglease._wait_register('lease', p_name, v_expires);
+            RETURN;
+        END IF;
+        IF FOUND AND (v_holder IS NULL OR v_expires <= v_now)
+           AND v_rto <> p_holder AND v_expires + v_rfor > v_now THEN
+            -- Reserved for the preferred holder until v_expires + v_rfor.
+            acquired := false;
+            holder := v_rto;
+            fence := v_fence;
+            expires_at := v_expires + v_rfor;
+            expires_in := v_expires + v_rfor - v_now;
+            PERFORM pglease._wait_register('lease', p_name, v_expires + v_rfor);
             RETURN;
         END IF;
         -- Released, expired or purged meanwhile: try again.

@@ -8,6 +8,8 @@
 -- released = false and nothing changes (a false release means the tenure
 -- had already ended, or is not the caller's: another role is another
 -- holder).
+-- The holder's value goes with the tenure; observers hear of the release
+-- (see pglease._observed_wake).
 -- The row and its fence stay: the next tenure gets fence + 1, so fences never
 -- go backwards, also across release.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder or a negative
@@ -42,9 +44,10 @@ BEGIN
     FOR UPDATE SKIP LOCKED;
     IF FOUND THEN
         UPDATE pglease.leases AS l
-        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
+        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
         WHERE l.ctid = v_tid; -- the locked row version stays where it is
         released := true;
+        PERFORM pglease._observed_wake(p_name);
         -- We hold the lock refused acquires take: notify only when a
         -- registration is visible (pglease._wake with p_sure, inline).
         PERFORM 1 FROM pglease.waiters AS w
@@ -72,7 +75,7 @@ BEGIN
           AND coalesce(l.holder_role = v_role, true)
         FOR NO KEY UPDATE;
         UPDATE pglease.leases AS l
-        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
+        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
         WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
           AND coalesce(l.holder_role = v_role, true)
           AND l.expires_at > clock_timestamp();
@@ -84,5 +87,6 @@ BEGIN
         RETURN;
     END;
     PERFORM pglease._wake('lease', p_name, false);
+    PERFORM pglease._observed_wake(p_name);
 END
 $$;

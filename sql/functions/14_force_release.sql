@@ -6,7 +6,7 @@
 -- name is unknown) when it was already free. The fence stays, so the next
 -- holder gets fence + 1 and the old holder's fenced writes are refused.
 -- The tenure ends at the server clock read after the row lock is granted.
--- Wakes waiters like pglease.release. Whatever role took the tenure: this
+-- Wakes waiters and observers like pglease.release. Whatever role took the tenure: this
 -- is the operator's override of the role binding. Not granted to pglease_client: run it
 -- as the schema owner or grant it to an operators' role.
 CREATE OR REPLACE FUNCTION pglease.force_release(
@@ -30,9 +30,10 @@ BEGIN
     released := FOUND AND holder IS NOT NULL;
     IF released THEN
         UPDATE pglease.leases AS l
-        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp())
+        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
         WHERE l.name = p_name;
         PERFORM pglease._wake('lease', p_name, v_sure);
+        PERFORM pglease._observed_wake(p_name);
     END IF;
 END
 $$;

@@ -3,13 +3,17 @@
 -- unreachable.
 CREATE OR REPLACE FUNCTION pglease._all_lease_status(
     OUT name text, OUT holder text, OUT fence bigint, OUT state text,
-    OUT expires_at timestamptz, OUT expires_in interval)
+    OUT expires_at timestamptz, OUT expires_in interval,
+    OUT value text, OUT release_requested_at timestamptz,
+    OUT preferred_holder text, OUT preferred_until timestamptz)
 RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
     RUN ON ALL;
-    SELECT name, holder, fence, state, expires_at, expires_in FROM pglease.lease_status;
+    SELECT name, holder, fence, state, expires_at, expires_in,
+           value, release_requested_at, preferred_holder, preferred_until
+    FROM pglease.lease_status;
 $$;
 
 CREATE OR REPLACE FUNCTION pglease._all_slot_status(

@@ -117,3 +117,46 @@ CREATE TABLE pglease.fence_floor (
 );
 COMMENT ON TABLE pglease.fence_floor IS
     'pglease: fences of purged rows never come back; change only through the pglease functions';
+
+-- Leadership (0.3.0, sql/functions/60_leader.sql). On pglease.leases:
+--   value                 the holder's value (at most 1024 bytes, NULL: none),
+--                         set by the tenure's holder; a new tenure starts
+--                         without one, a release clears it, and
+--                         lease_status shows it only while the tenure is
+--                         live.
+--   release_requested_at  when pglease.request_release asked this tenure's
+--                         holder to hand over (NULL: not asked); a new
+--                         tenure clears it.
+--   release_to            the preferred next holder of that request (NULL:
+--                         anyone), and release_for how long after this
+--                         tenure ends (expires_at, which a release moves to
+--                         the release) the next grant is reserved for it.
+ALTER TABLE pglease.leases
+    ADD COLUMN value                text CHECK (octet_length(value) <= 1024),
+    ADD COLUMN release_requested_at timestamptz,
+    ADD COLUMN release_to           text,
+    ADD COLUMN release_for          interval;
+
+-- Who observes a lease (pglease.observe), so that a change of it NOTIFYs
+-- only when someone listens (see pglease._observed_wake), as waiters do
+-- for releases. UNLOGGED for the same reasons as pglease.waiters: losing
+-- it only makes observers notice the change at their next look.
+CREATE UNLOGGED TABLE pglease.observers (
+    name  text        PRIMARY KEY,  -- lease name
+    until timestamptz NOT NULL      -- observers look again by then anyway
+);
+COMMENT ON TABLE pglease.observers IS
+    'pglease: observed leases, whose changes are notified';
+
+-- Who asked for a lease and was refused (pglease.acquire with p_value),
+-- until when: the holders pglease.request_release may name as preferred
+-- next holder. UNLOGGED: losing it only refuses a preferred holder (PGL05)
+-- until it asks again.
+CREATE UNLOGGED TABLE pglease.candidates (
+    name   text        NOT NULL,  -- lease name
+    holder text        NOT NULL,  -- the refused holder
+    until  timestamptz NOT NULL,  -- forgotten after
+    PRIMARY KEY (name, holder)
+);
+COMMENT ON TABLE pglease.candidates IS
+    'pglease: refused holders of a lease, which a release request may prefer';

@@ -14,7 +14,16 @@ SELECT l.name,
             ELSE 'expired' END AS state,
        l.expires_at,
        CASE WHEN l.holder IS NULL THEN interval '0'
-            ELSE greatest(l.expires_at - c.now, interval '0') END AS expires_in
+            ELSE greatest(l.expires_at - c.now, interval '0') END AS expires_in,
+       -- Leadership (0.3.0, docs/leadership.md): the live tenure's value and
+       -- release request; the holder a release request preferred, until
+       -- when the next grant is reserved for it (once the tenure is over).
+       CASE WHEN l.holder IS NOT NULL AND l.expires_at > c.now THEN l.value END AS value,
+       CASE WHEN l.holder IS NOT NULL AND l.expires_at > c.now
+            THEN l.release_requested_at END AS release_requested_at,
+       l.release_to AS preferred_holder,
+       CASE WHEN l.holder IS NULL OR l.expires_at <= c.now
+            THEN l.expires_at + l.release_for END AS preferred_until
 FROM pglease.leases AS l
 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
 COMMENT ON VIEW pglease.lease_status IS

@@ -89,3 +89,39 @@ BEGIN
     END IF;
 END
 $pglease$;
+
+-- Leadership (0.3.0, docs/leadership.md): clients publish a value, renew
+-- with the release check and observe; only role pglease_operator may ask a
+-- holder to release (a stranger who could would keep a service leaderless,
+-- docs/security.md). Created like pglease_client when missing; grant it to
+-- the operators' roles (GRANT pglease_operator TO ...).
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.acquire(text, text, interval, text),
+            pglease.set_value(text, text, bigint, text),
+            pglease.renew_lease(text, text, bigint, interval),
+            pglease.observe(text, interval)
+            TO pglease_client;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
+        BEGIN
+            CREATE ROLE pglease_operator NOLOGIN;
+            COMMENT ON ROLE pglease_operator IS 'pglease: created by the pglease migration';
+        EXCEPTION
+            WHEN insufficient_privilege THEN
+                RAISE NOTICE 'pglease: cannot create role pglease_operator (%); ask a superuser to CREATE ROLE pglease_operator NOLOGIN and re-apply the grants', SQLERRM;
+            WHEN duplicate_object OR unique_violation THEN
+                NULL; -- created concurrently by another migration: fine
+        END;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
+        GRANT USAGE ON SCHEMA pglease TO pglease_operator;
+        GRANT SELECT ON pglease.lease_status TO pglease_operator;
+        GRANT EXECUTE ON FUNCTION
+            pglease.request_release(text, text, interval)
+            TO pglease_operator;
+    END IF;
+END
+$pglease$;
