@@ -51,6 +51,9 @@ type HeldError struct {
 	// server when it refused; the lease can be taken over after that unless
 	// the holder renews.
 	ExpiresIn time.Duration
+	// Value is the value the current holder published (WithValue,
+	// Lease.SetValue); empty when none. docs/leadership.md.
+	Value string
 }
 
 // Error implements error.

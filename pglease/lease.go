@@ -31,11 +31,14 @@ type Lease struct {
 // When this client already holds the lease, it gets the same tenure (same
 // fence) back with its expiry re-pinned to ttl from now: retrying after a
 // lost reply never creates a second tenure.
-func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
-	if err := c.check(name, ttl); err != nil {
+//
+// Options publish a value with the tenure (WithValue).
+func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
+	o, err := c.check(name, ttl, opts)
+	if err != nil {
 		return nil, err
 	}
-	l, _, err := c.try(ctx, name, ttl)
+	l, _, err := c.try(ctx, name, ttl, o)
 	return l, err
 }
 
@@ -44,34 +47,45 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 // built on a *pgxpool.Pool) and otherwise sleeps until the holder's reported
 // expiry, then tries again. It returns ctx.Err() unchanged when ctx ends
 // first. Errors other than the lease being held (connection failures, bad
-// arguments) are returned at once.
-func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
-	if err := c.check(name, ttl); err != nil {
+// arguments) are returned at once. Options as for TryAcquire.
+func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
+	o, err := c.check(name, ttl, opts)
+	if err != nil {
 		return nil, err
 	}
 	return tenure.Await(ctx, c.c, func(ctx context.Context) (*Lease, *tenure.Refusal, error) {
-		return c.try(ctx, name, ttl)
+		return c.try(ctx, name, ttl, o)
 	})
 }
 
-// check validates an acquire's arguments as the SQL does.
-func (c *Client) check(name string, ttl time.Duration) error {
-	if err := tenure.CheckText("name", name); err != nil {
-		return err
+// check validates an acquire's arguments as the SQL does, and returns its
+// options.
+func (c *Client) check(name string, ttl time.Duration, opts []AcquireOption) (acquireOptions, error) {
+	var o acquireOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
-	return c.c.CheckTTL(ttl)
+	if err := tenure.CheckText("name", name); err != nil {
+		return o, err
+	}
+	if err := checkValue(o.value); err != nil {
+		return o, err
+	}
+	return o, c.c.CheckTTL(ttl)
 }
 
 // try makes one acquire: a lease, or the refusal as a *HeldError and its
 // wait, or another error.
-func (c *Client) try(ctx context.Context, name string, ttl time.Duration) (*Lease, *tenure.Refusal, error) {
+func (c *Client) try(ctx context.Context, name string, ttl time.Duration, o acquireOptions) (*Lease, *tenure.Refusal, error) {
 	sent := time.Now()
-	row, err := c.c.Queries().LeaseAcquire(ctx, db.LeaseAcquireParams{Name: name, Holder: c.c.Holder(), Ttl: ttl})
+	row, err := c.c.Queries().LeaseAcquireValue(ctx, db.LeaseAcquireValueParams{
+		Name: name, Holder: c.c.Holder(), Ttl: ttl, Value: sqlValue(o.value),
+	})
 	if err != nil {
 		return nil, nil, c.c.Interpret(ctx, err)
 	}
 	if !row.Acquired {
-		held := &HeldError{Name: name, Holder: row.Holder, Fence: row.Fence, ExpiresIn: row.ExpiresIn}
+		held := &HeldError{Name: name, Holder: row.Holder, Fence: row.Fence, ExpiresIn: row.ExpiresIn, Value: row.Value}
 		c.c.Refused(ctx, name)
 		return nil, &tenure.Refusal{Name: name, RetryIn: held.ExpiresIn, Sent: sent}, held
 	}

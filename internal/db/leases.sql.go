@@ -91,6 +91,50 @@ func (q *Queries) LeaseAcquire(ctx context.Context, arg LeaseAcquireParams) (Lea
 	return i, err
 }
 
+const leaseAcquireValue = `-- name: LeaseAcquireValue :one
+
+SELECT a.acquired::boolean AS acquired, a.fence::bigint AS fence,
+       a.holder::text AS holder, a.expires_at::timestamptz AS expires_at,
+       a.expires_in::interval AS expires_in, coalesce(a.value, '')::text AS value
+FROM pglease.acquire($1, $2, $3, $4::text) AS a
+`
+
+type LeaseAcquireValueParams struct {
+	Name   string
+	Holder string
+	Ttl    time.Duration
+	Value  pgtype.Text
+}
+
+type LeaseAcquireValueRow struct {
+	Acquired  bool
+	Fence     int64
+	Holder    string
+	ExpiresAt time.Time
+	ExpiresIn time.Duration
+	Value     string
+}
+
+// Leadership (0.3.0, docs/leadership.md).
+func (q *Queries) LeaseAcquireValue(ctx context.Context, arg LeaseAcquireValueParams) (LeaseAcquireValueRow, error) {
+	row := q.db.QueryRow(ctx, leaseAcquireValue,
+		arg.Name,
+		arg.Holder,
+		arg.Ttl,
+		arg.Value,
+	)
+	var i LeaseAcquireValueRow
+	err := row.Scan(
+		&i.Acquired,
+		&i.Fence,
+		&i.Holder,
+		&i.ExpiresAt,
+		&i.ExpiresIn,
+		&i.Value,
+	)
+	return i, err
+}
+
 const leaseAssertHeld = `-- name: LeaseAssertHeld :exec
 SELECT pglease.assert_held($1, $2)
 `
@@ -142,6 +186,42 @@ func (q *Queries) LeaseForceRelease(ctx context.Context, name string) (LeaseForc
 	return i, err
 }
 
+const leaseObserve = `-- name: LeaseObserve :one
+SELECT o.state::text AS state, coalesce(o.holder, '')::text AS holder,
+       o.fence::bigint AS fence, coalesce(o.value, '')::text AS value,
+       o.expires_in::interval AS expires_in,
+       (o.release_requested_at IS NOT NULL)::boolean AS release_requested
+FROM pglease.observe($1, $2::interval) AS o
+`
+
+type LeaseObserveParams struct {
+	Name        string
+	ForInterval time.Duration
+}
+
+type LeaseObserveRow struct {
+	State            string
+	Holder           string
+	Fence            int64
+	Value            string
+	ExpiresIn        time.Duration
+	ReleaseRequested bool
+}
+
+func (q *Queries) LeaseObserve(ctx context.Context, arg LeaseObserveParams) (LeaseObserveRow, error) {
+	row := q.db.QueryRow(ctx, leaseObserve, arg.Name, arg.ForInterval)
+	var i LeaseObserveRow
+	err := row.Scan(
+		&i.State,
+		&i.Holder,
+		&i.Fence,
+		&i.Value,
+		&i.ExpiresIn,
+		&i.ReleaseRequested,
+	)
+	return i, err
+}
+
 const leaseRelease = `-- name: LeaseRelease :one
 SELECT r.released::boolean AS released
 FROM pglease.release($1, $2, $3) AS r
@@ -184,8 +264,9 @@ func (q *Queries) LeaseReleaseAsync(ctx context.Context, arg LeaseReleaseAsyncPa
 }
 
 const leaseRenew = `-- name: LeaseRenew :one
-SELECT r.renewed::boolean AS renewed, r.expires_in
-FROM pglease.renew($1, $2, $3, $4) AS r
+SELECT r.renewed::boolean AS renewed, r.expires_in,
+       r.release_requested::boolean AS release_requested
+FROM pglease.renew_lease($1, $2, $3, $4) AS r
 `
 
 type LeaseRenewParams struct {
@@ -196,10 +277,12 @@ type LeaseRenewParams struct {
 }
 
 type LeaseRenewRow struct {
-	Renewed   bool
-	ExpiresIn *time.Duration
+	Renewed          bool
+	ExpiresIn        *time.Duration
+	ReleaseRequested bool
 }
 
+// renew_lease: renew, and whether a release was requested (0.3.0).
 func (q *Queries) LeaseRenew(ctx context.Context, arg LeaseRenewParams) (LeaseRenewRow, error) {
 	row := q.db.QueryRow(ctx, leaseRenew,
 		arg.Name,
@@ -208,25 +291,80 @@ func (q *Queries) LeaseRenew(ctx context.Context, arg LeaseRenewParams) (LeaseRe
 		arg.Ttl,
 	)
 	var i LeaseRenewRow
-	err := row.Scan(&i.Renewed, &i.ExpiresIn)
+	err := row.Scan(&i.Renewed, &i.ExpiresIn, &i.ReleaseRequested)
 	return i, err
 }
 
+const leaseRequestRelease = `-- name: LeaseRequestRelease :one
+SELECT r.requested::boolean AS requested, r.holder::text AS holder, r.fence::bigint AS fence
+FROM pglease.request_release($1, $2::text, $3::interval) AS r
+`
+
+type LeaseRequestReleaseParams struct {
+	Name      string
+	Preferred pgtype.Text
+	Reserve   time.Duration
+}
+
+type LeaseRequestReleaseRow struct {
+	Requested bool
+	Holder    string
+	Fence     int64
+}
+
+func (q *Queries) LeaseRequestRelease(ctx context.Context, arg LeaseRequestReleaseParams) (LeaseRequestReleaseRow, error) {
+	row := q.db.QueryRow(ctx, leaseRequestRelease, arg.Name, arg.Preferred, arg.Reserve)
+	var i LeaseRequestReleaseRow
+	err := row.Scan(&i.Requested, &i.Holder, &i.Fence)
+	return i, err
+}
+
+const leaseSetValue = `-- name: LeaseSetValue :one
+SELECT s.value_set::boolean AS value_set
+FROM pglease.set_value($1, $2, $3, $4::text) AS s
+`
+
+type LeaseSetValueParams struct {
+	Name   string
+	Holder string
+	Fence  int64
+	Value  pgtype.Text
+}
+
+func (q *Queries) LeaseSetValue(ctx context.Context, arg LeaseSetValueParams) (bool, error) {
+	row := q.db.QueryRow(ctx, leaseSetValue,
+		arg.Name,
+		arg.Holder,
+		arg.Fence,
+		arg.Value,
+	)
+	var value_set bool
+	err := row.Scan(&value_set)
+	return value_set, err
+}
+
 const leaseStatusList = `-- name: LeaseStatusList :many
-SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in
+SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in,
+       coalesce(value, '')::text AS value,
+       (release_requested_at IS NOT NULL)::boolean AS release_requested,
+       coalesce(preferred_holder, '')::text AS preferred_holder
 FROM pglease.lease_status
 ORDER BY name
 `
 
 type LeaseStatusListRow struct {
-	Name      string
-	Holder    pgtype.Text
-	Fence     int64
-	State     string
-	ExpiresAt time.Time
-	ExpiresIn time.Duration
+	Name             string
+	Holder           pgtype.Text
+	Fence            int64
+	State            string
+	ExpiresAt        time.Time
+	ExpiresIn        time.Duration
+	Value            string
+	ReleaseRequested bool
+	PreferredHolder  string
 }
 
+// The leadership columns are 0.3.0's (docs/leadership.md).
 func (q *Queries) LeaseStatusList(ctx context.Context) ([]LeaseStatusListRow, error) {
 	rows, err := q.db.Query(ctx, leaseStatusList)
 	if err != nil {
@@ -243,6 +381,9 @@ func (q *Queries) LeaseStatusList(ctx context.Context) ([]LeaseStatusListRow, er
 			&i.State,
 			&i.ExpiresAt,
 			&i.ExpiresIn,
+			&i.Value,
+			&i.ReleaseRequested,
+			&i.PreferredHolder,
 		); err != nil {
 			return nil, err
 		}

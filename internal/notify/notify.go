@@ -40,7 +40,7 @@ const DefaultLinger = 30 * time.Second
 // fence or slot (anyone may LISTEN): a waiter only learns to try again.
 type Payload struct {
 	Kind  string `json:"kind"`  // "lease" or "slot"
-	Event string `json:"event"` // "released"
+	Event string `json:"event"` // "released", or "changed" for an observed lease
 	Name  string `json:"name"`  // lease name or slot scope
 }
 
@@ -356,7 +356,7 @@ func (l *link) read(ctx context.Context, stopped chan struct{}) {
 			return
 		}
 		var p Payload
-		if json.Unmarshal([]byte(n.Payload), &p) != nil || p.Event != "released" {
+		if json.Unmarshal([]byte(n.Payload), &p) != nil || (p.Event != "released" && p.Event != "changed") {
 			continue
 		}
 		l.h.mu.Lock()

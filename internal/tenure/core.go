@@ -122,6 +122,12 @@ func (c *Core) CloseIdle() {
 // Holder returns the identity the core holds tenures as.
 func (c *Core) Holder() string { return c.cfg.Holder }
 
+// Listen subscribes to the notifications of the core's kind about name
+// (releases and, for an observed lease, changes) on the core's hub.
+func (c *Core) Listen(ctx context.Context, name string) *notify.Waiter {
+	return c.hub.Listen(ctx, c.kind.Noun, name)
+}
+
 // Queries returns the generated queries on the core's database.
 func (c *Core) Queries() *db.Queries { return c.q }
 

@@ -34,13 +34,16 @@ type Tenure struct {
 	seen      time.Time // the deadline the last kept Renew returned with
 	renewing  int       // own renewals in flight
 	failed    bool      // the last own renewal's outcome is unknown
+
+	asked     chan struct{} // closed once a release was requested (leases)
+	askedOnce sync.Once
 }
 
 // Grant returns the tenure granted by a request sent at sent: its deadline
 // is sent + ttl - the safety margin. When the core uses a Keeper, the
 // tenure is registered with it.
 func (c *Core) Grant(name string, slot int, fence int64, ttl time.Duration, sent time.Time) *Tenure {
-	t := &Tenure{c: c, name: name, slot: slot, fence: fence, ttl: ttl, margin: c.cfg.Margin(ttl), k: c.cfg.Keeper, done: make(chan struct{})}
+	t := &Tenure{c: c, name: name, slot: slot, fence: fence, ttl: ttl, margin: c.cfg.Margin(ttl), k: c.cfg.Keeper, done: make(chan struct{}), asked: make(chan struct{})}
 	t.a = c.m.attrsOf(name)
 	c.m.acquisitions.Add(context.Background(), 1, t.a.base.Add...)
 	c.m.held.Add(context.Background(), 1, t.a.base.Add...)
@@ -54,6 +57,13 @@ func (c *Core) Grant(name string, slot int, fence int64, ttl time.Duration, sent
 	}
 	return t
 }
+
+// Asked returns a channel that is closed once a release of the tenure was
+// requested (pglease.request_release): seen by a renewal, or told by Ask.
+func (t *Tenure) Asked() <-chan struct{} { return t.asked }
+
+// Ask closes Asked's channel, once.
+func (t *Tenure) Ask() { t.askedOnce.Do(func() { close(t.asked) }) }
 
 // Name returns the lease name or slot scope.
 func (t *Tenure) Name() string { return t.name }
@@ -167,6 +177,9 @@ func (t *Tenure) Renew(ctx context.Context) error {
 			Name: t.name, Holder: t.c.cfg.Holder, Fence: t.fence, Ttl: t.ttl,
 		})
 		renewed = row.Renewed
+		if row.ReleaseRequested {
+			t.Ask()
+		}
 	} else {
 		var row db.SlotRenewRow
 		row, err = t.c.q.SlotRenew(ctx, db.SlotRenewParams{

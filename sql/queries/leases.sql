@@ -5,8 +5,10 @@ SELECT a.acquired::boolean AS acquired, a.fence::bigint AS fence,
 FROM pglease.acquire(@name, @holder, @ttl) AS a;
 
 -- name: LeaseRenew :one
-SELECT r.renewed::boolean AS renewed, r.expires_in
-FROM pglease.renew(@name, @holder, @fence, @ttl) AS r;
+-- renew_lease: renew, and whether a release was requested (0.3.0).
+SELECT r.renewed::boolean AS renewed, r.expires_in,
+       r.release_requested::boolean AS release_requested
+FROM pglease.renew_lease(@name, @holder, @fence, @ttl) AS r;
 
 -- name: LeaseRelease :one
 SELECT r.released::boolean AS released
@@ -29,7 +31,11 @@ SELECT r.released::boolean AS released, r.holder, r.fence
 FROM pglease.force_release(@name) AS r;
 
 -- name: LeaseStatusList :many
-SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in
+-- The leadership columns are 0.3.0's (docs/leadership.md).
+SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in,
+       coalesce(value, '')::text AS value,
+       (release_requested_at IS NOT NULL)::boolean AS release_requested,
+       coalesce(preferred_holder, '')::text AS preferred_holder
 FROM pglease.lease_status
 ORDER BY name;
 
@@ -52,3 +58,26 @@ LISTEN pglease;
 -- further, to the tenure's time left + 100 ms; on 0.1.0 the TTL stays.
 SELECT pglease.assert_held(@name, @fence)
 FROM pg_catalog.set_config('idle_in_transaction_session_timeout', @timeout::text, true) AS s;
+
+-- Leadership (0.3.0, docs/leadership.md).
+
+-- name: LeaseAcquireValue :one
+SELECT a.acquired::boolean AS acquired, a.fence::bigint AS fence,
+       a.holder::text AS holder, a.expires_at::timestamptz AS expires_at,
+       a.expires_in::interval AS expires_in, coalesce(a.value, '')::text AS value
+FROM pglease.acquire(@name, @holder, @ttl, sqlc.narg('value')::text) AS a;
+
+-- name: LeaseSetValue :one
+SELECT s.value_set::boolean AS value_set
+FROM pglease.set_value(@name, @holder, @fence, sqlc.narg('value')::text) AS s;
+
+-- name: LeaseObserve :one
+SELECT o.state::text AS state, coalesce(o.holder, '')::text AS holder,
+       o.fence::bigint AS fence, coalesce(o.value, '')::text AS value,
+       o.expires_in::interval AS expires_in,
+       (o.release_requested_at IS NOT NULL)::boolean AS release_requested
+FROM pglease.observe(@name, @for_interval::interval) AS o;
+
+-- name: LeaseRequestRelease :one
+SELECT r.requested::boolean AS requested, r.holder::text AS holder, r.fence::bigint AS fence
+FROM pglease.request_release(@name, sqlc.narg('preferred')::text, @reserve::interval) AS r;

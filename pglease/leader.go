@@ -1,0 +1,74 @@
+package pglease
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/tenure"
+)
+
+// MaxValueLen is the longest value a holder may publish, in bytes
+// (docs/leadership.md).
+const MaxValueLen = 1024
+
+// AcquireOption configures one Acquire or TryAcquire.
+type AcquireOption func(*acquireOptions)
+
+type acquireOptions struct {
+	value string
+}
+
+// WithValue publishes value with the tenure: who leads and where (an
+// address, a small JSON document), for followers, observers and dashboards
+// to read (Observe, HeldError.Value, pgleaseadmin.Leases). At most
+// MaxValueLen bytes; empty means none. A re-acquire of the client's own
+// live tenure replaces its value. The value goes when the tenure ends.
+func WithValue(value string) AcquireOption {
+	return func(o *acquireOptions) { o.value = value }
+}
+
+// checkValue refuses a value over MaxValueLen, as the SQL does.
+func checkValue(value string) error {
+	if len(value) > MaxValueLen {
+		return tenure.Invalidf("value must be at most %d bytes long, got %d bytes", MaxValueLen, len(value))
+	}
+	return nil
+}
+
+// sqlValue is value as the SQL takes it: NULL for none.
+func sqlValue(value string) pgtype.Text {
+	return pgtype.Text{String: value, Valid: value != ""}
+}
+
+// SetValue replaces the value this tenure publishes (empty: none), by
+// compare-and-set on holder and fence as Renew does; observers are
+// notified. It returns ErrLeaseLost when the tenure is over (the value is
+// not set), and an error matching ErrInvalidArgument for a value over
+// MaxValueLen. The expiry does not move.
+func (l *Lease) SetValue(ctx context.Context, value string) error {
+	if err := checkValue(value); err != nil {
+		return err
+	}
+	set, err := db.New(l.db).LeaseSetValue(ctx, db.LeaseSetValueParams{
+		Name: l.Name(), Holder: l.Holder(), Fence: l.Fence(), Value: sqlValue(value),
+	})
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	if !set {
+		return fmt.Errorf("%w: lease %q fence %d is over: its value was not set", ErrLeaseLost, l.Name(), l.Fence())
+	}
+	return nil
+}
+
+// ReleaseRequested returns a channel that is closed once an operator has
+// asked this tenure's holder to hand over (pgleaseadmin.RequestRelease,
+// `pglease release --request`). The tenure learns it at its next renewal
+// (Renew, or Run's renewals; a Keeper's rounds do not report it), or at
+// once from an Observe of the lease that sees the request (the supervisor
+// does both). pglease only asks: stop the work, then Release; until then
+// the tenure stays yours and is renewed as before.
+func (l *Lease) ReleaseRequested() <-chan struct{} { return l.t.Asked() }
