@@ -1,6 +1,7 @@
 package pglease
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"time"
@@ -140,6 +141,13 @@ type Config struct {
 	// ("order:<id>"), or a series would be made per entity; the
 	// measurements then carry the kind only.
 	MetricsByName bool
+
+	// ObserveInterval is how often Observe reads the lease when no
+	// notification came: the longest a change can go unseen when
+	// notifications are lost (no LISTEN connection, as behind a pooler in
+	// transaction mode). Defaults to DefaultObserveInterval (2s); must not
+	// be negative.
+	ObserveInterval time.Duration
 }
 
 // core returns cfg in the words of the core.
@@ -155,8 +163,9 @@ func (cfg Config) core() tenure.Config {
 // Client acquires leases in the pglease schema of one database. It is safe
 // for concurrent use.
 type Client struct {
-	c  *tenure.Core
-	db DB
+	c            *tenure.Core
+	db           DB
+	observeEvery time.Duration // Config.ObserveInterval with its default
 }
 
 // leases is the lease kind of tenure.
@@ -171,11 +180,14 @@ var leases = tenure.Kind{
 // ownership: closing database stays the caller's job. It returns an error
 // matching ErrInvalidArgument, naming the field, when cfg is invalid.
 func New(database DB, cfg Config) (*Client, error) {
+	if cfg.ObserveInterval < 0 {
+		return nil, tenure.Invalidf("ObserveInterval must not be negative, got %s", cfg.ObserveInterval)
+	}
 	c, err := tenure.New(database, leases, cfg.core())
 	if err != nil {
 		return nil, err
 	}
-	return &Client{c: c, db: database}, nil
+	return &Client{c: c, db: database, observeEvery: cmp.Or(cfg.ObserveInterval, DefaultObserveInterval)}, nil
 }
 
 // CloseIdle closes the connection the client LISTENs on for release

@@ -35,6 +35,16 @@ type LeaseStatus struct {
 	ExpiresAt time.Time
 	// ExpiresIn is the time left, zero once expired or free.
 	ExpiresIn time.Duration
+	// Value is the value the live tenure's holder published
+	// (pglease.WithValue); empty when none, or when not held.
+	Value string
+	// ReleaseRequested is true when a release of the live tenure was
+	// requested (RequestRelease) and it has not ended yet.
+	ReleaseRequested bool
+	// PreferredHolder is the holder the last release request preferred
+	// (empty: none); once that tenure is over, the next grant is reserved
+	// for it for a while (docs/leadership.md).
+	PreferredHolder string
 }
 
 // Leases lists every lease of database, by name: those held, and those
@@ -46,6 +56,7 @@ func Leases(ctx context.Context, database pglease.DB) ([]LeaseStatus, error) {
 		return LeaseStatus{
 			Name: r.Name, Holder: r.Holder.String, Fence: r.Fence,
 			State: LeaseState(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
+			Value: r.Value, ReleaseRequested: r.ReleaseRequested, PreferredHolder: r.PreferredHolder,
 		}
 	})
 }

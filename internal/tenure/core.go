@@ -128,6 +128,9 @@ func (c *Core) Listen(ctx context.Context, name string) *notify.Waiter {
 	return c.hub.Listen(ctx, c.kind.Noun, name)
 }
 
+// Logger returns the core's logger.
+func (c *Core) Logger() *slog.Logger { return c.cfg.Logger }
+
 // Queries returns the generated queries on the core's database.
 func (c *Core) Queries() *db.Queries { return c.q }
 
