@@ -99,4 +99,3 @@ func RequestRelease(ctx context.Context, database pglease.DB, name string, req R
 	}
 	return RequestedRelease{Requested: r.Requested, Holder: r.Holder, Fence: r.Fence}, nil
 }
-
