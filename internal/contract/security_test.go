@@ -460,6 +460,15 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 	} {
 		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
 	}
+	// Leadership (0.3.0): the client's functions, and the operator's role.
+	for _, f := range []string{
+		"acquire(text,text,interval,text)", "observe(text,interval)",
+		"renew_lease(text,text,bigint,interval)", "set_value(text,text,bigint,text)",
+	} {
+		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
+	}
+	want = append(want, "schema pglease pglease_operator USAGE", "relation lease_status pglease_operator SELECT",
+		"function pglease.request_release(text,text,interval) pglease_operator EXECUTE")
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("ACL of schema pglease (grants to roles other than the owner):\n got: %s\nwant: %s",

@@ -1,0 +1,204 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
+)
+
+// observeInterval is the Observe interval of the tests: a minute when
+// notifications work, so that a change seen in time was seen by its
+// NOTIFY; short behind a pooler in transaction mode, which loses them.
+func observeInterval(t *testing.T) time.Duration {
+	if pgtest.ThroughPooler(t) {
+		return 100 * time.Millisecond
+	}
+	return time.Minute
+}
+
+// watch observes name with a client of its own and returns a function
+// that waits for the next state and checks it equals want (ExpiresIn
+// aside): every change must be delivered, in order, none twice.
+func watch(t *testing.T, db pglease.DB, name string) func(what string, want pglease.LeaseState) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := pglease.New(db, pglease.Config{Holder: "watcher", ObserveInterval: observeInterval(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := w.Observe(ctx, name)
+	if err != nil {
+		t.Fatalf("Observe: %v", err)
+	}
+	return func(what string, want pglease.LeaseState) {
+		t.Helper()
+		want.Name = name
+		select {
+		case got := <-states:
+			got.ExpiresIn = 0
+			if got != want {
+				t.Fatalf("%s: observed %+v, want %+v", what, got, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no state observed in 30s, want %+v", what, want)
+		}
+	}
+}
+
+// killListeners terminates the LISTEN connections of the test database.
+func killListeners(t *testing.T, db pglease.DB) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE '%LISTEN pglease%' AND pid <> pg_backend_pid()`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestObserveHandovers: a watcher sees every tenure of a lease in order,
+// with its holder, fence and value, and every vacancy between them,
+// across 100 handovers, a value change, a release request, a killed
+// LISTEN connection (twice) and an expiry. Each step waits until the
+// watcher saw it, so every state must be delivered exactly once. Through
+// PgBouncer (no notifications) it sees them by polling.
+func TestObserveHandovers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	next := watch(t, pool, "lead")
+	next("initial state", pglease.LeaseState{})
+	clients := []*pglease.Client{newClient(t, pool, "a"), newClient(t, pool, "b")}
+	for i := range 100 {
+		c := clients[i%2]
+		value := fmt.Sprintf("%s:%d", c.Holder(), i)
+		l, err := c.TryAcquire(ctx, "lead", time.Minute, pglease.WithValue(value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		next(fmt.Sprintf("tenure %d", i), pglease.LeaseState{Holder: c.Holder(), Fence: l.Fence(), Value: value})
+		if i == 40 || i == 70 {
+			if n := killListeners(t, pool); n == 0 && !pgtest.ThroughPooler(t) {
+				t.Fatal("no LISTEN connection to kill")
+			}
+			if err := l.SetValue(ctx, value+"+"); err != nil {
+				t.Fatal(err)
+			}
+			next("a new value after the LISTEN connection died", pglease.LeaseState{Holder: c.Holder(), Fence: l.Fence(), Value: value + "+"})
+			if _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			next("a release request", pglease.LeaseState{Holder: c.Holder(), Fence: l.Fence(), Value: value + "+", ReleaseRequested: true})
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		next(fmt.Sprintf("vacancy %d", i), pglease.LeaseState{Fence: l.Fence()})
+	}
+	// An expiry is a vacancy too (the watcher reads at the expiry).
+	l, err := clients[0].TryAcquire(ctx, "lead", 500*time.Millisecond, pglease.WithValue("short"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next("a short tenure", pglease.LeaseState{Holder: "a", Fence: l.Fence(), Value: "short"})
+	next("its expiry", pglease.LeaseState{Fence: l.Fence()})
+}
+
+// TestValue: a value published with the tenure is in a refusal's
+// HeldError and in the operator view; too long a value is refused before
+// a round trip and changes nothing.
+func TestValue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	a, b := newClient(t, pool, "a"), newClient(t, pool, "b")
+	l, err := a.TryAcquire(ctx, "lead", time.Minute, pglease.WithValue("10.0.0.1:8080"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.TryAcquire(ctx, "lead", time.Minute, pglease.WithValue("10.0.0.2:8080"))
+	var held *pglease.HeldError
+	if !errors.As(err, &held) || held.Value != "10.0.0.1:8080" {
+		t.Fatalf("refused TryAcquire: got %v, want a *HeldError with value 10.0.0.1:8080", err)
+	}
+	long := strings.Repeat("x", pglease.MaxValueLen+1)
+	if _, err := b.TryAcquire(ctx, "other", time.Minute, pglease.WithValue(long)); !errors.Is(err, pglease.ErrInvalidArgument) {
+		t.Fatalf("TryAcquire with a long value: got %v, want ErrInvalidArgument", err)
+	}
+	if err := l.SetValue(ctx, long); !errors.Is(err, pglease.ErrInvalidArgument) {
+		t.Fatalf("SetValue with a long value: got %v, want ErrInvalidArgument", err)
+	}
+	leases, err := pgleaseadmin.Leases(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leases) != 1 || leases[0].Value != "10.0.0.1:8080" {
+		t.Fatalf("Leases: got %+v, want lead with value 10.0.0.1:8080 only", leases)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetValue(ctx, "late"); !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("SetValue after Release: got %v, want ErrLeaseLost", err)
+	}
+	if _, err := pglease.New(pool, pglease.Config{ObserveInterval: -time.Second}); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "ObserveInterval") {
+		t.Fatalf("New with a negative ObserveInterval: got %v, want ErrInvalidArgument naming the field", err)
+	}
+}
+
+// TestReleaseRequested: a renewal after a release request closes
+// ReleaseRequested; RequestRelease's refusals are typed.
+func TestReleaseRequested(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	a, b := newClient(t, pool, "a"), newClient(t, pool, "b")
+	if _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{}); !errors.Is(err, pgleaseadmin.ErrNotHeld) {
+		t.Fatalf("RequestRelease of a free lease: got %v, want ErrNotHeld", err)
+	}
+	l := mustAcquire(t, a, "lead", time.Minute)
+	if _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{To: "b"}); !errors.Is(err, pgleaseadmin.ErrNotCandidate) {
+		t.Fatalf("RequestRelease to a holder that never asked: got %v, want ErrNotCandidate", err)
+	}
+	if _, err := b.TryAcquire(ctx, "lead", time.Minute); !errors.Is(err, pglease.ErrLeaseHeld) {
+		t.Fatalf("b's TryAcquire: got %v, want ErrLeaseHeld", err)
+	}
+	r, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{To: "b"})
+	if err != nil || !r.Requested || r.Holder != "a" || r.Fence != l.Fence() {
+		t.Fatalf("RequestRelease: got %+v, %v", r, err)
+	}
+	select {
+	case <-l.ReleaseRequested():
+		t.Fatal("ReleaseRequested closed before a renewal")
+	default:
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.ReleaseRequested():
+	default:
+		t.Fatal("ReleaseRequested still open after a renewal that saw the request")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The next grant is b's alone: a is refused, for b.
+	_, err = a.TryAcquire(ctx, "lead", time.Minute)
+	var held *pglease.HeldError
+	if !errors.As(err, &held) || held.Holder != "b" {
+		t.Fatalf("a's TryAcquire during the reservation: got %v, want held for b", err)
+	}
+	if _, err := b.TryAcquire(ctx, "lead", time.Minute); err != nil {
+		t.Fatalf("b's TryAcquire: %v", err)
+	}
+}
