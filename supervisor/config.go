@@ -127,6 +127,13 @@ type Config struct {
 	// standing by again (Handover). Defaults to 1s.
 	RestartDelay time.Duration
 
+	// Value is published with each tenure this supervisor takes (lease
+	// variant only): who leads and where, an address say, for the
+	// followers (pglease.Client.Observe, pglease.HeldError.Value, the
+	// standbys' EventLeaderSeen). At most pglease.MaxValueLen bytes;
+	// empty means none. docs/leadership.md.
+	Value string
+
 	// Holder is this supervisor's identity. Defaults to
 	// pglease.NewHolderID(), with a Keeper to the keeper's holder; must be
 	// unique per supervisor of a Name or Scope (tenures are re-entrant per
@@ -177,7 +184,13 @@ func (cfg Config) withDefaults() (Config, error) {
 		if err := tenure.CheckText("Name", cfg.Name); err != nil {
 			return cfg, err
 		}
+		if len(cfg.Value) > pglease.MaxValueLen {
+			return cfg, tenure.Invalidf("Value must be at most %d bytes long, got %d bytes", pglease.MaxValueLen, len(cfg.Value))
+		}
 	} else {
+		if cfg.Value != "" {
+			return cfg, tenure.Invalidf("Value is only for the lease variant: set Name, not Scope")
+		}
 		if err := tenure.CheckText("Scope", cfg.Scope); err != nil {
 			return cfg, err
 		}

@@ -26,6 +26,13 @@ const (
 	// after this event, which Config.Observer receives from a timer's
 	// goroutine, not Run's. Err is the cancellation cause.
 	EventHardStop
+	// EventReleaseRequested: an operator asked this supervisor, while it
+	// leads, to hand over (pgleaseadmin.RequestRelease). The workload's
+	// context is cancelled with cause ErrReleaseRequested; once the
+	// workload returned, the lease is released (EventReleased) and the
+	// supervisor stands by again after its TTL. Config.Observer receives it
+	// from a goroutine of Run's, not Run's own.
+	EventReleaseRequested
 )
 
 // HardStopExitCode is the exit status of a process stopped by
@@ -47,6 +54,8 @@ func (k EventKind) String() string {
 		return "stuck"
 	case EventHardStop:
 		return "hard-stop"
+	case EventReleaseRequested:
+		return "release-requested"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -65,4 +74,7 @@ type Event struct {
 	Fence  int64
 	// Err is the cause for Lost, Stuck and HardStop.
 	Err error
+	// Value is the holder's value (docs/leadership.md): this supervisor's
+	// Config.Value, or for LeaderSeen the value the leader published.
+	Value string
 }

@@ -31,6 +31,7 @@ type Supervisor struct {
 	pool   *pgxpool.Pool // non-nil when the database is a pool: purges run on it
 	take   func(ctx context.Context) (held, error)
 	idle   func() // closes the client's idle LISTEN connection
+	client *pglease.Client // the lease variant's client; nil for a slot
 	m      *meters
 
 	hmu  sync.Mutex
@@ -95,6 +96,7 @@ type held interface {
 type refusal struct {
 	holder string // empty for a full slot scope
 	fence  int64
+	value  string // the holder's value (Config.Value of a leader)
 }
 
 // New returns a Supervisor that holds its lease (or slot) in the pglease
@@ -136,7 +138,10 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.take = func(ctx context.Context) (held, error) { return c.Acquire(ctx, cfg.Name, cfg.TTL) }
+		s.take = func(ctx context.Context) (held, error) {
+			return c.Acquire(ctx, cfg.Name, cfg.TTL, pglease.WithValue(cfg.Value))
+		}
+		s.client = c
 		s.idle = c.CloseIdle
 	}
 	s.log = cfg.Logger.With(s.kind, s.name, "holder", cfg.Holder)
@@ -242,6 +247,8 @@ func (s *Supervisor) hold(ctx context.Context, t held, workload func(context.Con
 	if s.cfg.HardStop > 0 {
 		run = s.withHardStop(run, s.event(EventHardStop, nil))
 	}
+	var asked atomic.Bool
+	run = s.onRequest(t, run, &asked)
 	err = t.Run(ctx, s.watch(t, run))
 	if cause, workErr, ok := lossOf(err); ok {
 		lost = true
@@ -252,6 +259,9 @@ func (s *Supervisor) hold(ctx context.Context, t held, workload func(context.Con
 	switch {
 	case ctx.Err() != nil: // ctx ended: shut down
 		return true, ctx.Err()
+	case asked.Load():
+		log.Info("handed over on request; standing by after the TTL", "workload_err", err, "after", s.cfg.TTL)
+		return false, sleep(ctx, s.cfg.TTL)
 	case s.cfg.OnExit == Return:
 		log.Info("workload returned; released, returning", "workload_err", err)
 		return true, err
@@ -350,14 +360,14 @@ func (s *Supervisor) refused(err error) {
 	var ref refusal
 	var wait time.Duration
 	if held, ok := errors.AsType[*pglease.HeldError](err); ok {
-		ref, wait = refusal{holder: held.Holder, fence: held.Fence}, held.ExpiresIn
+		ref, wait = refusal{holder: held.Holder, fence: held.Fence, value: held.Value}, held.ExpiresIn
 	} else if full, ok := errors.AsType[*runslots.FullError](err); ok {
 		wait = full.RetryIn
 	}
 	if ref != s.seen {
 		s.seen = ref
-		s.log.Info("standing by", "leader", ref.holder, "leader_fence", ref.fence, "retry_in", wait)
-		s.cfg.observe(Event{Kind: EventLeaderSeen, Name: s.name, Holder: ref.holder, Fence: ref.fence})
+		s.log.Info("standing by", "leader", ref.holder, "leader_fence", ref.fence, "leader_value", ref.value, "retry_in", wait)
+		s.cfg.observe(Event{Kind: EventLeaderSeen, Name: s.name, Holder: ref.holder, Fence: ref.fence, Value: ref.value})
 	}
 	if s.waiting != nil {
 		s.waiting()
@@ -371,7 +381,7 @@ func (s *Supervisor) observe(kind EventKind, err error) {
 
 // event returns an Event of kind about the tenure held now, if any.
 func (s *Supervisor) event(kind EventKind, err error) Event {
-	e := Event{Kind: kind, Name: s.name, Holder: s.cfg.Holder, Err: err}
+	e := Event{Kind: kind, Name: s.name, Holder: s.cfg.Holder, Err: err, Value: s.cfg.Value}
 	if s.current != nil {
 		e.Fence = s.current.Fence()
 		if slot, ok := s.current.(*runslots.Slot); ok {
