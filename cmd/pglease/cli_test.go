@@ -43,6 +43,7 @@ func TestCLI(t *testing.T) {
 		{"RunNoWaitAndWait", testRunNoWaitAndWait},
 		{"RunLeaseLostRefused", testRunLeaseLostRefused},
 		{"Release", testRelease},
+		{"ReleaseRequest", testReleaseRequest},
 		{"Demo", testDemo},
 		{"DemoDiscovery", testDemoDiscovery},
 		{"Errors", testErrors},
@@ -85,6 +86,10 @@ func testUsage(t *testing.T, c cli) {
 		{"migrate", "down"},
 		{"release", "x", "--yes"},
 		{"release", "--force", "--yes"},
+		{"release", "--request", "--force", "x"},
+		{"release", "--request", "--yes", "x"},
+		{"release", "--to", "h", "x"},
+		{"release", "--request", "--to", "h", "--reserve", "2h", "x"},
 		{"status", "--bogus"},
 		{"status", "extra"},
 		{"demo", "--ttl", "1ns"},
@@ -154,6 +159,10 @@ type statusOutput struct {
 		ExpiresAt   time.Time `json:"expires_at"`
 		ExpiresInMS int64     `json:"expires_in_ms"`
 		ExpiresIn   string    `json:"expires_in"`
+		// Leadership (docs/leadership.md).
+		Value            *string `json:"value"`
+		ReleaseRequested bool    `json:"release_requested"`
+		PreferredHolder  *string `json:"preferred_holder"`
 	} `json:"leases"`
 	Slots []struct {
 		Scope       string    `json:"scope"`

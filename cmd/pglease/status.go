@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -21,13 +22,17 @@ Usage: pglease status [--json] [--database URL]
 
 Lists every lease, slot and slot scope in the database with its holder,
 fence, state (held, expired or free) and time left, all computed by the
-server's clock when read.
+server's clock when read. When a holder published a value, or a release
+was requested (pglease release --request), the leases get a VALUE column
+and a REQUEST column (docs/leadership.md).
 
 With --json it prints one JSON object, whose shape is stable:
 
   {"leases": [{"name": "nightly", "holder": "host/4242/9f..", "fence": 7,
                "state": "held", "expires_at": "2025-01-02T03:04:05.678Z",
-               "expires_in_ms": 28512, "expires_in": "28.512s"}],
+               "expires_in_ms": 28512, "expires_in": "28.512s",
+               "value": "10.0.0.7:8080", "release_requested": false,
+               "preferred_holder": null}],
    "slots":  [{"scope": "gpu", "slot": 1, "holder": "...", "fence": 3,
                "state": "held", "expires_at": "...",
                "expires_in_ms": 1200, "expires_in": "1.2s"}],
@@ -38,7 +43,10 @@ name) and empty, not null, when there is nothing. holder is null when free.
 expires_in_ms is the time left in whole milliseconds (0 once expired or
 free); expires_in is the same as a Go duration string. expires_at is the
 server's RFC 3339 time at which the tenure ends or ended (for a free one:
-when it was released).`,
+when it was released). value is the live holder's value (null: none, or
+not held); release_requested is true while a requested release is
+pending; preferred_holder is the holder the last request preferred (null:
+none).`,
 	interspersed: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
@@ -71,6 +79,10 @@ type leaseJSON struct {
 	ExpiresAt   time.Time `json:"expires_at"`
 	ExpiresInMS int64     `json:"expires_in_ms"`
 	ExpiresIn   string    `json:"expires_in"`
+	// Leadership (docs/leadership.md).
+	Value            *string `json:"value"`
+	ReleaseRequested bool    `json:"release_requested"`
+	PreferredHolder  *string `json:"preferred_holder"`
 }
 
 type slotJSON struct {
@@ -123,6 +135,7 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 		out.Leases = append(out.Leases, leaseJSON{
 			Name: l.Name, Holder: nonEmpty(l.Holder), Fence: l.Fence, State: string(l.State),
 			ExpiresAt: l.ExpiresAt, ExpiresInMS: l.ExpiresIn.Milliseconds(), ExpiresIn: l.ExpiresIn.String(),
+			Value: nonEmpty(l.Value), ReleaseRequested: l.ReleaseRequested, PreferredHolder: nonEmpty(l.PreferredHolder),
 		})
 	}
 	for _, s := range ss {
@@ -148,9 +161,18 @@ func printStatus(w io.Writer, s statusJSON) error {
 	if len(s.Leases) == 0 {
 		fmt.Fprintln(tw, "No leases.")
 	} else {
-		fmt.Fprintln(tw, "LEASE\tHOLDER\tFENCE\tSTATE\tEXPIRES IN")
+		leader := slices.ContainsFunc(s.Leases, func(l leaseJSON) bool { return l.Value != nil || l.ReleaseRequested })
+		if leader {
+			fmt.Fprintln(tw, "LEASE\tHOLDER\tFENCE\tSTATE\tEXPIRES IN\tVALUE\tREQUEST")
+		} else {
+			fmt.Fprintln(tw, "LEASE\tHOLDER\tFENCE\tSTATE\tEXPIRES IN")
+		}
 		for _, l := range s.Leases {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", cell(l.Name), orDash(l.Holder), l.Fence, l.State, timeLeft(l.ExpiresInMS))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s", cell(l.Name), orDash(l.Holder), l.Fence, l.State, timeLeft(l.ExpiresInMS))
+			if leader {
+				fmt.Fprintf(tw, "\t%s\t%s", orDash(l.Value), request(l))
+			}
+			fmt.Fprintln(tw)
 		}
 	}
 	fmt.Fprintln(tw)
@@ -168,6 +190,17 @@ func printStatus(w io.Writer, s statusJSON) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// request formats a lease's pending release request for a table.
+func request(l leaseJSON) string {
+	switch {
+	case !l.ReleaseRequested:
+		return "-"
+	case l.PreferredHolder != nil:
+		return "release to " + cell(*l.PreferredHolder)
+	}
+	return "release"
 }
 
 func nonEmpty(s string) *string {
