@@ -65,6 +65,8 @@ type config struct {
 	stores     []string
 	storeDir   string
 	storesOnly bool
+	// leaderOnly runs only the leadership section (leader.go).
+	leaderOnly bool
 }
 
 func main() {
@@ -118,6 +120,7 @@ func parseFlags(args []string) (config, error) {
 	stores := fs.String("stores", "etcd,redis", "stores compared with pglease's acquire + release, each a server the bench starts (etcd, redis; none: skip the comparison)")
 	fs.StringVar(&cfg.storeDir, "store-dir", os.TempDir(), "where the compared stores keep their data: put it on the Postgres server's disk")
 	fs.BoolVar(&cfg.storesOnly, "stores-only", false, "run only the comparison with -stores, at -clients, and print its section")
+	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, renew_lease, acquire with a value, observing at C=8) and print it")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -195,6 +198,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if cfg.storesOnly {
 		return runStoresBench(ctx, cfg)
+	}
+	if cfg.leaderOnly {
+		return runLeaderBench(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {

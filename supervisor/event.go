@@ -30,8 +30,10 @@ const (
 	// leads, to hand over (pgleaseadmin.RequestRelease). The workload's
 	// context is cancelled with cause ErrReleaseRequested; once the
 	// workload returned, the lease is released (EventReleased) and the
-	// supervisor stands by again after its TTL. Config.Observer receives it
-	// from a goroutine of Run's, not Run's own.
+	// supervisor stands by again after RestartDelay (whatever OnExit says),
+	// by when the waiting standbys, notified of the release, have taken
+	// over, or the preferred holder's reservation keeps it out.
+	// Config.Observer receives it from a goroutine of Run's, not Run's own.
 	EventReleaseRequested
 )
 

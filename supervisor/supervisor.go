@@ -260,8 +260,8 @@ func (s *Supervisor) hold(ctx context.Context, t held, workload func(context.Con
 	case ctx.Err() != nil: // ctx ended: shut down
 		return true, ctx.Err()
 	case asked.Load():
-		log.Info("handed over on request; standing by after the TTL", "workload_err", err, "after", s.cfg.TTL)
-		return false, sleep(ctx, s.cfg.TTL)
+		log.Info("handed over on request; standing by", "workload_err", err, "after", s.cfg.RestartDelay)
+		return false, sleep(ctx, s.cfg.RestartDelay)
 	case s.cfg.OnExit == Return:
 		log.Info("workload returned; released, returning", "workload_err", err)
 		return true, err
