@@ -97,10 +97,10 @@ func handoverOnRequest(ctx context.Context, pool *pgxpool.Pool, n int) (*handove
 	h := &handovers{}
 	started := make(chan string, 4)  // the holder whose workload started
 	standing := make(chan string, 4) // a holder that stands by, seeing a new leader
+	var wg sync.WaitGroup
+	defer wg.Wait() // after cancel: the supervisors return
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, holder := range []string{"bench-a", "bench-b"} {
 		s, err := supervisor.New(pool, supervisor.Config{
