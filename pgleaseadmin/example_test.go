@@ -2,6 +2,7 @@ package pgleaseadmin_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -162,4 +163,57 @@ func ExampleReadMetrics() {
 		fmt.Println(l.Name, "held:", l.Held, "fence", l.Fence, "left:", l.Expiry > 50*time.Second)
 	}
 	// Output: metrics/report held: true fence 1 left: true
+}
+
+// ExampleRequestRelease asks a leader to hand over to a standby: the
+// leader learns it at its next renewal, stops its work and releases, and
+// the next grant is the standby's alone for a while. It needs role
+// pglease_operator (the example runs as the schema's owner).
+func ExampleRequestRelease() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	leader, _ := pglease.New(pool, pglease.Config{Holder: "node-1"})
+	standby, _ := pglease.New(pool, pglease.Config{Holder: "node-2"})
+	other, _ := pglease.New(pool, pglease.Config{Holder: "node-3"})
+
+	lease, err := leader.TryAcquire(ctx, "example/handover", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The standby waits for the lease: it is a candidate now.
+	if _, err := standby.TryAcquire(ctx, "example/handover", time.Minute); !errors.Is(err, pglease.ErrLeaseHeld) {
+		log.Fatal(err)
+	}
+
+	r, err := pgleaseadmin.RequestRelease(ctx, pool, "example/handover", pgleaseadmin.ReleaseRequest{To: "node-2"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("asked", r.Holder, "to hand over")
+
+	// The leader's next renewal tells it; it stops its work and releases.
+	if err := lease.Renew(ctx); err != nil {
+		log.Fatal(err)
+	}
+	<-lease.ReleaseRequested()
+	if err := lease.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := other.TryAcquire(ctx, "example/handover", time.Minute); errors.Is(err, pglease.ErrLeaseHeld) {
+		fmt.Println("node-3 refused: reserved for node-2")
+	}
+	next, err := standby.TryAcquire(ctx, "example/handover", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer next.Release(ctx)
+	fmt.Println("node-2 leads with fence", next.Fence())
+	// Output:
+	// asked node-1 to hand over
+	// node-3 refused: reserved for node-2
+	// node-2 leads with fence 2
 }
