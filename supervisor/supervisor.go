@@ -30,7 +30,7 @@ type Supervisor struct {
 	fence  atomic.Int64
 	pool   *pgxpool.Pool // non-nil when the database is a pool: purges run on it
 	take   func(ctx context.Context) (held, error)
-	idle   func() // closes the client's idle LISTEN connection
+	idle   func()          // closes the client's idle LISTEN connection
 	client *pglease.Client // the lease variant's client; nil for a slot
 	m      *meters
 
