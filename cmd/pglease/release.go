@@ -80,18 +80,11 @@ schema pglease (pglease_client is not granted force_release).`,
 }
 
 func (a *app) release(ctx context.Context, db *dbFlag, name string, yes bool) error {
-	t, err := a.parseTarget(db, "release")
-	if err != nil {
-		return err
-	}
-	pool, err := a.connect(ctx, t)
+	pool, err := a.openSchema(ctx, db, "release")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := a.requireSchema(ctx, pool, t); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 
@@ -136,18 +129,11 @@ func (a *app) release(ctx context.Context, db *dbFlag, name string, yes bool) er
 
 // requestRelease asks the holder of lease name to hand over.
 func (a *app) requestRelease(ctx context.Context, db *dbFlag, name string, req pgleaseadmin.ReleaseRequest) error {
-	t, err := a.parseTarget(db, "release")
-	if err != nil {
-		return err
-	}
-	pool, err := a.connect(ctx, t)
+	pool, err := a.openSchema(ctx, db, "release")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := a.requireSchema(ctx, pool, t); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	r, err := pgleaseadmin.RequestRelease(ctx, pool, name, req)

@@ -103,18 +103,11 @@ type scopeJSON struct {
 }
 
 func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
-	t, err := a.parseTarget(db, "status")
-	if err != nil {
-		return err
-	}
-	pool, err := a.connect(ctx, t)
+	pool, err := a.openSchema(ctx, db, "status")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := a.requireSchema(ctx, pool, t); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	// Status reads only: the operator's view, with no holder of its own.
