@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -28,6 +29,27 @@ type acquireOptions struct {
 // live tenure replaces its value. The value goes when the tenure ends.
 func WithValue(value string) AcquireOption {
 	return func(o *acquireOptions) { o.value = value }
+}
+
+// acquire calls the acquire with a value of schema 0.3.0, or, on an
+// earlier schema, the three-argument one (a refusal then has no value,
+// and a value cannot be published: ErrNotMigrated).
+func (c *Client) acquire(ctx context.Context, name string, ttl time.Duration, o acquireOptions) (db.LeaseAcquireValueRow, error) {
+	if c.c.Modern() {
+		row, err := c.c.Queries().LeaseAcquireValue(ctx, db.LeaseAcquireValueParams{
+			Name: name, Holder: c.c.Holder(), Ttl: ttl, Value: sqlValue(o.value),
+		})
+		if err == nil || !c.c.Missing(err) || o.value != "" {
+			return row, err
+		}
+	}
+	if o.value != "" {
+		return db.LeaseAcquireValueRow{}, fmt.Errorf("%w: publishing a value (WithValue) needs schema 0.3.0", ErrNotMigrated)
+	}
+	r, err := c.c.Queries().LeaseAcquire(ctx, db.LeaseAcquireParams{Name: name, Holder: c.c.Holder(), Ttl: ttl})
+	return db.LeaseAcquireValueRow{
+		Acquired: r.Acquired, Fence: r.Fence, Holder: r.Holder, ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
+	}, err
 }
 
 // checkValue refuses a value over MaxValueLen, as the SQL does.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/internal/notify"
 	"github.com/pglease/pglease/internal/tenure"
 )
@@ -78,9 +77,7 @@ func (c *Client) check(name string, ttl time.Duration, opts []AcquireOption) (ac
 // wait, or another error.
 func (c *Client) try(ctx context.Context, name string, ttl time.Duration, o acquireOptions) (*Lease, *tenure.Refusal, error) {
 	sent := time.Now()
-	row, err := c.c.Queries().LeaseAcquireValue(ctx, db.LeaseAcquireValueParams{
-		Name: name, Holder: c.c.Holder(), Ttl: ttl, Value: sqlValue(o.value),
-	})
+	row, err := c.acquire(ctx, name, ttl, o)
 	if err != nil {
 		return nil, nil, c.c.Interpret(ctx, err)
 	}

@@ -131,7 +131,8 @@ type Config struct {
 	// variant only): who leads and where, an address say, for the
 	// followers (pglease.Client.Observe, pglease.HeldError.Value, the
 	// standbys' EventLeaderSeen). At most pglease.MaxValueLen bytes;
-	// empty means none. docs/leadership.md.
+	// empty means none; a value needs schema 0.3.0 (on an earlier one the
+	// supervisor cannot acquire: pglease.ErrNotMigrated). docs/leadership.md.
 	Value string
 
 	// Holder is this supervisor's identity. Defaults to

@@ -32,7 +32,11 @@ func (s *Supervisor) onRequest(t held, workload func(context.Context) error, ask
 		defer wg.Wait()
 		defer stop()
 		states, err := s.client.Observe(wctx, s.name)
-		if err != nil && wctx.Err() == nil {
+		switch {
+		case err == nil || wctx.Err() != nil:
+		case errors.Is(err, pglease.ErrNotMigrated): // a schema before 0.3.0: nothing to request
+			s.log.Debug("cannot observe the lease before schema 0.3.0", "err", err)
+		default:
 			s.log.Warn("cannot observe the lease; a release request is seen at the next renewal", "err", err)
 		}
 		e := s.event(EventReleaseRequested, ErrReleaseRequested)

@@ -92,7 +92,6 @@ func (q *Queries) LeaseAcquire(ctx context.Context, arg LeaseAcquireParams) (Lea
 }
 
 const leaseAcquireValue = `-- name: LeaseAcquireValue :one
-
 SELECT a.acquired::boolean AS acquired, a.fence::bigint AS fence,
        a.holder::text AS holder, a.expires_at::timestamptz AS expires_at,
        a.expires_in::interval AS expires_in, coalesce(a.value, '')::text AS value
@@ -115,7 +114,6 @@ type LeaseAcquireValueRow struct {
 	Value     string
 }
 
-// Leadership (0.3.0, docs/leadership.md).
 func (q *Queries) LeaseAcquireValue(ctx context.Context, arg LeaseAcquireValueParams) (LeaseAcquireValueRow, error) {
 	row := q.db.QueryRow(ctx, leaseAcquireValue,
 		arg.Name,
@@ -264,9 +262,8 @@ func (q *Queries) LeaseReleaseAsync(ctx context.Context, arg LeaseReleaseAsyncPa
 }
 
 const leaseRenew = `-- name: LeaseRenew :one
-SELECT r.renewed::boolean AS renewed, r.expires_in,
-       r.release_requested::boolean AS release_requested
-FROM pglease.renew_lease($1, $2, $3, $4) AS r
+SELECT r.renewed::boolean AS renewed, r.expires_in
+FROM pglease.renew($1, $2, $3, $4) AS r
 `
 
 type LeaseRenewParams struct {
@@ -277,12 +274,10 @@ type LeaseRenewParams struct {
 }
 
 type LeaseRenewRow struct {
-	Renewed          bool
-	ExpiresIn        *time.Duration
-	ReleaseRequested bool
+	Renewed   bool
+	ExpiresIn *time.Duration
 }
 
-// renew_lease: renew, and whether a release was requested (0.3.0).
 func (q *Queries) LeaseRenew(ctx context.Context, arg LeaseRenewParams) (LeaseRenewRow, error) {
 	row := q.db.QueryRow(ctx, leaseRenew,
 		arg.Name,
@@ -291,6 +286,40 @@ func (q *Queries) LeaseRenew(ctx context.Context, arg LeaseRenewParams) (LeaseRe
 		arg.Ttl,
 	)
 	var i LeaseRenewRow
+	err := row.Scan(&i.Renewed, &i.ExpiresIn)
+	return i, err
+}
+
+const leaseRenewAsked = `-- name: LeaseRenewAsked :one
+
+SELECT r.renewed::boolean AS renewed, r.expires_in,
+       r.release_requested::boolean AS release_requested
+FROM pglease.renew_lease($1, $2, $3, $4) AS r
+`
+
+type LeaseRenewAskedParams struct {
+	Name   string
+	Holder string
+	Fence  int64
+	Ttl    time.Duration
+}
+
+type LeaseRenewAskedRow struct {
+	Renewed          bool
+	ExpiresIn        *time.Duration
+	ReleaseRequested bool
+}
+
+// Leadership (0.3.0, docs/leadership.md).
+// renew_lease: renew, and whether a release was requested.
+func (q *Queries) LeaseRenewAsked(ctx context.Context, arg LeaseRenewAskedParams) (LeaseRenewAskedRow, error) {
+	row := q.db.QueryRow(ctx, leaseRenewAsked,
+		arg.Name,
+		arg.Holder,
+		arg.Fence,
+		arg.Ttl,
+	)
+	var i LeaseRenewAskedRow
 	err := row.Scan(&i.Renewed, &i.ExpiresIn, &i.ReleaseRequested)
 	return i, err
 }

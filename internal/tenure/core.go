@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,6 +66,10 @@ type Core struct {
 	hub  *notify.Hub   // release notifications for the blocking calls
 	cfg  Config        // with defaults applied
 	m    *meters       // its instruments, made once
+
+	// legacyUntil is when to try 0.3.0's leadership functions again after
+	// one was missing (Unix nanoseconds; 0: never missing). See Modern.
+	legacyUntil atomic.Int64
 
 	// OnWait, when set, is called each time a blocking call has been
 	// refused and is about to wait, with the name it waits on and the

@@ -172,14 +172,7 @@ func (t *Tenure) Renew(ctx context.Context) error {
 		err     error
 	)
 	if t.slot == 0 {
-		var row db.LeaseRenewRow
-		row, err = t.c.q.LeaseRenew(ctx, db.LeaseRenewParams{
-			Name: t.name, Holder: t.c.cfg.Holder, Fence: t.fence, Ttl: t.ttl,
-		})
-		renewed = row.Renewed
-		if row.ReleaseRequested {
-			t.Ask()
-		}
+		renewed, err = t.renewLease(ctx)
 	} else {
 		var row db.SlotRenewRow
 		row, err = t.c.q.SlotRenew(ctx, db.SlotRenewParams{
@@ -222,6 +215,27 @@ func (t *Tenure) Renew(ctx context.Context) error {
 		m.margin.Record(ctx, max(t.deadline.Sub(now), 0).Seconds(), t.a.base.Record...)
 	}
 	return nil
+}
+
+// renewLease renews a lease with renew_lease, which also says whether a
+// release was requested (closing Asked), or with the renew of schemas
+// before 0.3.0.
+func (t *Tenure) renewLease(ctx context.Context) (bool, error) {
+	if t.c.Modern() {
+		row, err := t.c.q.LeaseRenewAsked(ctx, db.LeaseRenewAskedParams{
+			Name: t.name, Holder: t.c.cfg.Holder, Fence: t.fence, Ttl: t.ttl,
+		})
+		if err == nil || !t.c.Missing(err) {
+			if row.ReleaseRequested {
+				t.Ask()
+			}
+			return row.Renewed, err
+		}
+	}
+	row, err := t.c.q.LeaseRenew(ctx, db.LeaseRenewParams{
+		Name: t.name, Holder: t.c.cfg.Holder, Fence: t.fence, Ttl: t.ttl,
+	})
+	return row.Renewed, err
 }
 
 // Release ends the tenure on the server, by compare-and-set on holder and

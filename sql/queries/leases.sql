@@ -5,10 +5,8 @@ SELECT a.acquired::boolean AS acquired, a.fence::bigint AS fence,
 FROM pglease.acquire(@name, @holder, @ttl) AS a;
 
 -- name: LeaseRenew :one
--- renew_lease: renew, and whether a release was requested (0.3.0).
-SELECT r.renewed::boolean AS renewed, r.expires_in,
-       r.release_requested::boolean AS release_requested
-FROM pglease.renew_lease(@name, @holder, @fence, @ttl) AS r;
+SELECT r.renewed::boolean AS renewed, r.expires_in
+FROM pglease.renew(@name, @holder, @fence, @ttl) AS r;
 
 -- name: LeaseRelease :one
 SELECT r.released::boolean AS released
@@ -60,6 +58,12 @@ SELECT pglease.assert_held(@name, @fence)
 FROM pg_catalog.set_config('idle_in_transaction_session_timeout', @timeout::text, true) AS s;
 
 -- Leadership (0.3.0, docs/leadership.md).
+
+-- name: LeaseRenewAsked :one
+-- renew_lease: renew, and whether a release was requested.
+SELECT r.renewed::boolean AS renewed, r.expires_in,
+       r.release_requested::boolean AS release_requested
+FROM pglease.renew_lease(@name, @holder, @fence, @ttl) AS r;
 
 -- name: LeaseAcquireValue :one
 SELECT a.acquired::boolean AS acquired, a.fence::bigint AS fence,
