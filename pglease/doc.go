@@ -104,4 +104,15 @@
 // Config.MetricsByName asks for it: a locker of one lease per entity makes
 // a few series, not one per entity. docs/observability.md lists every
 // instrument.
+//
+// # Leadership
+//
+// A holder may publish a value with its tenure (WithValue, Lease.SetValue):
+// who leads and where, which a refused acquire's HeldError.Value and
+// Client.Observe show. Observe delivers every change of a lease in order,
+// vacancies included, woken by NOTIFY and polling every
+// Config.ObserveInterval. An operator may ask a holder to hand over
+// (pgleaseadmin.RequestRelease); the holder learns it at its next renewal
+// (Lease.ReleaseRequested) and releases once its work has stopped.
+// docs/leadership.md has the rules and limits.
 package pglease
