@@ -8,7 +8,8 @@
 --   * the slot rows and the scope row of every scope whose slots have all
 --     been free for at least p_free_for (a scope is purged whole, so slot
 --     numbers stay dense from 1);
---   * waiter registrations past their until.
+--   * waiter registrations past their until (and, uncounted, observer and
+--     candidate registrations past theirs).
 -- Before any of them is gone, the fence floor (pglease.fence_floor) is
 -- raised to the largest fence deleted, in the same transaction, and a name
 -- or slot created afterwards starts at floor + 1: fences never go backwards,
@@ -109,6 +110,17 @@ BEGIN
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_slots) INTO v_waiters;
+
+    -- Lapsed observer and candidate registrations (0.3.0, see
+    -- pglease.observe and pglease.acquire with p_value), not counted.
+    DELETE FROM pglease.observers AS o
+    WHERE o.name = ANY (ARRAY(SELECT d.name FROM pglease.observers AS d
+                              WHERE d.until < v_now FOR UPDATE SKIP LOCKED))
+      AND o.until < v_now;
+    DELETE FROM pglease.candidates AS c
+    WHERE (c.name, c.holder) IN (SELECT d.name, d.holder FROM pglease.candidates AS d
+                                 WHERE d.until < v_now FOR UPDATE SKIP LOCKED)
+      AND c.until < v_now;
 
     IF v_leases + v_slots > 0 THEN
         INSERT INTO pglease.fence_floor AS f (id, lease_fence, slot_fence, purged)
