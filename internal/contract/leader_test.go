@@ -25,6 +25,7 @@ func TestLeadership(t *testing.T) {
 		{"PreferredHolderThatNeverComes", testPreferredHolderThatNeverComes},
 		{"StrangerCannotRequestRelease", testStrangerCannotRequestRelease},
 		{"ObservedChangesNotify", testObservedChangesNotify},
+		{"PurgeDropsLapsedRegistrations", testPurgeDropsLapsedRegistrations},
 	})
 }
 
@@ -334,4 +335,19 @@ func testObservedChangesNotify(t *testing.T, db *testDB) {
 	release(t, db.pool, unwatched, "a", 1)
 	release(t, db.pool, watched, "a", 1)
 	next("a release")
+}
+
+// testPurgeDropsLapsedRegistrations: purge deletes observer and candidate
+// registrations past their until, and keeps live ones.
+func testPurgeDropsLapsedRegistrations(t *testing.T, db *testDB) {
+	n := namer(t)
+	mustExec(t, db.pool, `INSERT INTO pglease.observers VALUES ($1, now() - interval '1 second'), ($2, now() + interval '1 hour')`, n("lapsed"), n("live"))
+	mustExec(t, db.pool, `INSERT INTO pglease.candidates VALUES ($1, 'h', now() - interval '1 second'), ($2, 'h', now() + interval '1 hour')`, n("lapsed"), n("live"))
+	mustExec(t, db.pool, `SELECT pglease.purge('1 day')`)
+	var observers, candidates []string
+	mustScan(t, db.pool, `SELECT array(SELECT name FROM pglease.observers WHERE name LIKE $1 ORDER BY 1),
+		array(SELECT name FROM pglease.candidates WHERE name LIKE $1 ORDER BY 1)`, []any{n("%")}, &observers, &candidates)
+	if len(observers) != 1 || observers[0] != n("live") || len(candidates) != 1 || candidates[0] != n("live") {
+		t.Fatalf("after purge: observers %v, candidates %v; want only %s in each", observers, candidates, n("live"))
+	}
 }
