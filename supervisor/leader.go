@@ -29,9 +29,15 @@ func (s *Supervisor) onRequest(t held, workload func(context.Context) error, ask
 		defer cancel(nil)
 		wctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		defer wg.Wait()
-		defer stop()
 		states, err := s.client.Observe(wctx, s.name)
+		defer func() {
+			stop()
+			wg.Wait()
+			if states != nil {
+				for range states { // closed once Observe let go of its LISTEN connection
+				}
+			}
+		}()
 		switch {
 		case err == nil || wctx.Err() != nil:
 		case errors.Is(err, pglease.ErrNotMigrated): // a schema before 0.3.0: nothing to request

@@ -46,7 +46,8 @@ func (l *trackingListener) open() (open, all int) {
 }
 
 // TestListenConnectionClosed: a standby's LISTEN connection is closed as
-// soon as it leads (a leader waits for nothing), and when Run returns
+// soon as it leads (a leader waits for nothing but release requests, on
+// at most one connection), and when Run returns
 // while standing by, instead of lingering for DefaultNotifyLinger.
 func TestListenConnectionClosed(t *testing.T) {
 	t.Parallel()
@@ -74,8 +75,10 @@ func TestListenConnectionClosed(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- s.Run(rctx, func(wctx context.Context) error {
-				if open, all := db.open(); open != 0 {
-					t.Errorf("leading with %d of %d LISTEN connections open, want 0", open, all)
+				// The standby's is closed; a leader of a lease opens one to
+				// observe its lease for release requests (docs/leadership.md).
+				if open, all := db.open(); open > 1 {
+					t.Errorf("leading with %d of %d LISTEN connections open, want at most 1", open, all)
 				}
 				close(leading)
 				<-wctx.Done()

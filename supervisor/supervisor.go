@@ -172,7 +172,9 @@ func (s *Supervisor) Holder() string { return s.cfg.Holder }
 // standing by (database down) are logged and retried with capped backoff.
 // No goroutine started by Run outlives it. The connection it LISTENs on
 // while standing by is closed once it leads, and when Run returns (a
-// Keeper's shared connection stays open). With a Keeper, Run returns an
+// Keeper's shared connection stays open); while it leads a lease, it
+// observes the lease on one such connection, to hear a release request at
+// once (EventReleaseRequested, docs/leadership.md). With a Keeper, Run returns an
 // error matching pglease.ErrInvalidArgument at once while another Run in
 // this process runs with the same keeper and Name (or Scope): sharing the
 // keeper's holder, both would hold the one tenure and run their workloads
