@@ -37,7 +37,7 @@ func (d *scriptDB) Begin(context.Context) (pgx.Tx, error)                   { re
 
 func (d *scriptDB) QueryRow(ctx context.Context, sql string, _ ...any) pgx.Row {
 	switch {
-	case strings.Contains(sql, "name: LeaseAcquire "):
+	case strings.Contains(sql, "name: LeaseAcquire "), strings.Contains(sql, "name: LeaseAcquireValue "):
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		first := !d.granted
@@ -46,7 +46,7 @@ func (d *scriptDB) QueryRow(ctx context.Context, sql string, _ ...any) pgx.Row {
 			*dest[0].(*bool), *dest[1].(*int64) = first, 1
 			*dest[2].(*string), *dest[4].(*time.Duration) = "other", time.Hour
 		})
-	case strings.Contains(sql, "name: LeaseRenew "):
+	case strings.Contains(sql, "name: LeaseRenew "), strings.Contains(sql, "name: LeaseRenewAsked "):
 		ok, err := d.renew(ctx)
 		if err != nil {
 			return errRow{err}
