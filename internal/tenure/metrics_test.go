@@ -40,7 +40,7 @@ func (d *renewDB) QueryRow(ctx context.Context, sql string, _ ...any) pgx.Row {
 	renew, released, round := d.renew, d.released, d.round
 	d.mu.Unlock()
 	switch {
-	case strings.Contains(sql, "name: LeaseRenew "):
+	case strings.Contains(sql, "name: LeaseRenew "), strings.Contains(sql, "name: LeaseRenewAsked "):
 		ok, err := renew(ctx)
 		return renewedRow{ok, err}
 	case strings.Contains(sql, "name: LeaseRelease"):
