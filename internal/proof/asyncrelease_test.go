@@ -16,10 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/asyncrelease"
-	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/pgleaseadmin"
-	"github.com/pglease/pglease/pgleasemigrate"
 )
 
 // TestAsyncReleaseCrash shows, on a throwaway cluster, what a crash does to
@@ -43,25 +41,7 @@ func TestAsyncReleaseCrash(t *testing.T) {
 	const ttl = 10 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	srv, err := pgserver.StartCluster(ctx, "")
-	if err != nil {
-		t.Fatalf("start a throwaway cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			t.Errorf("stop cluster: %v", err)
-		}
-	})
-	cl := findCluster(t, srv)
-	dbURL, err := pgserver.CreateDatabase(ctx, srv.URL, "asyncrelease")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pgleasemigrate.Up(ctx, dbURL); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	cl, dbURL := migratedCluster(t, ctx, "asyncrelease")
 
 	t.Run("lost", func(t *testing.T) {
 		a, b, pool := crashClients(t, dbURL)

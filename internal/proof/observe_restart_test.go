@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pglease/pglease/internal/pgserver"
 	"github.com/pglease/pglease/pglease"
-	"github.com/pglease/pglease/pgleasemigrate"
 )
 
 // TestObserveServerRestart: a watcher of a lease (docs/leadership.md)
@@ -22,25 +20,7 @@ import (
 func TestObserveServerRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := pgserver.StartCluster(ctx, "")
-	if err != nil {
-		t.Fatalf("start a throwaway cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			t.Errorf("stop cluster: %v", err)
-		}
-	})
-	cl := findCluster(t, srv)
-	dbURL, err := pgserver.CreateDatabase(ctx, srv.URL, "observe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pgleasemigrate.Up(ctx, dbURL); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	cl, dbURL := migratedCluster(t, ctx, "observe")
 	pool := openPool(t, dbURL, 4, "pglease-proof-observe")
 	watcher, err := pglease.New(pool, pglease.Config{Holder: "watcher", ObserveInterval: time.Minute})
 	if err != nil {

@@ -39,25 +39,7 @@ func TestFaultServerRestart(t *testing.T) {
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	srv, err := pgserver.StartCluster(ctx, "")
-	if err != nil {
-		t.Fatalf("start a throwaway cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := srv.Stop(ctx); err != nil {
-			t.Errorf("stop cluster: %v", err)
-		}
-	})
-	cl := findCluster(t, srv)
-	dbURL, err := pgserver.CreateDatabase(ctx, srv.URL, "proof")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pgleasemigrate.Up(ctx, dbURL); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	cl, dbURL := migratedCluster(t, ctx, "proof")
 	installAudit(t, dbURL)
 
 	f := newFleet("restart")
@@ -93,6 +75,33 @@ func TestFaultServerRestart(t *testing.T) {
 	res := f.check(t, check)
 	t.Logf("restart: %d immediate restarts, %s down each (TTL %s); first fenced write %v after the server was back; %s",
 		rounds, downtime, ttl, roundAll(recoveries), res)
+}
+
+// migratedCluster starts a throwaway cluster, stopped when the test ends,
+// with database name migrated to head, and returns the cluster and the
+// database's URL.
+func migratedCluster(t *testing.T, ctx context.Context, name string) (*cluster, string) {
+	t.Helper()
+	srv, err := pgserver.StartCluster(ctx, "")
+	if err != nil {
+		t.Fatalf("start a throwaway cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := srv.Stop(ctx); err != nil {
+			t.Errorf("stop cluster: %v", err)
+		}
+	})
+	cl := findCluster(t, srv)
+	dbURL, err := pgserver.CreateDatabase(ctx, srv.URL, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgleasemigrate.Up(ctx, dbURL); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return cl, dbURL
 }
 
 // poolOf returns the i-th supervisor's own pool for its fenced writes.
