@@ -56,6 +56,8 @@ type config struct {
 	keeperLeases []int
 	// metricsOnly runs only the metrics overhead comparison (metrics.go).
 	metricsOnly bool
+	// fencedOnly runs only the fenced-write comparison (fenced.go).
+	fencedOnly bool
 	// scrapeLeases, when set, are the sizes of the scrape cost
 	// (scrape.go), run alone.
 	scrapeLeases []int
@@ -112,6 +114,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.leases, "renew-holder-leases", 1000, "leases of the renew_holder comparison")
 	fs.IntVar(&cfg.purgeNames, "purge-names", 1_000_000, "unique names of the table-size run, with and without purge (0: skip it)")
 	fs.BoolVar(&cfg.purgeOnly, "purge-only", false, "run only the table-size run: print its section and write -json, leave -out alone")
+	fs.BoolVar(&cfg.fencedOnly, "fenced-only", false, "run only the fenced-write comparison (an application UPDATE with and without assert_held, in a transaction and in one round trip with Lease.SendFenced, at -clients) and print its section")
 	fs.BoolVar(&cfg.metricsOnly, "metrics-only", false, "run only the metrics overhead comparison (renew with and without an OpenTelemetry SDK, at -clients) and print its section")
 	keeperLeases := fs.String("keeper-leases", "", "run only the keeper comparison, for these lease counts (e.g. 1000,10000), and print its section")
 	scrapeLeases := fs.String("scrape-leases", "", "run only the scrape cost of pglease.metrics, for these lease counts (e.g. 10000,100000), and print its section")
@@ -189,6 +192,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if cfg.metricsOnly {
 		return runMetricsBench(ctx, cfg)
+	}
+	if cfg.fencedOnly {
+		return runFencedBench(ctx, cfg)
 	}
 	if len(cfg.scrapeLeases) > 0 {
 		return runScrapeBench(ctx, cfg)
