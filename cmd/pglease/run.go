@@ -111,6 +111,7 @@ pglease got signal n while waiting, before COMMAND started).`,
 		fs.DurationVar(&o.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping the command; at most TTL/2 (default TTL/4, at most 10s)")
 		fs.StringVar(&o.holder, "holder", "", "holder `ID` to take the lease as (default host/pid/random, unique)")
 		fs.BoolVar(&o.verbose, "v", false, "log acquisitions, renewal problems and releases to standard error")
+		registerCronFlags(fs, &o)
 		return func(ctx context.Context, args []string) error {
 			if o.wait && noWait {
 				return usagef("run", "--wait and --no-wait contradict each other")
@@ -149,6 +150,9 @@ pglease got signal n while waiting, before COMMAND started).`,
 				return usagef("run", "--grace must be from 0 to half the --ttl (%s), got %s: SIGTERM comes --grace before the local deadline, "+
 					"and renewals need the rest of the TTL; raise --ttl or lower --grace", o.ttl/2, o.grace)
 			}
+			if err := checkCronFlags(&o, set); err != nil {
+				return err
+			}
 			o.argv = args
 			return a.run(ctx, &db, o)
 		}
@@ -166,6 +170,7 @@ type runOptions struct {
 	holder   string
 	verbose  bool
 	argv     []string
+	cron     cronOptions
 }
 
 // held is a lease or slot held around the command.
@@ -184,6 +189,9 @@ type step struct {
 	env func(t held) []string
 	// describe names the tenure for messages.
 	describe func(t held) string
+	// around, when set, runs next (the rest, down to the command) under
+	// the tenure t: the run ledger of --once-per.
+	around func(ctx context.Context, t held, next func() error) error
 }
 
 // runner runs one command under a lease and/or slot.
@@ -308,7 +316,7 @@ func (r *runner) interrupted(err error) error {
 func (r *runner) steps() ([]step, error) {
 	var steps []step
 	if r.o.lease != "" {
-		c, err := pglease.New(r.pool, pglease.Config{Holder: r.o.holder})
+		c, err := pglease.New(r.pool, pglease.Config{Holder: r.o.holder, HoldAtLeast: r.o.cron.holdAtLeast})
 		if err != nil {
 			return nil, usagef("run", "%s", detail(err))
 		}
@@ -317,6 +325,10 @@ func (r *runner) steps() ([]step, error) {
 			take: func(ctx context.Context) (held, error) {
 				l, err := c.TryAcquire(ctx, name, r.o.ttl)
 				if refused, ok := errors.AsType[*pglease.HeldError](err); ok {
+					if r.o.cron.skips() && !r.o.wait {
+						return nil, r.skip(fmt.Sprintf("lease %s is held by %q (fence %d) for another %s",
+							quoteName(name), refused.Holder, refused.Fence, refused.ExpiresIn.Round(time.Millisecond)))
+					}
 					if !r.o.wait {
 						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
 							"lease %s is held by %q (fence %d) for another %s: not running the command (exit %d; --wait to wait)",
@@ -336,6 +348,7 @@ func (r *runner) steps() ([]step, error) {
 				return []string{"PGLEASE_LEASE=" + name, "PGLEASE_FENCE=" + strconv.FormatInt(t.Fence(), 10)}
 			},
 			describe: func(t held) string { return fmt.Sprintf("lease %s (fence %d)", quoteName(name), t.Fence()) },
+			around:   r.oncePer(name),
 		})
 	}
 	if r.o.scope != "" {
@@ -417,7 +430,11 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 		r.mu.Lock()
 		r.levels = append(r.levels, level{what: desc, t: t, ctx: wctx})
 		r.mu.Unlock()
-		return r.hold(wctx, steps[1:], append(env, st.env(t)...))
+		next := func() error { return r.hold(wctx, steps[1:], append(env, st.env(t)...)) }
+		if st.around != nil {
+			return st.around(wctx, t, next)
+		}
+		return next()
 	})
 	if stopped, ok := errors.AsType[*commandStopped](res.WorkErr); ok {
 		if !res.Lost && stopped.why == whyDeadline {
