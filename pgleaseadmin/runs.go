@@ -65,6 +65,8 @@ type JobSummary struct {
 	// LastSuccess is when the newest succeeded run ended, zero when none
 	// is kept.
 	LastSuccess time.Time
+	// Window is the newest run's window length (--once-per).
+	Window time.Duration
 }
 
 // Jobs returns the summary of every job in the run ledger of database
@@ -80,7 +82,7 @@ func Jobs(ctx context.Context, database pglease.DB, names string, maxNames int) 
 	}
 	out := make([]JobSummary, len(r.JobNames))
 	for i, n := range r.JobNames {
-		out[i] = JobSummary{Name: n, LastSuccess: epoch(r.LastSuccess[i]), Last: Run{
+		out[i] = JobSummary{Name: n, LastSuccess: epoch(r.LastSuccess[i]), Window: time.Duration(r.LastWindows[i] * float64(time.Second)), Last: Run{
 			Holder: r.LastHolders[i], StartedAt: epoch(r.LastStarted[i]), EndedAt: epoch(r.LastEnded[i]),
 			ExitStatus: int(r.LastExitStatuses[i]), Outcome: r.LastOutcomes[i],
 		}}

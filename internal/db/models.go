@@ -44,6 +44,7 @@ type PgleaseRun struct {
 	Name        string
 	Fence       int64
 	WindowStart time.Time
+	RunWindow   time.Duration
 	Holder      string
 	HolderRole  string
 	StartedAt   time.Time

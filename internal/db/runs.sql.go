@@ -167,7 +167,8 @@ const runSummary = `-- name: RunSummary :one
 SELECT s.job_names::text[] AS job_names, s.last_started::float8[] AS last_started,
        s.last_ended::float8[] AS last_ended, s.last_holders::text[] AS last_holders,
        s.last_outcomes::text[] AS last_outcomes, s.last_exit_statuses::integer[] AS last_exit_statuses,
-       s.last_success::float8[] AS last_success, s.jobs_dropped::bigint AS jobs_dropped
+       s.last_success::float8[] AS last_success, s.last_windows::float8[] AS last_windows,
+       s.jobs_dropped::bigint AS jobs_dropped
 FROM pglease.run_summary($1::text, $2::integer) AS s
 `
 
@@ -184,6 +185,7 @@ type RunSummaryRow struct {
 	LastOutcomes     []string
 	LastExitStatuses []int32
 	LastSuccess      []float64
+	LastWindows      []float64
 	JobsDropped      int64
 }
 
@@ -198,6 +200,7 @@ func (q *Queries) RunSummary(ctx context.Context, arg RunSummaryParams) (RunSumm
 		&i.LastOutcomes,
 		&i.LastExitStatuses,
 		&i.LastSuccess,
+		&i.LastWindows,
 		&i.JobsDropped,
 	)
 	return i, err

@@ -468,7 +468,8 @@ CREATE OR REPLACE FUNCTION pglease._all_run_summary(
     p_names text, p_max_names integer,
     OUT job_names text[], OUT last_started double precision[], OUT last_ended double precision[],
     OUT last_holders text[], OUT last_outcomes text[], OUT last_exit_statuses integer[],
-    OUT last_success double precision[], OUT jobs_dropped bigint)
+    OUT last_success double precision[], OUT last_windows double precision[],
+    OUT jobs_dropped bigint)
 RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
@@ -481,7 +482,8 @@ CREATE OR REPLACE FUNCTION pglease.run_summary(
     p_names text, p_max_names integer,
     OUT job_names text[], OUT last_started double precision[], OUT last_ended double precision[],
     OUT last_holders text[], OUT last_outcomes text[], OUT last_exit_statuses integer[],
-    OUT last_success double precision[], OUT jobs_dropped bigint)
+    OUT last_success double precision[], OUT last_windows double precision[],
+    OUT jobs_dropped bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -490,7 +492,7 @@ DECLARE
     v_cut integer;
 BEGIN
     job_names := '{}'; last_started := '{}'; last_ended := '{}'; last_holders := '{}';
-    last_outcomes := '{}'; last_exit_statuses := '{}'; last_success := '{}'; jobs_dropped := 0;
+    last_outcomes := '{}'; last_exit_statuses := '{}'; last_success := '{}'; last_windows := '{}'; jobs_dropped := 0;
     FOR r IN SELECT * FROM pglease._all_run_summary(p_names, p_max_names) LOOP
         job_names := job_names || r.job_names;
         last_started := last_started || r.last_started;
@@ -499,17 +501,18 @@ BEGIN
         last_outcomes := last_outcomes || r.last_outcomes;
         last_exit_statuses := last_exit_statuses || r.last_exit_statuses;
         last_success := last_success || r.last_success;
+        last_windows := last_windows || r.last_windows;
         jobs_dropped := jobs_dropped + r.jobs_dropped;
     END LOOP;
     v_cut := greatest(cardinality(job_names) - p_max_names, 0);
     SELECT coalesce(array_agg(m.n ORDER BY m.n), '{}'), coalesce(array_agg(m.s ORDER BY m.n), '{}'),
            coalesce(array_agg(m.e ORDER BY m.n), '{}'), coalesce(array_agg(m.h ORDER BY m.n), '{}'),
            coalesce(array_agg(m.o ORDER BY m.n), '{}'), coalesce(array_agg(m.x ORDER BY m.n), '{}'),
-           coalesce(array_agg(m.l ORDER BY m.n), '{}')
-    INTO job_names, last_started, last_ended, last_holders, last_outcomes, last_exit_statuses, last_success
-    FROM (SELECT u.n, u.s, u.e, u.h, u.o, u.x, u.l
+           coalesce(array_agg(m.l ORDER BY m.n), '{}'), coalesce(array_agg(m.w ORDER BY m.n), '{}')
+    INTO job_names, last_started, last_ended, last_holders, last_outcomes, last_exit_statuses, last_success, last_windows
+    FROM (SELECT u.n, u.s, u.e, u.h, u.o, u.x, u.l, u.w
           FROM unnest(job_names, last_started, last_ended, last_holders, last_outcomes,
-                      last_exit_statuses, last_success) AS u(n, s, e, h, o, x, l)
+                      last_exit_statuses, last_success, last_windows) AS u(n, s, e, h, o, x, l, w)
           ORDER BY u.n
           LIMIT p_max_names) AS m;
     jobs_dropped := jobs_dropped + v_cut;

@@ -208,8 +208,8 @@ BEGIN
 
     UPDATE pglease.runs AS r SET outcome = 'lost'
     WHERE r.name = p_name AND r.outcome = 'running' AND r.fence < p_fence;
-    INSERT INTO pglease.runs (name, fence, window_start, holder, holder_role, started_at)
-    VALUES (p_name, p_fence, window_start, p_holder, session_user, v_now);
+    INSERT INTO pglease.runs (name, fence, window_start, run_window, holder, holder_role, started_at)
+    VALUES (p_name, p_fence, window_start, make_interval(secs => v_window), p_holder, session_user, v_now);
     run := true;
 END
 $$;
@@ -324,6 +324,8 @@ $$;
 --   * last_holders, last_outcomes, last_exit_statuses (-1 when none);
 --   * last_success: the ended_at of the newest succeeded run, as seconds
 --     since the epoch, 0 when none is kept;
+--   * last_windows: the newest run's window length (run_begin's
+--     p_window), in seconds;
 -- and jobs_dropped, the jobs beyond p_max_names. Reads only.
 -- Raises 22004 for a NULL argument, 22023 for p_names longer than 1,024
 -- bytes or not a valid regular expression, or p_max_names not in
@@ -332,7 +334,8 @@ CREATE OR REPLACE FUNCTION pglease.run_summary(
     p_names text, p_max_names integer,
     OUT job_names text[], OUT last_started double precision[], OUT last_ended double precision[],
     OUT last_holders text[], OUT last_outcomes text[], OUT last_exit_statuses integer[],
-    OUT last_success double precision[], OUT jobs_dropped bigint)
+    OUT last_success double precision[], OUT last_windows double precision[],
+    OUT jobs_dropped bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -360,11 +363,11 @@ BEGIN
     ), kept AS (
         SELECT j.name FROM jobs AS j ORDER BY j.name LIMIT p_max_names
     ), rows AS (
-        SELECT k.name, last.started_at, last.ended_at, last.holder, last.outcome, last.exit_status,
+        SELECT k.name, last.started_at, last.ended_at, last.holder, last.outcome, last.exit_status, last.run_window,
                (SELECT max(s.ended_at) FROM pglease.runs AS s
                 WHERE s.name = k.name AND s.outcome = 'succeeded') AS success
         FROM kept AS k
-        CROSS JOIN LATERAL (SELECT r.started_at, r.ended_at, r.holder, r.outcome, r.exit_status
+        CROSS JOIN LATERAL (SELECT r.started_at, r.ended_at, r.holder, r.outcome, r.exit_status, r.run_window
                             FROM pglease.runs AS r WHERE r.name = k.name
                             ORDER BY r.started_at DESC, r.fence DESC LIMIT 1) AS last
     )
@@ -374,8 +377,9 @@ BEGIN
            coalesce(array_agg(x.holder ORDER BY x.name), '{}'),
            coalesce(array_agg(x.outcome ORDER BY x.name), '{}'),
            coalesce(array_agg(coalesce(x.exit_status, -1) ORDER BY x.name), '{}'),
-           coalesce(array_agg(coalesce(extract(epoch FROM x.success)::double precision, 0) ORDER BY x.name), '{}')
-    INTO job_names, last_started, last_ended, last_holders, last_outcomes, last_exit_statuses, last_success
+           coalesce(array_agg(coalesce(extract(epoch FROM x.success)::double precision, 0) ORDER BY x.name), '{}'),
+           coalesce(array_agg(extract(epoch FROM x.run_window)::double precision ORDER BY x.name), '{}')
+    INTO job_names, last_started, last_ended, last_holders, last_outcomes, last_exit_statuses, last_success, last_windows
     FROM rows AS x;
     jobs_dropped := greatest((SELECT count(*) FROM (SELECT DISTINCT r.name FROM pglease.runs AS r WHERE r.name ~ p_names) AS d)
                              - p_max_names, 0);

@@ -23,5 +23,6 @@ FROM pglease.run_history(@name, @max_rows::integer) AS h;
 SELECT s.job_names::text[] AS job_names, s.last_started::float8[] AS last_started,
        s.last_ended::float8[] AS last_ended, s.last_holders::text[] AS last_holders,
        s.last_outcomes::text[] AS last_outcomes, s.last_exit_statuses::integer[] AS last_exit_statuses,
-       s.last_success::float8[] AS last_success, s.jobs_dropped::bigint AS jobs_dropped
+       s.last_success::float8[] AS last_success, s.last_windows::float8[] AS last_windows,
+       s.jobs_dropped::bigint AS jobs_dropped
 FROM pglease.run_summary(@names::text, @max_names::integer) AS s;

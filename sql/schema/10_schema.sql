@@ -123,7 +123,8 @@ COMMENT ON TABLE pglease.fence_floor IS
 -- runs a job at most once per window, counting only runs that succeeded
 -- (docs/cron.md). name is the lease name, fence the tenure's (so one run
 -- per tenure: fences never repeat for a name, also across purge),
--- window_start the start of the window on the server's clock, holder and
+-- window_start the start of the window on the server's clock and
+-- run_window its length (the p_window of run_begin), holder and
 -- holder_role the tenure's. started_at and ended_at are server clock
 -- readings. outcome: 'running' until run_end; 'succeeded' (exit_status 0)
 -- or 'failed' when run_end came while the tenure was current; 'lost' when
@@ -135,6 +136,7 @@ CREATE TABLE pglease.runs (
     name         text        NOT NULL,
     fence        bigint      NOT NULL CHECK (fence > 0),
     window_start timestamptz NOT NULL,
+    run_window   interval    NOT NULL,
     holder       text        NOT NULL,
     holder_role  text        NOT NULL,
     started_at   timestamptz NOT NULL,

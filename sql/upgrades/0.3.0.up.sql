@@ -16,6 +16,7 @@ CREATE TABLE pglease.runs (
     name         text        NOT NULL,
     fence        bigint      NOT NULL CHECK (fence > 0),
     window_start timestamptz NOT NULL,
+    run_window   interval    NOT NULL,
     holder       text        NOT NULL,
     holder_role  text        NOT NULL,
     started_at   timestamptz NOT NULL,
