@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/pgleaseadmin"
 )
@@ -107,6 +110,10 @@ type scopeJSON struct {
 // maxStatusJobs is the most jobs status lists.
 const maxStatusJobs = 1000
 
+// undefinedFunction is the SQLSTATE of a call to a function the schema
+// does not have (a schema older than the call).
+const undefinedFunction = "42883"
+
 func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 	t, err := a.parseTarget(db, "status")
 	if err != nil {
@@ -136,6 +143,9 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 		return a.queryError(ctx, "list slot scopes", err)
 	}
 	jobs, err := pgleaseadmin.Jobs(ctx, pool, "", maxStatusJobs)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == undefinedFunction {
+		jobs, err = nil, nil // a schema before 0.3.0 has no run ledger
+	}
 	if err != nil {
 		return a.queryError(ctx, "list the jobs of the run ledger", err)
 	}
