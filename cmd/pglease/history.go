@@ -94,18 +94,11 @@ func newRunJSON(r pgleaseadmin.Run) runJSON {
 }
 
 func (a *app) history(ctx context.Context, db *dbFlag, name string, limit int, asJSON bool) error {
-	t, err := a.parseTarget(db, "history")
-	if err != nil {
-		return err
-	}
-	pool, err := a.connect(ctx, t)
+	pool, err := a.open(ctx, db, "history")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := a.requireSchema(ctx, pool, t); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	runs, err := pgleaseadmin.RunHistory(ctx, pool, name, limit)
@@ -117,9 +110,7 @@ func (a *app) history(ctx context.Context, db *dbFlag, name string, limit int, a
 		out.Runs = append(out.Runs, newRunJSON(r))
 	}
 	if asJSON {
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return a.printJSON(out)
 	}
 	return printHistory(a.stdout, out)
 }
@@ -153,4 +144,11 @@ func exitText(s *int) string {
 		return "-"
 	}
 	return fmt.Sprint(*s)
+}
+
+// printJSON prints v as indented JSON on standard output (--json).
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

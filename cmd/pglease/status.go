@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -115,18 +114,11 @@ const maxStatusJobs = 1000
 const undefinedFunction = "42883"
 
 func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
-	t, err := a.parseTarget(db, "status")
-	if err != nil {
-		return err
-	}
-	pool, err := a.connect(ctx, t)
+	pool, err := a.open(ctx, db, "status")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := a.requireSchema(ctx, pool, t); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	// Status reads only: the operator's view, with no holder of its own.
@@ -174,9 +166,7 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 		out.Scopes = append(out.Scopes, scopeJSON{Scope: s.Scope, InUse: s.InUse, Slots: s.Slots})
 	}
 	if asJSON {
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return a.printJSON(out)
 	}
 	return printStatus(a.stdout, out)
 }
