@@ -37,7 +37,8 @@ var runCommand = &command{
 	summary: "Run a command only while holding a lease and/or a slot (a distributed flock)",
 	usage: `
 Usage: pglease run [--lease NAME] [--slot SCOPE:CAPACITY] [--ttl 30s]
-                   [--wait | --no-wait] [--grace DURATION] [--database URL] -- COMMAND [ARGS...]
+                   [--wait | --no-wait] [--grace DURATION] [--database URL]
+                   [--hold-at-least D] [--once-per WINDOW] [--skip-status N] -- COMMAND [ARGS...]
 
 Takes lease NAME (and/or one of CAPACITY slots of SCOPE; with both, the
 lease first, then a slot), runs COMMAND while renewing it every TTL/3, and
@@ -59,6 +60,19 @@ flags; it may be left out when COMMAND does not begin with "-".
 By default (--no-wait, for cron) it exits at once with status 75 when the
 lease is held elsewhere or the scope is full, saying who holds it and for
 how long. With --wait it says once on stderr whom it waits for, and waits.
+
+For cron (docs/cron.md), one run per tick across the hosts:
+--hold-at-least D keeps the lease held until D after its grant (server
+clock), even when COMMAND exits sooner, so hosts whose cron fires within D
+skip; choose D longer than the spread of the hosts' start times and
+shorter than the interval minus it. --once-per WINDOW runs COMMAND at most
+once per WINDOW across the hosts, counting only runs that succeeded (exit
+0), recorded in the run ledger ('pglease history NAME'); a run belongs to
+the window boundary nearest its start on the server's clock, so hosts
+early or late by less than WINDOW/2 count for their tick, and a failed run
+leaves the window open (--wait retries it on the other hosts). With either,
+a host that does not run COMMAND (the lease is held, or the window is
+done) exits 0 silently, or --skip-status N.
 
 SIGINT, SIGTERM and SIGHUP are forwarded to COMMAND's process group; the
 lease is released after COMMAND exits, and pglease exits with COMMAND's
@@ -91,7 +105,8 @@ a process group of its own, so it cannot read from the terminal.
 Exit status: COMMAND's own; 1 when pglease failed (database error, or the
 reaper died: everything was killed); 2 usage error; 69 lease or slot lost,
 or no renewal in time: COMMAND and all it started stopped; 75 held
-elsewhere or full (--no-wait), command not run; 126 command not
+elsewhere or full (--no-wait), command not run (with --once-per or
+--hold-at-least: 0, or --skip-status); 126 command not
 executable; 127 command not found; 128+n killed by signal n (also when
 pglease got signal n while waiting, before COMMAND started).`,
 	signals: true,
