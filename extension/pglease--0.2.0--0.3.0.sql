@@ -2392,9 +2392,25 @@ BEGIN
 END
 $$;
 
+-- pglease._run_outcome(p_name, p_fence, p_outcome): a run's outcome as
+-- read now: 'lost' for a run still 'running' whose tenure is no longer
+-- live (its pglease died; the next run_begin will mark it so), else
+-- p_outcome. Internal.
+CREATE OR REPLACE FUNCTION pglease._run_outcome(p_name text, p_fence bigint, p_outcome text)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN p_outcome = 'running' AND NOT EXISTS (
+                    SELECT 1 FROM pglease.leases AS l
+                    WHERE l.name = p_name AND l.fence = p_fence AND l.holder IS NOT NULL
+                      AND l.expires_at > pg_catalog.clock_timestamp())
+                THEN 'lost' ELSE p_outcome END;
+$$;
+
 -- pglease.run_history(p_name, p_limit): the ledger of job p_name, newest
 -- first (by started_at), at most p_limit rows: every run still kept (see
--- pglease.purge). Readable by any client role; reads only.
+-- pglease.purge). A run still 'running' whose tenure is over reads as
+-- 'lost'. Readable by any client role; reads only.
 -- Raises 22004 for a NULL argument, 22023 for a bad name or a p_limit not
 -- in [1, 10000].
 CREATE OR REPLACE FUNCTION pglease.run_history(
@@ -2410,7 +2426,8 @@ BEGIN
     PERFORM pglease._check_text('run_history', 'p_name', p_name);
     PERFORM pglease._check_int('run_history', 'p_limit', p_limit, 1, 10000);
     RETURN QUERY
-    SELECT r.fence, r.window_start, r.holder, r.started_at, r.ended_at, r.exit_status, r.outcome
+    SELECT r.fence, r.window_start, r.holder, r.started_at, r.ended_at, r.exit_status,
+           pglease._run_outcome(r.name, r.fence, r.outcome)
     FROM pglease.runs AS r
     WHERE r.name = p_name
     ORDER BY r.started_at DESC, r.fence DESC
@@ -2427,7 +2444,8 @@ $$;
 --   * last_started, last_ended: the newest run's started_at and ended_at
 --     as seconds since the Unix epoch (ended 0 while it runs or when it
 --     was lost without an end);
---   * last_holders, last_outcomes, last_exit_statuses (-1 when none);
+--   * last_holders, last_outcomes (as run_history reads them),
+--     last_exit_statuses (-1 when none);
 --   * last_success: the ended_at of the newest succeeded run, as seconds
 --     since the epoch, 0 when none is kept;
 --   * last_windows: the newest run's window length (run_begin's
@@ -2469,11 +2487,12 @@ BEGIN
     ), kept AS (
         SELECT j.name FROM jobs AS j ORDER BY j.name LIMIT p_max_names
     ), rows AS (
-        SELECT k.name, last.started_at, last.ended_at, last.holder, last.outcome, last.exit_status, last.run_window,
+        SELECT k.name, last.started_at, last.ended_at, last.holder,
+               pglease._run_outcome(k.name, last.fence, last.outcome) AS outcome, last.exit_status, last.run_window,
                (SELECT max(s.ended_at) FROM pglease.runs AS s
                 WHERE s.name = k.name AND s.outcome = 'succeeded') AS success
         FROM kept AS k
-        CROSS JOIN LATERAL (SELECT r.started_at, r.ended_at, r.holder, r.outcome, r.exit_status, r.run_window
+        CROSS JOIN LATERAL (SELECT r.fence, r.started_at, r.ended_at, r.holder, r.outcome, r.exit_status, r.run_window
                             FROM pglease.runs AS r WHERE r.name = k.name
                             ORDER BY r.started_at DESC, r.fence DESC LIMIT 1) AS last
     )

@@ -21,6 +21,7 @@ DROP FUNCTION pglease.run_end(text, text, bigint, integer);
 DROP FUNCTION pglease.run_history(text, integer);
 DROP FUNCTION pglease.run_summary(text, integer);
 DROP FUNCTION pglease._run_tenure(text, text, text, bigint);
+DROP FUNCTION pglease._run_outcome(text, bigint, text);
 DROP FUNCTION pglease._check_span(text, text, interval, interval);
 DROP TABLE pglease.runs;
 
