@@ -19,15 +19,23 @@ import (
 
 // cronWindow is the schedule of the fleet test: a tick every cronWindow,
 // at the multiples of it since the Unix epoch, as cron fires */N.
-const cronWindow = 6 * time.Second
+const cronWindow = 8 * time.Second
 
 // cronHold is --hold-at-least of the fleet test: longer than the 2 s
 // spread of the hosts' start times, shorter than cronWindow minus that
 // spread (docs/cron.md).
-const cronHold = 3 * time.Second
+const cronHold = 4 * time.Second
 
 // cronSkew is how far a host's start strays from the tick, early or late.
+// The margins left for the start-up of pglease (a race-built binary on a
+// loaded machine) are at least 2 s: --once-per tolerates 4 s (W/2), and
+// --hold-at-least needs 2 s + latency < 4 s < 8 s - 2 s - latency.
 const cronSkew = time.Second
+
+// cronTTL is the lease's TTL in the fleet test: long enough that a
+// scheduling stall cannot cost a renewal, short enough that the run after
+// a kill -9 (at the expiry) still begins within the tick's window.
+const cronTTL = 3 * time.Second
 
 // cronJob is the job: it sleeps $JOB_MS, then appends "$MODE $TICK" to
 // $OUT. With $KILL set, the first run of the tick kill -9's its own
@@ -107,7 +115,7 @@ func TestCronFleet(t *testing.T) {
 				if mode == "once" && killTick(k) {
 					env = append(env, "KILL=1")
 				}
-				args := append(append([]string{"run", "--lease", "cron-" + mode, "--ttl", "1s"}, flags...), "--", job)
+				args := append(append([]string{"run", "--lease", "cron-" + mode, "--ttl", cronTTL.String()}, flags...), "--", job)
 				wg.Go(func() {
 					time.Sleep(time.Until(tick.Add(offset - skew))) // the host's cron fires
 					r := c.with(env...).run(args...)
