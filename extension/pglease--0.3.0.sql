@@ -372,6 +372,35 @@ BEGIN
 END
 $$;
 
+-- _check_names: p_names, a filter of names (pglease.metrics,
+-- pglease.run_summary), must be a POSIX regular expression of at most
+-- 1024 bytes.
+CREATE OR REPLACE FUNCTION pglease._check_names(p_func text, p_names text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF p_names IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.%s: p_names must not be NULL', p_func),
+            HINT = 'Pass a regular expression the names must match, or '''' for every name.';
+    END IF;
+    IF octet_length(p_names) > 1024 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: p_names must be at most 1024 bytes long, got %s bytes',
+                             p_func, octet_length(p_names)),
+            HINT = 'Pass a shorter regular expression, e.g. a common prefix: ''^orders/''.';
+    END IF;
+    BEGIN
+        PERFORM '' ~ p_names;
+    EXCEPTION WHEN invalid_regular_expression THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: p_names is not a valid regular expression: %s', p_func, SQLERRM),
+            HINT = 'Pass a POSIX regular expression, as for the ~ operator, e.g. ''^orders/''.';
+    END;
+END
+$$;
+
 -- Source: sql/functions/01_version.sql
 
 -- pglease.version(): the version of the pglease schema installed, such as
@@ -1946,24 +1975,7 @@ DECLARE
     v_scopes  bigint;
     v_waiters bigint;
 BEGIN
-    IF p_names IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22004',
-            MESSAGE = 'pglease.metrics: p_names must not be NULL',
-            HINT = 'Pass a regular expression the names must match, or '''' for every name.';
-    END IF;
-    IF octet_length(p_names) > 1024 THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.metrics: p_names must be at most 1024 bytes long, got %s bytes',
-                             octet_length(p_names)),
-            HINT = 'Pass a shorter regular expression, e.g. a common prefix: ''^orders/''.';
-    END IF;
-    BEGIN
-        PERFORM '' ~ p_names;
-    EXCEPTION WHEN invalid_regular_expression THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.metrics: p_names is not a valid regular expression: %s', SQLERRM),
-            HINT = 'Pass a POSIX regular expression, as for the ~ operator, e.g. ''^orders/''.';
-    END;
+    PERFORM pglease._check_names('metrics', p_names);
     PERFORM pglease._check_int('metrics', 'p_max_names', p_max_names, 0, 1000000);
     v_all := p_names = '';
 
@@ -2415,23 +2427,8 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF p_names IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'pglease.run_summary: p_names must not be NULL',
-            HINT = 'Pass a regular expression, '''' for every name.';
-    END IF;
-    IF octet_length(p_names) > 1024 THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.run_summary: p_names must be at most 1024 bytes, got %s', octet_length(p_names)),
-            HINT = 'Pass a shorter regular expression.';
-    END IF;
+    PERFORM pglease._check_names('run_summary', p_names);
     PERFORM pglease._check_int('run_summary', 'p_max_names', p_max_names, 0, 1000000);
-    BEGIN
-        PERFORM '' ~ p_names;
-    EXCEPTION WHEN invalid_regular_expression THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.run_summary: p_names is not a valid regular expression: %s', SQLERRM),
-            HINT = 'Pass a POSIX regular expression, '''' for every name.';
-    END;
 
     WITH jobs AS (
         SELECT DISTINCT r.name FROM pglease.runs AS r WHERE r.name ~ p_names

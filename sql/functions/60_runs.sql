@@ -358,23 +358,8 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF p_names IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22004', MESSAGE = 'pglease.run_summary: p_names must not be NULL',
-            HINT = 'Pass a regular expression, '''' for every name.';
-    END IF;
-    IF octet_length(p_names) > 1024 THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.run_summary: p_names must be at most 1024 bytes, got %s', octet_length(p_names)),
-            HINT = 'Pass a shorter regular expression.';
-    END IF;
+    PERFORM pglease._check_names('run_summary', p_names);
     PERFORM pglease._check_int('run_summary', 'p_max_names', p_max_names, 0, 1000000);
-    BEGIN
-        PERFORM '' ~ p_names;
-    EXCEPTION WHEN invalid_regular_expression THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.run_summary: p_names is not a valid regular expression: %s', SQLERRM),
-            HINT = 'Pass a POSIX regular expression, '''' for every name.';
-    END;
 
     WITH jobs AS (
         SELECT DISTINCT r.name FROM pglease.runs AS r WHERE r.name ~ p_names

@@ -16,4 +16,5 @@ DROP FUNCTION pglease.run_summary(text, integer);
 DROP FUNCTION pglease._run_tenure(text, text, text, bigint);
 DROP FUNCTION pglease._run_outcome(text, bigint, text);
 DROP FUNCTION pglease._check_span(text, text, interval, interval);
+DROP FUNCTION pglease._check_names(text, text);
 DROP TABLE pglease.runs;
