@@ -2149,6 +2149,20 @@ BEGIN
 END
 $$;
 
+-- pglease._check_tenure(p_func, p_name, p_holder, p_fence): the checks of
+-- the arguments that name a tenure (pglease._check_text, _check_fence).
+-- Internal.
+CREATE OR REPLACE FUNCTION pglease._check_tenure(p_func text, p_name text, p_holder text, p_fence bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    PERFORM pglease._check_text(p_func, 'p_name', p_name);
+    PERFORM pglease._check_text(p_func, 'p_holder', p_holder);
+    PERFORM pglease._check_fence(p_func, p_fence);
+END
+$$;
+
 -- pglease.release_after(p_name, p_holder, p_fence, p_hold_at_least): end a
 -- live tenure, but not before p_hold_at_least after it was granted.
 --
@@ -2185,9 +2199,7 @@ DECLARE
     v_now      timestamptz;
     v_acquired timestamptz;
 BEGIN
-    PERFORM pglease._check_text('release_after', 'p_name', p_name);
-    PERFORM pglease._check_text('release_after', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('release_after', p_fence);
+    PERFORM pglease._check_tenure('release_after', p_name, p_holder, p_fence);
     v_hold := pglease._check_span('release_after', 'p_hold_at_least', p_hold_at_least, interval '24 hours');
 
     released := false;
@@ -2295,9 +2307,7 @@ DECLARE
     v_now     timestamptz;
     v_outcome text;
 BEGIN
-    PERFORM pglease._check_text('run_begin', 'p_name', p_name);
-    PERFORM pglease._check_text('run_begin', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('run_begin', p_fence);
+    PERFORM pglease._check_tenure('run_begin', p_name, p_holder, p_fence);
     v_window := extract(epoch FROM pglease._check_span('run_begin', 'p_window', p_window, interval '366 days'));
 
     v_now := pglease._run_tenure('run_begin', p_name, p_holder, p_fence);
@@ -2363,9 +2373,7 @@ DECLARE
     v_holder text;
     v_now    timestamptz;
 BEGIN
-    PERFORM pglease._check_text('run_end', 'p_name', p_name);
-    PERFORM pglease._check_text('run_end', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('run_end', p_fence);
+    PERFORM pglease._check_tenure('run_end', p_name, p_holder, p_fence);
     PERFORM pglease._check_int('run_end', 'p_exit_status', p_exit_status, 0, 255);
 
     recorded := false;

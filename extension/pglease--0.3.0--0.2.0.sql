@@ -24,6 +24,7 @@ DROP FUNCTION pglease._run_tenure(text, text, text, bigint);
 DROP FUNCTION pglease._run_outcome(text, bigint, text);
 DROP FUNCTION pglease._check_span(text, text, interval, interval);
 DROP FUNCTION pglease._check_names(text, text);
+DROP FUNCTION pglease._check_tenure(text, text, text, bigint);
 DROP TABLE pglease.runs;
 
 -- Views of sql/schema/10_schema.sql
