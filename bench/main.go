@@ -67,6 +67,9 @@ type config struct {
 	stores     []string
 	storeDir   string
 	storesOnly bool
+	// cronRuns, when more than 0, runs only the cron comparison (cron.go)
+	// with that many cycles of each kind (-cron-only).
+	cronRuns int
 }
 
 func main() {
@@ -121,8 +124,16 @@ func parseFlags(args []string) (config, error) {
 	stores := fs.String("stores", "etcd,redis", "stores compared with pglease's acquire + release, each a server the bench starts (etcd, redis; none: skip the comparison)")
 	fs.StringVar(&cfg.storeDir, "store-dir", os.TempDir(), "where the compared stores keep their data: put it on the Postgres server's disk")
 	fs.BoolVar(&cfg.storesOnly, "stores-only", false, "run only the comparison with -stores, at -clients, and print its section")
+	cronOnly := fs.Bool("cron-only", false, "run only the cron comparison (the run ledger's cost per run against acquire + release) and print its section")
+	cronRuns := fs.Int("cron-runs", 4000, "cycles of each kind in the cron comparison")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if *cronOnly {
+		if *cronRuns < 1 {
+			return cfg, errors.New("-cron-runs must be at least 1")
+		}
+		cfg.cronRuns = *cronRuns
 	}
 	var err error
 	if *scrapeLeases != "" {
@@ -201,6 +212,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if cfg.storesOnly {
 		return runStoresBench(ctx, cfg)
+	}
+	if cfg.cronRuns > 0 {
+		return runCronBench(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {

@@ -140,6 +140,16 @@ type Config struct {
 	// ("order:<id>"), or a series would be made per entity; the
 	// measurements then carry the kind only.
 	MetricsByName bool
+
+	// HoldAtLeast, when more than zero, makes Release (and so Run) leave
+	// each lease held until at least HoldAtLeast after its grant, on the
+	// server's clock (pglease.release_after): a workload that ends sooner
+	// keeps the lease from everyone else until then, so that a cron job
+	// fired again on another host within HoldAtLeast of the grant finds it
+	// held and skips (docs/cron.md). A workload that runs longer releases
+	// at its end, as without it. At most MaxTTL. Defaults to zero: the
+	// lease frees at the release.
+	HoldAtLeast time.Duration
 }
 
 // core returns cfg in the words of the core.
@@ -148,7 +158,7 @@ func (cfg Config) core() tenure.Config {
 		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
-		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName,
+		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName, HoldAtLeast: cfg.HoldAtLeast,
 	}
 }
 

@@ -276,3 +276,22 @@ func (a *app) queryError(ctx context.Context, what string, err error) error {
 	}
 	return failf("%s: %s", what, detail(err))
 }
+
+// open connects to the database of db for command cmd and checks that it
+// has the schema: the start of every command that reads or changes it.
+// The caller closes the pool.
+func (a *app) open(ctx context.Context, db *dbFlag, cmd string) (*pgxpool.Pool, error) {
+	t, err := a.parseTarget(db, cmd)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := a.connect(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.requireSchema(ctx, pool, t); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}

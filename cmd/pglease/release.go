@@ -50,18 +50,11 @@ schema pglease (pglease_client is not granted force_release).`,
 }
 
 func (a *app) release(ctx context.Context, db *dbFlag, name string, yes bool) error {
-	t, err := a.parseTarget(db, "release")
-	if err != nil {
-		return err
-	}
-	pool, err := a.connect(ctx, t)
+	pool, err := a.open(ctx, db, "release")
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := a.requireSchema(ctx, pool, t); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 
