@@ -11,7 +11,7 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 .DEFAULT_GOAL := help
 .PHONY: help demo generate freeze verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
 	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover \
-	test-clients test-sharded test-run-margins test-rules test-observability
+	test-clients test-sharded test-run-margins test-rules test-observability test-cron
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -124,3 +124,6 @@ test-observability: ## The rules, then a real Prometheus scraping pglease export
 test-run-margins: ## pglease run: margin between the command's last process dying and the server's expiry, RUNS=10 per fault (~3 min)
 	@out=$$(mktemp); $(GO) test -race -count=$${RUNS:-10} -run 'TestCLI/Run(Kill9|Crash|Stopped|LeaseLostBlackhole)$$' -v \
 		./cmd/pglease/ >$$out 2>&1; rc=$$?; grep -E 'before the server|dead .* later|^(ok|FAIL)|--- FAIL' $$out; rm -f $$out; exit $$rc
+
+test-cron: ## pglease run's fleet test at full size: three hosts, 20 ticks of 8 s, skewed starts, kill -9, --once-per and --hold-at-least (~3 min)
+	PGLEASE_CRON_TICKS=20 $(GO) test -race -count=1 -run '^TestCronFleet$$' -v ./cmd/pglease/

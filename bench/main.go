@@ -56,6 +56,8 @@ type config struct {
 	keeperLeases []int
 	// metricsOnly runs only the metrics overhead comparison (metrics.go).
 	metricsOnly bool
+	// fencedOnly runs only the fenced-write comparison (fenced.go).
+	fencedOnly bool
 	// scrapeLeases, when set, are the sizes of the scrape cost
 	// (scrape.go), run alone.
 	scrapeLeases []int
@@ -65,6 +67,9 @@ type config struct {
 	stores     []string
 	storeDir   string
 	storesOnly bool
+	// cronRuns, when more than 0, runs only the cron comparison (cron.go)
+	// with that many cycles of each kind (-cron-only).
+	cronRuns int
 	// leaderOnly runs only the leadership section (leader.go).
 	leaderOnly bool
 }
@@ -114,15 +119,24 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.leases, "renew-holder-leases", 1000, "leases of the renew_holder comparison")
 	fs.IntVar(&cfg.purgeNames, "purge-names", 1_000_000, "unique names of the table-size run, with and without purge (0: skip it)")
 	fs.BoolVar(&cfg.purgeOnly, "purge-only", false, "run only the table-size run: print its section and write -json, leave -out alone")
+	fs.BoolVar(&cfg.fencedOnly, "fenced-only", false, "run only the fenced-write comparison (an application UPDATE with and without assert_held, in a transaction and in one round trip with Lease.SendFenced, at -clients) and print its section")
 	fs.BoolVar(&cfg.metricsOnly, "metrics-only", false, "run only the metrics overhead comparison (renew with and without an OpenTelemetry SDK, at -clients) and print its section")
 	keeperLeases := fs.String("keeper-leases", "", "run only the keeper comparison, for these lease counts (e.g. 1000,10000), and print its section")
 	scrapeLeases := fs.String("scrape-leases", "", "run only the scrape cost of pglease.metrics, for these lease counts (e.g. 10000,100000), and print its section")
 	stores := fs.String("stores", "etcd,redis", "stores compared with pglease's acquire + release, each a server the bench starts (etcd, redis; none: skip the comparison)")
 	fs.StringVar(&cfg.storeDir, "store-dir", os.TempDir(), "where the compared stores keep their data: put it on the Postgres server's disk")
 	fs.BoolVar(&cfg.storesOnly, "stores-only", false, "run only the comparison with -stores, at -clients, and print its section")
+	cronOnly := fs.Bool("cron-only", false, "run only the cron comparison (the run ledger's cost per run against acquire + release) and print its section")
+	cronRuns := fs.Int("cron-runs", 4000, "cycles of each kind in the cron comparison")
 	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, renew_lease, acquire with a value, observing at C=8) and print it")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if *cronOnly {
+		if *cronRuns < 1 {
+			return cfg, errors.New("-cron-runs must be at least 1")
+		}
+		cfg.cronRuns = *cronRuns
 	}
 	var err error
 	if *scrapeLeases != "" {
@@ -193,11 +207,17 @@ func run(ctx context.Context, cfg config) (err error) {
 	if cfg.metricsOnly {
 		return runMetricsBench(ctx, cfg)
 	}
+	if cfg.fencedOnly {
+		return runFencedBench(ctx, cfg)
+	}
 	if len(cfg.scrapeLeases) > 0 {
 		return runScrapeBench(ctx, cfg)
 	}
 	if cfg.storesOnly {
 		return runStoresBench(ctx, cfg)
+	}
+	if cfg.cronRuns > 0 {
+		return runCronBench(ctx, cfg)
 	}
 	if cfg.leaderOnly {
 		return runLeaderBench(ctx, cfg)

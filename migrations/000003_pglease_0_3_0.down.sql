@@ -7,8 +7,24 @@ BEGIN;
 -- pglease 0.3.0 -> 0.2.0: undoes sql/upgrades/0.3.0.up.sql. Runs before the
 -- functions, views and privileges of 0.2.0 are applied again.
 --
--- The function 0.3.0 added for metrics goes: 0.2.0 has no pglease.metrics.
+-- Apart from leadership's columns (below), 0.3.0 changed no lease, slot or
+-- waiter table (see sql/upgrades/0.3.0.up.sql), so every lease, slot,
+-- fence and counter stays exactly as it is. The functions 0.3.0 added go: 0.2.0 has no
+-- pglease.metrics. The cron functions and the run ledger go too, and with
+-- it the record of past runs (a job's next run after an upgrade back to
+-- 0.3.0 finds its window open).
 DROP FUNCTION pglease.metrics(text, integer);
+DROP FUNCTION pglease.release_after(text, text, bigint, interval);
+DROP FUNCTION pglease.run_begin(text, text, bigint, interval);
+DROP FUNCTION pglease.run_end(text, text, bigint, integer);
+DROP FUNCTION pglease.run_history(text, integer);
+DROP FUNCTION pglease.run_summary(text, integer);
+DROP FUNCTION pglease._run_tenure(text, text, text, bigint);
+DROP FUNCTION pglease._run_outcome(text, bigint, text);
+DROP FUNCTION pglease._check_span(text, text, interval, interval);
+DROP FUNCTION pglease._check_names(text, text);
+DROP FUNCTION pglease._check_tenure(text, text, text, bigint);
+DROP TABLE pglease.runs;
 
 -- Leadership goes: its functions, the two tables and the four columns (the
 -- holders' values and pending release requests are lost; every tenure,

@@ -142,6 +142,15 @@ type Config struct {
 	// measurements then carry the kind only.
 	MetricsByName bool
 
+	// HoldAtLeast, when more than zero, makes Release (and so Run) leave
+	// each lease held until at least HoldAtLeast after its grant, on the
+	// server's clock (pglease.release_after): a workload that ends sooner
+	// keeps the lease from everyone else until then, so that a cron job
+	// fired again on another host within HoldAtLeast of the grant finds it
+	// held and skips (docs/cron.md). A workload that runs longer releases
+	// at its end, as without it. At most MaxTTL. Defaults to zero: the
+	// lease frees at the release.
+	HoldAtLeast time.Duration
 	// ObserveInterval is how often Observe reads the lease when no
 	// notification came: the longest a change can go unseen when
 	// notifications are lost (no LISTEN connection, as behind a pooler in
@@ -156,7 +165,7 @@ func (cfg Config) core() tenure.Config {
 		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
-		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName,
+		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName, HoldAtLeast: cfg.HoldAtLeast,
 	}
 }
 

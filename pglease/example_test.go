@@ -110,3 +110,45 @@ func ExampleLease_Run() {
 	// compacting under fence 1
 	// released
 }
+
+// ExampleLease_SendFenced makes a fenced write in one round trip: the
+// check that the tenure is current and the writes go out as one batch,
+// which the server runs as one transaction.
+func ExampleLease_SendFenced() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := pglease.New(pool, pglease.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The application's table, made here for the example.
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS outbox (id int PRIMARY KEY, sent_fence bigint)`); err != nil {
+		log.Fatal(err)
+	}
+	lease, err := client.TryAcquire(ctx, "outbox-dispatch", 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+
+	var batch pgx.Batch
+	batch.Queue(`INSERT INTO outbox VALUES (1, $1)`, lease.Fence())
+	batch.Queue(`SELECT count(*) FROM outbox WHERE sent_fence = $1`, lease.Fence()).QueryRow(func(row pgx.Row) error {
+		var n int
+		if err := row.Scan(&n); err != nil {
+			return err
+		}
+		fmt.Printf("%d row written under fence %d\n", n, lease.Fence())
+		return nil
+	})
+	if err := lease.SendFenced(ctx, &batch); errors.Is(err, pglease.ErrLeaseLost) {
+		fmt.Println("the tenure ended: nothing was written")
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	// Output: 1 row written under fence 1
+}

@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -44,6 +45,79 @@ func (l *Lease) WithFence(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // the holder's own renewals and any takeover wait for it.
 func WithFence(ctx context.Context, database Beginner, name string, fence int64, fn func(tx pgx.Tx) error) error {
 	return withFence(ctx, database, name, fence, 0, fn)
+}
+
+// BatchSender sends a batch of statements in one round trip: a
+// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type BatchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// assertHeldSQL is the statement of the sqlc query LeaseAssertHeld
+// (sql/queries/leases.sql), queued in a caller's batch by SendFenced.
+const assertHeldSQL = "SELECT pglease.assert_held($1, $2)"
+
+// SendFenced sends b's statements on the lease's client database in one
+// round trip, behind the check that this tenure is current. See the
+// package function SendFenced. The client's DB must be a BatchSender, as
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx are.
+func (l *Lease) SendFenced(ctx context.Context, b *pgx.Batch) error {
+	bs, ok := l.db.(BatchSender)
+	if !ok {
+		return tenure.Invalidf("the client's DB, a %T, cannot send a batch (no SendBatch method): build the client on a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx, or use WithFence", l.db)
+	}
+	return SendFenced(ctx, bs, l.t.Name(), l.t.Fence(), b)
+}
+
+// SendFenced is WithFence in one round trip: it sends
+// pglease.assert_held(name, fence) followed by b's statements as one pgx
+// batch, which the server runs as one transaction that commits only while
+// fence is the current fence of a live tenure of lease name. The check
+// locks the lease row until the commit, so no later tenure can begin
+// between the check and the commit. WithFence takes four round trips
+// (BEGIN, the check, the write, COMMIT); SendFenced takes one, two the
+// first time a connection sees a statement it must prepare.
+//
+// b's statements run after the check; their callbacks (QueuedQuery.Exec,
+// Query, QueryRow) are called in order with their results. When the tenure
+// is over, none of them runs, no callback is called, and SendFenced returns
+// an error matching ErrLeaseLost. When a statement fails, the server rolls
+// the transaction back and SendFenced returns that error unchanged. The
+// callbacks read results the server has already committed (it commits
+// before the client reads): a callback's error is returned, but it cannot
+// undo the writes, as fn's error does in WithFence. SendFenced does not
+// change b: it may be sent again.
+//
+// Sent on a pgx.Tx, the statements join that transaction, and the lease
+// row stays locked until the caller ends it; after an error, the caller
+// must roll it back. Otherwise the batch is a transaction of its own
+// (an implicit one: b must not hold BEGIN or COMMIT). Every pgx query exec
+// mode keeps it one transaction, including those PgBouncer's transaction
+// pooling needs (QueryExecModeExec, QueryExecModeSimpleProtocol).
+func SendFenced(ctx context.Context, database BatchSender, name string, fence int64, b *pgx.Batch) error {
+	if err := tenure.CheckText("name", name); err != nil {
+		return err
+	}
+	if fence < 0 {
+		return tenure.Invalidf("fence must be 0 or more, got %d", fence)
+	}
+	if b == nil || b.Len() == 0 {
+		return tenure.Invalidf("the batch has no statements: queue the fenced writes in it")
+	}
+	fenced := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, b.Len()+1)}
+	fenced.Queue(assertHeldSQL, name, fence)
+	fenced.QueuedQueries = append(fenced.QueuedQueries, b.QueuedQueries...)
+	br := database.SendBatch(ctx, fenced)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close() // the same error: the server ran nothing after the check
+		// pgx prepares the batch's new statements before it runs any: a
+		// statement of b that does not prepare fails here, unchanged.
+		if prep, ok := errors.AsType[pgx.ErrPreprocessingBatch](err); ok && prep.SQL() != assertHeldSQL {
+			return err
+		}
+		return interpretError(ctx, err)
+	}
+	return br.Close()
 }
 
 // withFence is WithFence, with the transaction's idle timeout set to

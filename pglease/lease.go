@@ -128,7 +128,9 @@ func (l *Lease) Renew(ctx context.Context) error { return l.t.Renew(ctx) }
 // (waiters are notified), and closes Done. The lease keeps its fence: the
 // next tenure gets a larger one. Release returns ErrLeaseLost when the
 // tenure had already ended (expired or taken over): anything done after
-// Deadline was unprotected.
+// Deadline was unprotected. With Config.HoldAtLeast, the lease stays held
+// on the server until HoldAtLeast after its grant (Done closes at once all
+// the same: the tenure is no longer for work).
 //
 // On a pool, or a connection outside a transaction block, the release
 // commits without waiting for its WAL flush (one flush per tenure instead

@@ -428,6 +428,11 @@ func TestExecModes(t *testing.T) {
 			if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
 				t.Fatalf("WithFence: %v", err)
 			}
+			var batch pgx.Batch
+			batch.Queue(`SELECT 1`)
+			if err := l.SendFenced(ctx, &batch); err != nil {
+				t.Fatalf("SendFenced: %v", err)
+			}
 			if err := l.Release(ctx); err != nil {
 				t.Fatalf("Release: %v", err)
 			}

@@ -259,13 +259,19 @@ func TestCrashCancelsBeforeExpiry(t *testing.T) {
 	dbURL := pgtest.NewMigrated(t)
 	pool := pgtest.Pool(t, dbURL)
 	leaderPool, proxy := proxiedPool(t, dbURL)
-	const ttl = 1500 * time.Millisecond
+	// The margin is the workload's: cancelAt is when the workload's
+	// goroutine saw its context end, which a starved scheduler delays past
+	// the supervisor's cancel (by 161 ms once, at a load average of 11
+	// with the race detector, in make test-repeat, where the default
+	// TTL/10 = 150 ms was too little). A deployment sizes SafetyMargin
+	// the same way: above its worst scheduling delay.
+	const ttl, margin = 1500 * time.Millisecond, 600 * time.Millisecond
 
 	for round := range 3 {
 		name := fmt.Sprint("crash-", round)
 		cancelled := make(chan time.Time, 1)
 		leading := make(chan struct{})
-		leader := newSupervisor(t, leaderPool, supervisor.Config{Name: name, TTL: ttl})
+		leader := newSupervisor(t, leaderPool, supervisor.Config{Name: name, TTL: ttl, SafetyMargin: margin})
 		ctx, cancel := context.WithCancel(context.Background())
 		leaderDone := make(chan error, 1)
 		var runs atomic.Int32

@@ -43,6 +43,8 @@ func TestCLI(t *testing.T) {
 		{"RunNoWaitAndWait", testRunNoWaitAndWait},
 		{"RunLeaseLostRefused", testRunLeaseLostRefused},
 		{"Release", testRelease},
+		{"RunCronFlags", testRunCronFlags},
+		{"RunOncePer", testRunOncePer},
 		{"ReleaseRequest", testReleaseRequest},
 		{"Demo", testDemo},
 		{"DemoDiscovery", testDemoDiscovery},
@@ -179,6 +181,7 @@ type statusOutput struct {
 		InUse int    `json:"in_use"`
 		Slots int    `json:"slots"`
 	} `json:"scopes"`
+	Jobs []json.RawMessage `json:"jobs"`
 }
 
 // readStatus runs status --json and decodes it strictly.
@@ -205,7 +208,7 @@ func testStatus(t *testing.T, c cli) {
 	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"leases", "slots", "scopes"} {
+	for _, key := range []string{"leases", "slots", "scopes", "jobs"} {
 		if string(raw[key]) != "[]" {
 			t.Fatalf("status --json of an empty database: %s is %s, want []", key, raw[key])
 		}

@@ -239,24 +239,6 @@ func inspectSchema(ctx context.Context, db interface {
 	return st, nil
 }
 
-// openSchema connects to the database the flags of command cmd name and
-// checks that schema pglease is there. The caller closes the pool.
-func (a *app) openSchema(ctx context.Context, db *dbFlag, cmd string) (*pgxpool.Pool, error) {
-	t, err := a.parseTarget(db, cmd)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := a.connect(ctx, t)
-	if err != nil {
-		return nil, err
-	}
-	if err := a.requireSchema(ctx, pool, t); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return pool, nil
-}
-
 // requireSchema fails with a hint unless the database at pool has pglease.
 func (a *app) requireSchema(ctx context.Context, pool *pgxpool.Pool, t *target) error {
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
@@ -293,4 +275,23 @@ func (a *app) queryError(ctx context.Context, what string, err error) error {
 		return failf("%s: %s; hint: schema pglease is missing or incomplete: run `pglease migrate up`", what, msg)
 	}
 	return failf("%s: %s", what, detail(err))
+}
+
+// open connects to the database of db for command cmd and checks that it
+// has the schema: the start of every command that reads or changes it.
+// The caller closes the pool.
+func (a *app) open(ctx context.Context, db *dbFlag, cmd string) (*pgxpool.Pool, error) {
+	t, err := a.parseTarget(db, cmd)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := a.connect(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.requireSchema(ctx, pool, t); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }

@@ -8,6 +8,9 @@
 //	pglease migrate up|down|version     apply, revert or show the schema
 //	pglease status [--json]             leases, slots and scopes, as the server sees them
 //	pglease run --lease NAME [--slot SCOPE:CAPACITY] [--ttl 30s] [--wait|--no-wait] [--grace TTL/4] -- COMMAND [ARGS...]
+//	pglease run --lease NAME --once-per WINDOW | --hold-at-least D [--skip-status N] -- COMMAND [ARGS...]
+//	                                    one run per cron tick across hosts (docs/cron.md)
+//	pglease history NAME [--json]       the recent runs of a job of the run ledger
 //	pglease release --force NAME --yes  operator override: end a tenure whoever holds it
 //	pglease exporter [--listen ADDR]    the database's view as Prometheus metrics (docs/observability.md)
 //	pglease demo                        three supervised instances, a crash, a handover
@@ -127,6 +130,8 @@
 //	         waiting for the slot
 //	75       run --no-wait: held elsewhere or scope full (EX_TEMPFAIL);
 //	         COMMAND did not run; stderr says who holds it and for how long
+//	0        run --once-per or --hold-at-least: held elsewhere, or the
+//	         window is done; COMMAND did not run (--skip-status N: N)
 //	126      run: COMMAND could not be executed
 //	127      run: COMMAND was not found
 //	128+n    run: COMMAND died of signal n, or pglease got signal n while

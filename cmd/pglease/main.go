@@ -32,6 +32,7 @@ var commands = []*command{
 	migrateCommand,
 	statusCommand,
 	runCommand,
+	historyCommand,
 	releaseCommand,
 	purgeCommand,
 	exporterCommand,

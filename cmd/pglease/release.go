@@ -80,7 +80,7 @@ schema pglease (pglease_client is not granted force_release).`,
 }
 
 func (a *app) release(ctx context.Context, db *dbFlag, name string, yes bool) error {
-	pool, err := a.openSchema(ctx, db, "release")
+	pool, err := a.open(ctx, db, "release")
 	if err != nil {
 		return err
 	}
@@ -129,7 +129,7 @@ func (a *app) release(ctx context.Context, db *dbFlag, name string, yes bool) er
 
 // requestRelease asks the holder of lease name to hand over.
 func (a *app) requestRelease(ctx context.Context, db *dbFlag, name string, req pgleaseadmin.ReleaseRequest) error {
-	pool, err := a.openSchema(ctx, db, "release")
+	pool, err := a.open(ctx, db, "release")
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,8 @@ var runCommand = &command{
 	summary: "Run a command only while holding a lease and/or a slot (a distributed flock)",
 	usage: `
 Usage: pglease run [--lease NAME] [--slot SCOPE:CAPACITY] [--ttl 30s]
-                   [--wait | --no-wait] [--grace DURATION] [--database URL] -- COMMAND [ARGS...]
+                   [--wait | --no-wait] [--grace DURATION] [--database URL]
+                   [--hold-at-least D] [--once-per WINDOW] [--skip-status N] -- COMMAND [ARGS...]
 
 Takes lease NAME (and/or one of CAPACITY slots of SCOPE; with both, the
 lease first, then a slot), runs COMMAND while renewing it every TTL/3, and
@@ -59,6 +60,19 @@ flags; it may be left out when COMMAND does not begin with "-".
 By default (--no-wait, for cron) it exits at once with status 75 when the
 lease is held elsewhere or the scope is full, saying who holds it and for
 how long. With --wait it says once on stderr whom it waits for, and waits.
+
+For cron (docs/cron.md), one run per tick across the hosts:
+--hold-at-least D keeps the lease held until D after its grant (server
+clock), even when COMMAND exits sooner, so hosts whose cron fires within D
+skip; choose D longer than the spread of the hosts' start times and
+shorter than the interval minus it. --once-per WINDOW runs COMMAND at most
+once per WINDOW across the hosts, counting only runs that succeeded (exit
+0), recorded in the run ledger ('pglease history NAME'); a run belongs to
+the window boundary nearest its start on the server's clock, so hosts
+early or late by less than WINDOW/2 count for their tick, and a failed run
+leaves the window open (--wait retries it on the other hosts). With either,
+a host that does not run COMMAND (the lease is held, or the window is
+done) exits 0 silently, or --skip-status N.
 
 SIGINT, SIGTERM and SIGHUP are forwarded to COMMAND's process group; the
 lease is released after COMMAND exits, and pglease exits with COMMAND's
@@ -91,7 +105,8 @@ a process group of its own, so it cannot read from the terminal.
 Exit status: COMMAND's own; 1 when pglease failed (database error, or the
 reaper died: everything was killed); 2 usage error; 69 lease or slot lost,
 or no renewal in time: COMMAND and all it started stopped; 75 held
-elsewhere or full (--no-wait), command not run; 126 command not
+elsewhere or full (--no-wait), command not run (with --once-per or
+--hold-at-least: 0, or --skip-status); 126 command not
 executable; 127 command not found; 128+n killed by signal n (also when
 pglease got signal n while waiting, before COMMAND started).`,
 	signals: true,
@@ -111,6 +126,7 @@ pglease got signal n while waiting, before COMMAND started).`,
 		fs.DurationVar(&o.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping the command; at most TTL/2 (default TTL/4, at most 10s)")
 		fs.StringVar(&o.holder, "holder", "", "holder `ID` to take the lease as (default host/pid/random, unique)")
 		fs.BoolVar(&o.verbose, "v", false, "log acquisitions, renewal problems and releases to standard error")
+		registerCronFlags(fs, &o)
 		return func(ctx context.Context, args []string) error {
 			if o.wait && noWait {
 				return usagef("run", "--wait and --no-wait contradict each other")
@@ -149,6 +165,9 @@ pglease got signal n while waiting, before COMMAND started).`,
 				return usagef("run", "--grace must be from 0 to half the --ttl (%s), got %s: SIGTERM comes --grace before the local deadline, "+
 					"and renewals need the rest of the TTL; raise --ttl or lower --grace", o.ttl/2, o.grace)
 			}
+			if err := checkCronFlags(&o, set); err != nil {
+				return err
+			}
 			o.argv = args
 			return a.run(ctx, &db, o)
 		}
@@ -166,6 +185,7 @@ type runOptions struct {
 	holder   string
 	verbose  bool
 	argv     []string
+	cron     cronOptions
 }
 
 // held is a lease or slot held around the command.
@@ -184,6 +204,9 @@ type step struct {
 	env func(t held) []string
 	// describe names the tenure for messages.
 	describe func(t held) string
+	// around, when set, runs next (the rest, down to the command) under
+	// the tenure t: the run ledger of --once-per.
+	around func(ctx context.Context, t held, next func() error) error
 }
 
 // runner runs one command under a lease and/or slot.
@@ -308,7 +331,7 @@ func (r *runner) interrupted(err error) error {
 func (r *runner) steps() ([]step, error) {
 	var steps []step
 	if r.o.lease != "" {
-		c, err := pglease.New(r.pool, pglease.Config{Holder: r.o.holder})
+		c, err := pglease.New(r.pool, pglease.Config{Holder: r.o.holder, HoldAtLeast: r.o.cron.holdAtLeast})
 		if err != nil {
 			return nil, usagef("run", "%s", detail(err))
 		}
@@ -317,6 +340,10 @@ func (r *runner) steps() ([]step, error) {
 			take: func(ctx context.Context) (held, error) {
 				l, err := c.TryAcquire(ctx, name, r.o.ttl)
 				if refused, ok := errors.AsType[*pglease.HeldError](err); ok {
+					if r.o.cron.skips() && !r.o.wait {
+						return nil, r.skip(fmt.Sprintf("lease %s is held by %q (fence %d) for another %s",
+							quoteName(name), refused.Holder, refused.Fence, refused.ExpiresIn.Round(time.Millisecond)))
+					}
 					if !r.o.wait {
 						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
 							"lease %s is held by %q (fence %d) for another %s: not running the command (exit %d; --wait to wait)",
@@ -336,6 +363,7 @@ func (r *runner) steps() ([]step, error) {
 				return []string{"PGLEASE_LEASE=" + name, "PGLEASE_FENCE=" + strconv.FormatInt(t.Fence(), 10)}
 			},
 			describe: func(t held) string { return fmt.Sprintf("lease %s (fence %d)", quoteName(name), t.Fence()) },
+			around:   r.oncePer(name),
 		})
 	}
 	if r.o.scope != "" {
@@ -417,7 +445,11 @@ func (r *runner) hold(parent context.Context, steps []step, env []string) error 
 		r.mu.Lock()
 		r.levels = append(r.levels, level{what: desc, t: t, ctx: wctx})
 		r.mu.Unlock()
-		return r.hold(wctx, steps[1:], append(env, st.env(t)...))
+		next := func() error { return r.hold(wctx, steps[1:], append(env, st.env(t)...)) }
+		if st.around != nil {
+			return st.around(wctx, t, next)
+		}
+		return next()
 	})
 	if stopped, ok := errors.AsType[*commandStopped](res.WorkErr); ok {
 		if !res.Lost && stopped.why == whyDeadline {

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/pgleaseadmin"
 )
@@ -36,17 +38,22 @@ With --json it prints one JSON object, whose shape is stable:
    "slots":  [{"scope": "gpu", "slot": 1, "holder": "...", "fence": 3,
                "state": "held", "expires_at": "...",
                "expires_in_ms": 1200, "expires_in": "1.2s"}],
-   "scopes": [{"scope": "gpu", "in_use": 1, "slots": 2}]}
+   "scopes": [{"scope": "gpu", "in_use": 1, "slots": 2}],
+   "jobs":   [{"name": "nightly", "last_success": "...", "last_run":
+               {"holder": "...", "started_at": "...", "ended_at": "...",
+                "duration_ms": 300, "exit_status": 0, "outcome": "succeeded"}}]}
 
 The arrays are sorted (leases by name, slots by scope and number, scopes by
 name) and empty, not null, when there is nothing. holder is null when free.
 expires_in_ms is the time left in whole milliseconds (0 once expired or
 free); expires_in is the same as a Go duration string. expires_at is the
 server's RFC 3339 time at which the tenure ends or ended (for a free one:
-when it was released). value is the live holder's value (null: none, or
-not held); release_requested is true while a requested release is
-pending; preferred_holder is the holder the last request preferred (null:
-none).`,
+when it was released). jobs lists the jobs of the run ledger (pglease run
+--once-per; the first 1000 by name), each with its last run (as in
+'pglease help history') and the end of its last success (null when none
+is kept). A lease's value is the live holder's value (null: none, or not
+held); release_requested is true while a requested release is pending;
+preferred_holder is the holder the last request preferred (null: none).`,
 	interspersed: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
@@ -69,6 +76,14 @@ type statusJSON struct {
 	Leases []leaseJSON `json:"leases"`
 	Slots  []slotJSON  `json:"slots"`
 	Scopes []scopeJSON `json:"scopes"`
+	Jobs   []jobJSON   `json:"jobs"`
+}
+
+// jobJSON is a job of the run ledger: its last run and last success.
+type jobJSON struct {
+	Name        string     `json:"name"`
+	LastRun     runJSON    `json:"last_run"`
+	LastSuccess *time.Time `json:"last_success"`
 }
 
 type leaseJSON struct {
@@ -102,8 +117,15 @@ type scopeJSON struct {
 	Slots int    `json:"slots"`
 }
 
+// maxStatusJobs is the most jobs status lists.
+const maxStatusJobs = 1000
+
+// undefinedFunction is the SQLSTATE of a call to a function the schema
+// does not have (a schema older than the call).
+const undefinedFunction = "42883"
+
 func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
-	pool, err := a.openSchema(ctx, db, "status")
+	pool, err := a.open(ctx, db, "status")
 	if err != nil {
 		return err
 	}
@@ -123,7 +145,22 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 	if err != nil {
 		return a.queryError(ctx, "list slot scopes", err)
 	}
-	out := statusJSON{Leases: []leaseJSON{}, Slots: []slotJSON{}, Scopes: []scopeJSON{}}
+	jobs, err := pgleaseadmin.Jobs(ctx, pool, "", maxStatusJobs)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == undefinedFunction {
+		jobs, err = nil, nil // a schema before 0.3.0 has no run ledger
+	}
+	if err != nil {
+		return a.queryError(ctx, "list the jobs of the run ledger", err)
+	}
+	out := statusJSON{Leases: []leaseJSON{}, Slots: []slotJSON{}, Scopes: []scopeJSON{}, Jobs: []jobJSON{}}
+	for _, j := range jobs {
+		jj := jobJSON{Name: j.Name, LastRun: newRunJSON(j.Last)}
+		if !j.LastSuccess.IsZero() {
+			s := j.LastSuccess.UTC()
+			jj.LastSuccess = &s
+		}
+		out.Jobs = append(out.Jobs, jj)
+	}
 	for _, l := range ls {
 		out.Leases = append(out.Leases, leaseJSON{
 			Name: l.Name, Holder: nonEmpty(l.Holder), Fence: l.Fence, State: string(l.State),
@@ -141,9 +178,7 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 		out.Scopes = append(out.Scopes, scopeJSON{Scope: s.Scope, InUse: s.InUse, Slots: s.Slots})
 	}
 	if asJSON {
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return a.printJSON(out)
 	}
 	return printStatus(a.stdout, out)
 }
@@ -180,6 +215,18 @@ func printStatus(w io.Writer, s statusJSON) error {
 		fmt.Fprintln(tw, "SCOPE\tIN USE\tSLOTS")
 		for _, sc := range s.Scopes {
 			fmt.Fprintf(tw, "%s\t%d\t%d\n", cell(sc.Scope), sc.InUse, sc.Slots)
+		}
+	}
+	if len(s.Jobs) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "JOB\tLAST RUN\tHOLDER\tTOOK\tEXIT\tOUTCOME\tLAST SUCCESS")
+		for _, j := range s.Jobs {
+			success := "-"
+			if j.LastSuccess != nil {
+				success = j.LastSuccess.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(j.Name), j.LastRun.StartedAt.Format(time.RFC3339),
+				cell(j.LastRun.Holder), took(j.LastRun), exitText(j.LastRun.ExitStatus), j.LastRun.Outcome, success)
 		}
 	}
 	return tw.Flush()

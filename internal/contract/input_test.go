@@ -26,6 +26,9 @@ const (
 	capacityArg                // claim_slots' integer[]
 	regexArg                   // metrics' p_names: a regular expression of at most 1024 bytes
 	maxNamesArg                // metrics' p_max_names: 0 to 1000000
+	windowArg                  // run_begin's p_window: more than 0, at most 366 days
+	exitArg                    // run_end's p_exit_status: 0 to 255
+	limitArg                   // run_history's p_limit: 1 to 10000
 )
 
 type fnArg struct {
@@ -124,6 +127,25 @@ func badValues(a fnArg) []badValue {
 			{"negative", int32(-1), "22023", ""},
 			{"1000001", int32(1000001), "22023", ""},
 		}
+	case windowArg:
+		return []badValue{
+			{"NULL", nil, "22004", ""},
+			{"zero", time.Duration(0), "22023", ""},
+			{"negative", -time.Minute, "22023", ""},
+			{"366 days and 1µs", 366*24*time.Hour + time.Microsecond, "22023", ""},
+		}
+	case exitArg:
+		return []badValue{
+			{"NULL", nil, "22004", ""},
+			{"negative", int32(-1), "22023", ""},
+			{"256", int32(256), "22023", ""},
+		}
+	case limitArg:
+		return []badValue{
+			{"NULL", nil, "22004", ""},
+			{"zero", int32(0), "22023", ""},
+			{"10001", int32(10001), "22023", ""},
+		}
 	}
 	panic("unknown argument kind")
 }
@@ -143,6 +165,12 @@ var publicFunctions = []fnSpec{
 	{"renew_holder", []fnArg{{"p_holder", textArg, "h"}, {"p_ttl", ttlArg, time.Hour}}},
 	{"force_release", []fnArg{{"p_name", textArg, "seeded"}}},
 	{"metrics", []fnArg{{"p_names", regexArg, "^seed"}, {"p_max_names", maxNamesArg, int32(10)}}},
+	// The cron functions (0.3.0).
+	{"release_after", []fnArg{{"p_name", textArg, "seeded"}, {"p_holder", textArg, "h"}, {"p_fence", fenceArg, int64(1)}, {"p_hold_at_least", ttlArg, time.Hour}}},
+	{"run_begin", []fnArg{{"p_name", textArg, "seeded"}, {"p_holder", textArg, "h"}, {"p_fence", fenceArg, int64(1)}, {"p_window", windowArg, time.Hour}}},
+	{"run_end", []fnArg{{"p_name", textArg, "seeded"}, {"p_holder", textArg, "h"}, {"p_fence", fenceArg, int64(1)}, {"p_exit_status", exitArg, int32(0)}}},
+	{"run_history", []fnArg{{"p_name", textArg, "seeded"}, {"p_limit", limitArg, int32(10)}}},
+	{"run_summary", []fnArg{{"p_names", regexArg, "^seed"}, {"p_max_names", maxNamesArg, int32(10)}}},
 }
 
 // tablesSnapshot returns the full contents of pglease's tables.
@@ -154,7 +182,8 @@ func tablesSnapshot(t testing.TB, q querier) string {
 	err := q.QueryRow(ctx, `SELECT concat_ws(E'\n',
 		(SELECT jsonb_agg(to_jsonb(l) ORDER BY l.name) FROM pglease.leases AS l),
 		(SELECT jsonb_agg(to_jsonb(s) ORDER BY s.scope, s.slot) FROM pglease.slots AS s),
-		(SELECT jsonb_agg(to_jsonb(c) ORDER BY c.scope) FROM pglease.slot_scopes AS c))`).Scan(&s)
+		(SELECT jsonb_agg(to_jsonb(c) ORDER BY c.scope) FROM pglease.slot_scopes AS c),
+		(SELECT jsonb_agg(to_jsonb(r) ORDER BY r.name, r.fence) FROM pglease.runs AS r))`).Scan(&s)
 	if err != nil {
 		t.Fatalf("snapshot pglease tables: %v", err)
 	}

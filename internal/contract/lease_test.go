@@ -435,6 +435,18 @@ func testAssertHeldBlocksTakeover(t *testing.T, db *testDB) {
 	if err := assertHeld(ctx, txA, n("guarded"), 1); err != nil {
 		t.Fatalf("assert_held: %v", err)
 	}
+	// assert_held bounds the transaction: its idle timeout becomes the
+	// tenure's time left + 100 ms, so it would end 100 ms after the expiry
+	// this test waits for, and on a loaded machine before the test has
+	// seen the takeover blocked (TestFencedTransactionBound tests that
+	// bound). A client of the holder's role may raise the timeouts again:
+	// this one does, so that the lock is held until its commit.
+	if _, err := txA.Exec(ctx, `SELECT pg_catalog.set_config(s, '0', true)
+		FROM unnest(ARRAY['idle_in_transaction_session_timeout', 'statement_timeout']
+		            || CASE WHEN current_setting('server_version_num')::int >= 170000
+		                    THEN ARRAY['transaction_timeout'] ELSE '{}' END) AS s`); err != nil {
+		t.Fatalf("raise the fenced transaction's timeouts: %v", err)
+	}
 	if _, err := txA.Exec(ctx, `CREATE TEMP TABLE guarded_write AS SELECT 1 AS fence`); err != nil {
 		t.Fatal(err)
 	}

@@ -457,6 +457,9 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 		"release(text,text,bigint)", "release_slot(text,integer,text,bigint)",
 		"renew(text,text,bigint,interval)", "renew_holder(text,interval)",
 		"renew_slot(text,integer,text,bigint,interval)", "version()",
+		// The cron functions (0.3.0).
+		"release_after(text,text,bigint,interval)", "run_begin(text,text,bigint,interval)",
+		"run_end(text,text,bigint,integer)", "run_history(text,integer)", "run_summary(text,integer)",
 	} {
 		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
 	}

@@ -60,6 +60,20 @@ type PgleaseObserver struct {
 	Until time.Time
 }
 
+// pglease run ledger: one row per run of a job; change only through the pglease functions
+type PgleaseRun struct {
+	Name        string
+	Fence       int64
+	WindowStart time.Time
+	RunWindow   time.Duration
+	Holder      string
+	HolderRole  string
+	StartedAt   time.Time
+	EndedAt     *time.Time
+	ExitStatus  pgtype.Int4
+	Outcome     string
+}
+
 // pglease slots; change only through the pglease functions
 type PgleaseSlot struct {
 	Scope      string

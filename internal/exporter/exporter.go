@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/pgleaseadmin"
 )
@@ -144,6 +146,7 @@ func (e *Exporter) scrape(ctx context.Context, budget time.Duration) []byte {
 	w.sampleInt("pglease_exporter_series_dropped_total", e.droppedScopes.Load(), label{"kind", "slot"})
 	if err == nil {
 		writeMetrics(&w, m)
+		e.writeJobs(ctx, &w)
 	}
 	return w.b.Bytes()
 }
@@ -204,6 +207,42 @@ func writeMetrics(w *textWriter, m pgleaseadmin.Metrics) {
 	w.sample("pglease_purge_oldest_free_seconds", m.ScopeOldestFree.Seconds(), label{"kind", "slot"})
 	w.family("pglease_purged_rows_total", "counter", "Rows pglease.purge has deleted since the schema was installed.")
 	w.sampleInt("pglease_purged_rows_total", m.PurgedRows)
+}
+
+// writeJobs writes the run ledger's series, one per job (docs/cron.md):
+// when its last success ended, its window's length, when its last run
+// started. A schema before 0.3.0 has no ledger: no series then. A failed
+// read is logged and leaves the series out; pglease_up says the database
+// was read.
+func (e *Exporter) writeJobs(ctx context.Context, w *textWriter) {
+	jobs, err := pgleaseadmin.Jobs(ctx, e.db, e.opts.Names, cmp.Or(e.opts.MaxNames, pgleaseadmin.DefaultMaxNames))
+	if err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "42883" { // undefined_function: no ledger before 0.3.0
+			e.opts.Log.Warn("pglease exporter: read the run ledger", "err", err)
+		}
+		return
+	}
+	w.family("pglease_job_last_success_timestamp_seconds", "gauge",
+		"When the job's newest successful run ended (Unix seconds, server clock); 0 when the ledger keeps none.")
+	for _, j := range jobs {
+		w.sample("pglease_job_last_success_timestamp_seconds", unixSeconds(j.LastSuccess), label{"name", j.Name})
+	}
+	w.family("pglease_job_window_seconds", "gauge", "The job's --once-per window, as its newest run was begun with.")
+	for _, j := range jobs {
+		w.sample("pglease_job_window_seconds", j.Window.Seconds(), label{"name", j.Name})
+	}
+	w.family("pglease_job_last_run_timestamp_seconds", "gauge", "When the job's newest run started (Unix seconds, server clock).")
+	for _, j := range jobs {
+		w.sample("pglease_job_last_run_timestamp_seconds", unixSeconds(j.Last.StartedAt), label{"name", j.Name})
+	}
+}
+
+// unixSeconds is t as Unix seconds, 0 for the zero time.
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixMicro()) / 1e6
 }
 
 // noteOutcome logs a line when the database stops answering, when the

@@ -141,7 +141,8 @@ CREATE TRIGGER proof_audit AFTER INSERT OR UPDATE OR DELETE ON pglease.slots
 `
 
 // writeSQL is the fenced write: one row in the write log, in the
-// transaction that pglease.WithFence opened and checked.
+// transaction that pglease.WithFence opened and checked, or in the batch
+// that pglease.SendFenced sent behind its check.
 const writeSQL = `INSERT INTO proof.writes (name, fence, holder) VALUES ($1, $2, $3)`
 
 // installAudit installs the audit in the migrated database at url (as its

@@ -150,7 +150,7 @@ func TestStress(t *testing.T) {
 // stressStats counts what one client did.
 type stressStats struct {
 	grants, takeovers, refusedAcquires, renews, lostRenews, releases int
-	writesOK, writesRefused, staleWrites                             int
+	writesOK, writesRefused, staleWrites, batchedWrites              int
 	claims, fullClaims, slotRenews, slotReleases, unknown, stalls    int
 }
 
@@ -164,6 +164,7 @@ func (s *stressStats) add(o stressStats) {
 	s.writesOK += o.writesOK
 	s.writesRefused += o.writesRefused
 	s.staleWrites += o.staleWrites
+	s.batchedWrites += o.batchedWrites
 	s.claims += o.claims
 	s.fullClaims += o.fullClaims
 	s.slotRenews += o.slotRenews
@@ -174,9 +175,9 @@ func (s *stressStats) add(o stressStats) {
 
 func (s stressStats) String() string {
 	return fmt.Sprintf("lease grants %d (%d after the previous holder's expiry), refused acquires %d, renewals %d (%d refused), releases %d, "+
-		"fenced writes %d committed / %d refused (%d deliberately stale), slot claims %d granted / %d full, slot renewals %d, slot releases %d, "+
+		"fenced writes %d committed / %d refused (%d deliberately stale, %d sent with SendFenced), slot claims %d granted / %d full, slot renewals %d, slot releases %d, "+
 		"unknown outcomes %d, stalls past a TTL %d",
-		s.grants, s.takeovers, s.refusedAcquires, s.renews, s.lostRenews, s.releases, s.writesOK, s.writesRefused, s.staleWrites,
+		s.grants, s.takeovers, s.refusedAcquires, s.renews, s.lostRenews, s.releases, s.writesOK, s.writesRefused, s.staleWrites, s.batchedWrites,
 		s.claims, s.fullClaims, s.slotRenews, s.slotReleases, s.unknown, s.stalls)
 }
 
@@ -324,16 +325,26 @@ func (c *stressClient) lose(name string, l *pglease.Lease) {
 	c.ended[name] = l.Fence()
 }
 
-// write makes one fenced write under fence.
+// write makes one fenced write under fence: in a transaction of
+// WithFence, or half the time as a batch of SendFenced (one round trip).
 func (c *stressClient) write(st *stressStats, name string, fence int64, stale bool) {
 	op := history.Op{Kind: history.Write, Name: name, Fence: fence}
+	batched := c.rng.IntN(2) == 0
 	out := c.call(op, func(ctx context.Context, op *history.Op) history.Outcome {
+		if batched {
+			var b pgx.Batch
+			b.Queue(writeSQL, name, fence, c.holder)
+			return outcome(pglease.SendFenced(ctx, c.pool, name, fence, &b))
+		}
 		err := pglease.WithFence(ctx, c.pool, name, fence, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, writeSQL, name, fence, c.holder)
 			return err
 		})
 		return outcome(err)
 	})
+	if batched {
+		st.batchedWrites++
+	}
 	if stale {
 		st.staleWrites++
 	}

@@ -30,6 +30,7 @@ type Config struct {
 	Keeper        *Keeper
 	MeterProvider metric.MeterProvider
 	MetricsByName bool
+	HoldAtLeast   time.Duration
 }
 
 // The pace of renewals when a Config leaves it zero: one rule for every
@@ -70,6 +71,9 @@ func (cfg Config) WithDefaults() (Config, error) {
 		if d.v < 0 {
 			return cfg, Invalidf("%s must not be negative, got %s", d.name, d.v)
 		}
+	}
+	if cfg.HoldAtLeast < 0 || cfg.HoldAtLeast > MaxTTL {
+		return cfg, Invalidf("HoldAtLeast must be from 0 to %s, got %s", MaxTTL, cfg.HoldAtLeast)
 	}
 	k := cfg.Keeper
 	if k != nil {

@@ -276,6 +276,9 @@ func (t *Tenure) Release(ctx context.Context) error {
 func (t *Tenure) release(ctx context.Context, async bool) (bool, error) {
 	q, h := t.c.q, t.c.cfg.Holder
 	switch {
+	case t.slot == 0 && t.c.cfg.HoldAtLeast > 0:
+		r, err := q.LeaseReleaseAfter(ctx, db.LeaseReleaseAfterParams{Name: t.name, Holder: h, Fence: t.fence, HoldAtLeast: t.c.cfg.HoldAtLeast})
+		return r.Released, err
 	case t.slot == 0 && async:
 		return q.LeaseReleaseAsync(ctx, db.LeaseReleaseAsyncParams{Name: t.name, Holder: h, Fence: t.fence})
 	case t.slot == 0:

@@ -473,6 +473,106 @@ AS $$
     RUN ON pglease._route(p_name);
 $$;
 
+-- Source: sql/functions/60_runs.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.release_after(
+    p_name text, p_holder text, p_fence bigint, p_hold_at_least interval,
+    OUT released boolean, OUT held_until timestamptz)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/60_runs.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.run_begin(
+    p_name text, p_holder text, p_fence bigint, p_window interval,
+    OUT run boolean, OUT window_start timestamptz,
+    OUT done_fence bigint, OUT done_holder text, OUT done_at timestamptz)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/60_runs.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.run_end(
+    p_name text, p_holder text, p_fence bigint, p_exit_status integer,
+    OUT recorded boolean, OUT outcome text)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/60_runs.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.run_history(
+    p_name text, p_limit integer,
+    OUT fence bigint, OUT window_start timestamptz, OUT holder text,
+    OUT started_at timestamptz, OUT ended_at timestamptz,
+    OUT exit_status integer, OUT outcome text)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/60_runs.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_run_summary(
+    p_names text, p_max_names integer,
+    OUT job_names text[], OUT last_started double precision[], OUT last_ended double precision[],
+    OUT last_holders text[], OUT last_outcomes text[], OUT last_exit_statuses integer[],
+    OUT last_success double precision[], OUT last_windows double precision[],
+    OUT jobs_dropped bigint)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.run_summary;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.run_summary(
+    p_names text, p_max_names integer,
+    OUT job_names text[], OUT last_started double precision[], OUT last_ended double precision[],
+    OUT last_holders text[], OUT last_outcomes text[], OUT last_exit_statuses integer[],
+    OUT last_success double precision[], OUT last_windows double precision[],
+    OUT jobs_dropped bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r     record;
+    v_cut integer;
+BEGIN
+    job_names := '{}'; last_started := '{}'; last_ended := '{}'; last_holders := '{}';
+    last_outcomes := '{}'; last_exit_statuses := '{}'; last_success := '{}'; last_windows := '{}'; jobs_dropped := 0;
+    FOR r IN SELECT * FROM pglease._all_run_summary(p_names, p_max_names) LOOP
+        job_names := job_names || r.job_names;
+        last_started := last_started || r.last_started;
+        last_ended := last_ended || r.last_ended;
+        last_holders := last_holders || r.last_holders;
+        last_outcomes := last_outcomes || r.last_outcomes;
+        last_exit_statuses := last_exit_statuses || r.last_exit_statuses;
+        last_success := last_success || r.last_success;
+        last_windows := last_windows || r.last_windows;
+        jobs_dropped := jobs_dropped + r.jobs_dropped;
+    END LOOP;
+    v_cut := greatest(cardinality(job_names) - p_max_names, 0);
+    SELECT coalesce(array_agg(m.n ORDER BY m.n), '{}'), coalesce(array_agg(m.s ORDER BY m.n), '{}'),
+           coalesce(array_agg(m.e ORDER BY m.n), '{}'), coalesce(array_agg(m.h ORDER BY m.n), '{}'),
+           coalesce(array_agg(m.o ORDER BY m.n), '{}'), coalesce(array_agg(m.x ORDER BY m.n), '{}'),
+           coalesce(array_agg(m.l ORDER BY m.n), '{}'), coalesce(array_agg(m.w ORDER BY m.n), '{}')
+    INTO job_names, last_started, last_ended, last_holders, last_outcomes, last_exit_statuses, last_success, last_windows
+    FROM (SELECT u.n, u.s, u.e, u.h, u.o, u.x, u.l, u.w
+          FROM unnest(job_names, last_started, last_ended, last_holders, last_outcomes,
+                      last_exit_statuses, last_success, last_windows) AS u(n, s, e, h, o, x, l, w)
+          ORDER BY u.n
+          LIMIT p_max_names) AS m;
+    jobs_dropped := jobs_dropped + v_cut;
+END
+$$;
+
 -- Source: sql/proxy/20_views.sql
 
 -- Status views: the union of every partition's view (RUN ON ALL), read
@@ -583,6 +683,15 @@ BEGIN
             pglease._all_lease_status(),
             pglease._all_slot_status(),
             pglease._all_slot_scope_status()
+            TO pglease_client;
+        -- The cron functions (0.3.0).
+        GRANT EXECUTE ON FUNCTION
+            pglease.release_after(text, text, bigint, interval),
+            pglease.run_begin(text, text, bigint, interval),
+            pglease.run_end(text, text, bigint, integer),
+            pglease.run_history(text, integer),
+            pglease.run_summary(text, integer),
+            pglease._all_run_summary(text, integer)
             TO pglease_client;
     END IF;
 END

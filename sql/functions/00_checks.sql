@@ -157,3 +157,32 @@ BEGIN
         'kind', p_kind, 'event', 'released', 'name', p_name)::text);
 END
 $$;
+
+-- _check_names: p_names, a filter of names (pglease.metrics,
+-- pglease.run_summary), must be a POSIX regular expression of at most
+-- 1024 bytes.
+CREATE OR REPLACE FUNCTION pglease._check_names(p_func text, p_names text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF p_names IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.%s: p_names must not be NULL', p_func),
+            HINT = 'Pass a regular expression the names must match, or '''' for every name.';
+    END IF;
+    IF octet_length(p_names) > 1024 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: p_names must be at most 1024 bytes long, got %s bytes',
+                             p_func, octet_length(p_names)),
+            HINT = 'Pass a shorter regular expression, e.g. a common prefix: ''^orders/''.';
+    END IF;
+    BEGIN
+        PERFORM '' ~ p_names;
+    EXCEPTION WHEN invalid_regular_expression THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: p_names is not a valid regular expression: %s', p_func, SQLERRM),
+            HINT = 'Pass a POSIX regular expression, as for the ~ operator, e.g. ''^orders/''.';
+    END;
+END
+$$;

@@ -8,6 +8,11 @@
 --   * the slot rows and the scope row of every scope whose slots have all
 --     been free for at least p_free_for (a scope is purged whole, so slot
 --     numbers stay dense from 1);
+--   * waiter registrations past their until;
+--   * run ledger rows (pglease.runs) that ended at least p_free_for ago,
+--     and runs begun that long ago that never ended and whose tenure is
+--     over; never a job's newest succeeded run (it keeps its window
+--     closed) nor a run whose tenure is live.
 --   * waiter registrations past their until (and, uncounted, observer and
 --     candidate registrations past theirs).
 -- Before any of them is gone, the fence floor (pglease.fence_floor) is
@@ -37,6 +42,7 @@ DECLARE
     v_n          bigint;
     v_max        bigint;
     v_waiters    bigint;
+    v_runs       bigint;
     v_scope      text;
 BEGIN
     IF p_free_for IS NULL THEN
@@ -111,6 +117,27 @@ BEGIN
     )
     SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_slots) INTO v_waiters;
 
+    -- The run ledger (0.3.0): runs that ended before the cutoff, and runs
+    -- still 'running' that started before it whose tenure is not live (so
+    -- never a run that can still record its end), except each job's newest
+    -- succeeded run, which keeps its window closed however old it is. Rows
+    -- locked by a run_end in flight are skipped.
+    WITH gone AS (
+        DELETE FROM pglease.runs AS r
+        WHERE (r.name, r.fence) IN (
+            SELECT d.name, d.fence FROM pglease.runs AS d
+            WHERE (d.ended_at <= v_cutoff
+                   OR (d.outcome IN ('running', 'lost') AND d.ended_at IS NULL AND d.started_at <= v_cutoff
+                       AND NOT EXISTS (SELECT 1 FROM pglease.leases AS l
+                                       WHERE l.name = d.name AND l.fence = d.fence
+                                         AND l.holder IS NOT NULL AND l.expires_at > v_now)))
+              AND NOT (d.outcome = 'succeeded'
+                       AND d.ended_at = (SELECT max(s.ended_at) FROM pglease.runs AS s
+                                         WHERE s.name = d.name AND s.outcome = 'succeeded'))
+            FOR UPDATE SKIP LOCKED)
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_runs FROM gone;
     -- Lapsed observer and candidate registrations (0.3.0, see
     -- pglease.observe and pglease.acquire with p_value), not counted.
     DELETE FROM pglease.observers AS o
@@ -130,7 +157,7 @@ BEGIN
             slot_fence  = greatest(f.slot_fence, excluded.slot_fence),
             purged      = f.purged + excluded.purged;
     END IF;
-    RETURN v_leases + v_slots + v_waiters;
+    RETURN v_leases + v_slots + v_waiters + v_runs;
 END
 $$;
 

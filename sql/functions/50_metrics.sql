@@ -73,24 +73,7 @@ DECLARE
     v_scopes  bigint;
     v_waiters bigint;
 BEGIN
-    IF p_names IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22004',
-            MESSAGE = 'pglease.metrics: p_names must not be NULL',
-            HINT = 'Pass a regular expression the names must match, or '''' for every name.';
-    END IF;
-    IF octet_length(p_names) > 1024 THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.metrics: p_names must be at most 1024 bytes long, got %s bytes',
-                             octet_length(p_names)),
-            HINT = 'Pass a shorter regular expression, e.g. a common prefix: ''^orders/''.';
-    END IF;
-    BEGIN
-        PERFORM '' ~ p_names;
-    EXCEPTION WHEN invalid_regular_expression THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.metrics: p_names is not a valid regular expression: %s', SQLERRM),
-            HINT = 'Pass a POSIX regular expression, as for the ~ operator, e.g. ''^orders/''.';
-    END;
+    PERFORM pglease._check_names('metrics', p_names);
     PERFORM pglease._check_int('metrics', 'p_max_names', p_max_names, 0, 1000000);
     v_all := p_names = '';
 

@@ -51,6 +51,15 @@ BEGIN
             pglease._all_slot_status(),
             pglease._all_slot_scope_status()
             TO pglease_client;
+        -- The cron functions (0.3.0).
+        GRANT EXECUTE ON FUNCTION
+            pglease.release_after(text, text, bigint, interval),
+            pglease.run_begin(text, text, bigint, interval),
+            pglease.run_end(text, text, bigint, integer),
+            pglease.run_history(text, integer),
+            pglease.run_summary(text, integer),
+            pglease._all_run_summary(text, integer)
+            TO pglease_client;
     END IF;
 END
 $pglease$;

@@ -118,6 +118,40 @@ CREATE TABLE pglease.fence_floor (
 COMMENT ON TABLE pglease.fence_floor IS
     'pglease: fences of purged rows never come back; change only through the pglease functions';
 
+-- The run ledger (0.3.0): one row per run of a job under a lease tenure
+-- (pglease.run_begin to pglease.run_end), so that a fleet of cron hosts
+-- runs a job at most once per window, counting only runs that succeeded
+-- (docs/cron.md). name is the lease name, fence the tenure's (so one run
+-- per tenure: fences never repeat for a name, also across purge),
+-- window_start the start of the window on the server's clock and
+-- run_window its length (the p_window of run_begin), holder and
+-- holder_role the tenure's. started_at and ended_at are server clock
+-- readings. outcome: 'running' until run_end; 'succeeded' (exit_status 0)
+-- or 'failed' when run_end came while the tenure was current; 'lost' when
+-- it came after the tenure ended, or a later tenure began a run first. At
+-- most one run per (name, window_start) succeeds: run_begin skips a window
+-- already succeeded, and the unique index below makes a second success
+-- fail rather than commit.
+CREATE TABLE pglease.runs (
+    name         text        NOT NULL,
+    fence        bigint      NOT NULL CHECK (fence > 0),
+    window_start timestamptz NOT NULL,
+    run_window   interval    NOT NULL,
+    holder       text        NOT NULL,
+    holder_role  text        NOT NULL,
+    started_at   timestamptz NOT NULL,
+    ended_at     timestamptz,
+    exit_status  integer,
+    outcome      text        NOT NULL DEFAULT 'running'
+                 CHECK (outcome IN ('running', 'succeeded', 'failed', 'lost')),
+    PRIMARY KEY (name, fence)
+);
+COMMENT ON TABLE pglease.runs IS
+    'pglease run ledger: one row per run of a job; change only through the pglease functions';
+
+CREATE UNIQUE INDEX runs_one_success_idx ON pglease.runs (name, window_start)
+    WHERE outcome = 'succeeded';
+CREATE INDEX runs_started_idx ON pglease.runs (name, started_at);
 -- Leadership (0.3.0, sql/functions/60_leader.sql). On pglease.leases:
 --   value                 the holder's value (at most 1024 bytes, NULL: none),
 --                         set by the tenure's holder; a new tenure starts

@@ -86,6 +86,14 @@ BEGIN
             pglease.metrics(text, integer),
             pglease.version()
             TO pglease_client;
+        -- The cron functions (0.3.0).
+        GRANT EXECUTE ON FUNCTION
+            pglease.release_after(text, text, bigint, interval),
+            pglease.run_begin(text, text, bigint, interval),
+            pglease.run_end(text, text, bigint, integer),
+            pglease.run_history(text, integer),
+            pglease.run_summary(text, integer)
+            TO pglease_client;
     END IF;
 END
 $pglease$;

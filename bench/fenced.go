@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"runtime"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/pglease"
+)
+
+// minFencedWrite is the goal of issue 31 for a fenced write: BEGIN;
+// assert_held; UPDATE; COMMIT over the same transaction without
+// assert_held, in the same run.
+const minFencedWrite = 0.8
+
+// The fenced-write comparison (-fenced-only): one UPDATE of an application
+// row per op, each client on a row and a lease of its own, unfenced and
+// fenced, in a transaction of several round trips and in one round trip.
+const (
+	fencedTableSQL = `CREATE TABLE bench_app (id text PRIMARY KEY, n bigint NOT NULL DEFAULT 0) WITH (fillfactor = 50)`
+	fencedRowSQL   = `INSERT INTO bench_app (id) VALUES ($1) ON CONFLICT (id) DO NOTHING`
+	fencedWriteSQL = `UPDATE bench_app SET n = n + 1 WHERE id = $1`
+
+	fencedTxKey      = "fenced-write/tx"       // BEGIN; UPDATE; COMMIT
+	fencedOneKey     = "fenced-write/one"      // the UPDATE alone, autocommit
+	fencedSQLKey     = "fenced-write/sql"      // BEGIN; assert_held; UPDATE; COMMIT
+	fencedPkgKey     = "fenced-write/pkg"      // Lease.WithFence
+	fencedPkgSendKey = "fenced-write/pkg-send" // Lease.SendFenced
+)
+
+// fencedSQL is a row that sends the application UPDATE through SQL on a
+// connection of its own: alone (autocommit, one round trip), or in a
+// transaction, BEGIN; UPDATE; COMMIT, with pglease.assert_held first when
+// fenced.
+func (e *env) fencedSQL(key, name string, txn, fenced bool) workload {
+	return workload{
+		key: key, name: name, path: "SQL via pgx", steps: []string{"write"},
+		start: func(ctx context.Context, n int) (*instance, error) {
+			return e.perConn(ctx, n, func(ctx context.Context, i int, conn *pgx.Conn) ([]step, error) {
+				lease := id(key, i)
+				row := "app/" + lease
+				if _, err := conn.Exec(ctx, fencedRowSQL, row); err != nil {
+					return nil, err
+				}
+				if !txn {
+					return []step{func(ctx context.Context) error {
+						_, err := conn.Exec(ctx, fencedWriteSQL, row)
+						return err
+					}}, nil
+				}
+				var fence int64
+				if fenced {
+					var err error
+					if fence, err = sqlAcquire(ctx, conn, lease, "bench/"+lease, heldTTL); err != nil {
+						return nil, err
+					}
+				}
+				return []step{func(ctx context.Context) error {
+					return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+						if fenced {
+							if _, err := tx.Exec(ctx, assertHeldSQL, lease, fence); err != nil {
+								return err
+							}
+						}
+						_, err := tx.Exec(ctx, fencedWriteSQL, row)
+						return err
+					})
+				}}, nil
+			})
+		},
+	}
+}
+
+// fencedPkg is a row that makes the fenced write through the Go package:
+// Lease.WithFence (BEGIN, the check, the UPDATE, COMMIT: four round
+// trips), or Lease.SendFenced (the check and the UPDATE in one batch: one
+// round trip).
+func (e *env) fencedPkg(key string, send bool) workload {
+	w := workload{
+		key: key, name: "fenced UPDATE app row", path: "Go package: Lease.WithFence", steps: []string{"write"},
+	}
+	if send {
+		w.path = "Go package: Lease.SendFenced"
+	}
+	w.start = func(ctx context.Context, n int) (*instance, error) {
+		return e.perPoolClientWith(ctx, key, n, pglease.Config{}, func(ctx context.Context, c *pglease.Client, lease string) ([]step, error) {
+			row := "app/" + lease
+			if _, err := e.pool.Exec(ctx, fencedRowSQL, row); err != nil {
+				return nil, err
+			}
+			l, err := c.TryAcquire(ctx, lease, heldTTL)
+			if err != nil {
+				return nil, err
+			}
+			if send {
+				var b pgx.Batch
+				b.Queue(fencedWriteSQL, row)
+				return []step{func(ctx context.Context) error { return l.SendFenced(ctx, &b) }}, nil
+			}
+			return []step{func(ctx context.Context) error {
+				return l.WithFence(ctx, func(tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, fencedWriteSQL, row)
+					return err
+				})
+			}}, nil
+		})
+	}
+	return w
+}
+
+// fencedWorkloads returns the rows of the comparison, the unfenced
+// transaction first.
+func (e *env) fencedWorkloads() []workload {
+	return []workload{
+		e.fencedSQL(fencedTxKey, "BEGIN; UPDATE app row; COMMIT (unfenced)", true, false),
+		e.fencedSQL(fencedOneKey, "UPDATE app row, autocommit (unfenced)", false, false),
+		e.fencedSQL(fencedSQLKey, "BEGIN; pglease.assert_held; UPDATE app row; COMMIT", true, true),
+		e.fencedPkg(fencedPkgKey, false),
+		e.fencedPkg(fencedPkgSendKey, true),
+	}
+}
+
+// checkFencedTarget adds the fenced-write target at c clients, judged on
+// the median of the turn-by-turn ratios.
+func (r *Report) checkFencedTarget(c int) {
+	name := fmt.Sprintf("BEGIN; assert_held; UPDATE; COMMIT ≥ %.2f× the same transaction without assert_held at C=%d", minFencedWrite, c)
+	on, off := r.row(fencedSQLKey, c), r.row(fencedTxKey, c)
+	p := pairedRatio(on, off)
+	if p.N == 0 {
+		r.unmeasured(name)
+		return
+	}
+	r.add(name, p.Median >= minFencedWrite, "%.3f× median of %d turns (quartiles %.3f–%.3f), %s writes/s vs %s writes/s",
+		p.Median, p.N, p.Q1, p.Q3, count(on.OpsPerSec), count(off.OpsPerSec))
+}
+
+// runFencedBench runs only the fenced-write rows, interleaved at each
+// concurrency of cfg.clients, on a scratch database, and prints their
+// section.
+func runFencedBench(ctx context.Context, cfg config) (err error) {
+	sc, err := createScratch(ctx, cfg.url, scratchName("_fenced"))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, dropScratch(ctx, sc)) }()
+	e := &env{url: sc.url}
+	if err := e.withPool(ctx, 1, func() error {
+		_, err := e.pool.Exec(ctx, fencedTableSQL)
+		return err
+	}); err != nil {
+		return fmt.Errorf("create the application table: %w", err)
+	}
+	load := loadavg()
+	ws := e.fencedWorkloads()
+	var r Report
+	for _, n := range cfg.clients {
+		log.Printf("fenced writes at C=%d: %d rows × %s in %d turns", n, len(ws), cfg.cell, cfg.rounds)
+		ts, err := runGroupOn(ctx, e, ws, n, cfg)
+		if err != nil {
+			return err
+		}
+		for i, w := range ws {
+			r.Throughput = append(r.Throughput, newRow(w, n, ts[i]))
+		}
+		r.checkFencedTarget(n)
+	}
+	fmt.Printf("## Fenced writes (%s per cell, %d turns)\n\n", cfg.cell, cfg.rounds)
+	fmt.Printf("Load average %s at the start, %s at the end; %d CPUs.\n\n", load, loadavg(), runtime.NumCPU())
+	fmt.Println("One UPDATE of an application row per write, each client on a row and a lease of its own. Ratios are the median of the turn-by-turn ratios (first and third quartile in brackets) over the unfenced transaction (BEGIN; UPDATE; COMMIT: three round trips) and over the unfenced UPDATE alone (one round trip).")
+	fmt.Println()
+	fmt.Println("| Write | Path | C | writes/s | × BEGIN; UPDATE; COMMIT | × UPDATE alone | p50 ms | p99 ms |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, n := range cfg.clients {
+		tx, one := r.row(fencedTxKey, n), r.row(fencedOneKey, n)
+		for _, w := range ws {
+			row := r.row(w.key, n)
+			a, b := pairedRatio(row, tx), pairedRatio(row, one)
+			fmt.Printf("| %s | %s | %d | %s | %.3f× (%.3f–%.3f) | %.3f× (%.3f–%.3f) | %.3f | %.3f |\n",
+				w.name, w.path, n, count(row.OpsPerSec), a.Median, a.Q1, a.Q3, b.Median, b.Q1, b.Q3,
+				row.Latency.P50, row.Latency.P99)
+		}
+	}
+	fmt.Println()
+	for _, t := range r.Targets {
+		fmt.Printf("- %s: %s (%s)\n", t.Name, t.Measured, map[bool]string{true: "holds", false: "not met"}[t.Holds])
+	}
+	return nil
+}

@@ -1,0 +1,181 @@
+package pglease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/pglease"
+)
+
+// TestSendFenced: a batch sent behind the fence commits while the tenure is
+// current, runs none of its statements once it is over, and is one
+// transaction: a failing statement takes the others with it, and sent on a
+// pgx.Tx it keeps the lease row locked until the caller commits.
+func TestSendFenced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE public.orders (id int, fence bigint)`); err != nil {
+		t.Fatal(err)
+	}
+	a := newClient(t, pool, "a")
+	b := newClient(t, pool, "b")
+	la := mustAcquire(t, a, "orders", 10*time.Second)
+
+	// insert is a batch of one fenced insert, whose callback counts calls.
+	calls := 0
+	insert := func(id int, fence int64) *pgx.Batch {
+		var batch pgx.Batch
+		batch.Queue(`INSERT INTO public.orders VALUES ($1, $2)`, id, fence).Exec(func(ct pgconn.CommandTag) error {
+			calls++
+			if ct.RowsAffected() != 1 {
+				t.Errorf("insert affected %d rows, want 1", ct.RowsAffected())
+			}
+			return nil
+		})
+		return &batch
+	}
+	batch := insert(1, la.Fence())
+	if err := la.SendFenced(ctx, batch); err != nil {
+		t.Fatalf("SendFenced while held: %v", err)
+	}
+	if err := la.SendFenced(ctx, batch); err != nil { // the same batch again
+		t.Fatalf("SendFenced of the same batch again: %v", err)
+	}
+	if calls != 2 {
+		t.Fatalf("the insert's callback ran %d times, want 2", calls)
+	}
+
+	// Over: nothing runs, no callback is called.
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := mustAcquire(t, b, "orders", 10*time.Second)
+	if err := la.SendFenced(ctx, insert(2, la.Fence())); !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("SendFenced with an ended tenure = %v, want ErrLeaseLost", err)
+	}
+	if calls != 2 {
+		t.Fatalf("an ended tenure's batch called its callback (%d calls, want 2)", calls)
+	}
+
+	// A failing statement, when prepared or when run: its error unchanged,
+	// the statements before it rolled back with it.
+	var pgErr *pgconn.PgError
+	for _, f := range []struct {
+		sql  string
+		args []any
+		code string
+	}{
+		{`INSERT INTO public.no_such_table VALUES (1)`, nil, "42P01"},
+		{`SELECT 1 / $1::int`, []any{0}, "22012"},
+	} {
+		failing := insert(3, lb.Fence())
+		failing.Queue(f.sql, f.args...)
+		if err := lb.SendFenced(ctx, failing); !errors.As(err, &pgErr) || pgErr.Code != f.code || errors.Is(err, pglease.ErrNotMigrated) {
+			t.Fatalf("SendFenced with a failing %q = %v, want its *pgconn.PgError %s unchanged", f.sql, err, f.code)
+		}
+	}
+
+	// On a transaction: the lease row stays locked until its commit, so a
+	// takeover waits for it.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := pglease.SendFenced(ctx, tx, "orders", lb.Fence(), insert(4, lb.Fence())); err != nil {
+		t.Fatalf("SendFenced on a transaction: %v", err)
+	}
+	lockedErr := func() error {
+		_, err := pool.Exec(ctx, `SELECT 1 FROM pglease.leases WHERE name = 'orders' FOR UPDATE NOWAIT`)
+		return err
+	}
+	if err := lockedErr(); !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("locking the lease row during the caller's transaction = %v, want 55P03 (lock_not_available)", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lockedErr(); err != nil {
+		t.Fatalf("locking the lease row after the commit: %v", err)
+	}
+
+	rows, _ := pool.Query(ctx, `SELECT format('%s/%s', id, fence) FROM public.orders ORDER BY id`)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{fmt.Sprintf("1/%d", la.Fence()), fmt.Sprintf("1/%d", la.Fence()), fmt.Sprintf("4/%d", lb.Fence())}
+	if !slices.Equal(got, want) {
+		t.Fatalf("orders id/fence = %v, want %v: the ended tenure's and the failed batches' writes rolled back", got, want)
+	}
+}
+
+// TestSendFencedInvalidArguments: bad input is refused before any round
+// trip, naming what was wrong.
+func TestSendFencedInvalidArguments(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var one pgx.Batch
+	one.Queue(`SELECT 1`)
+	for _, tc := range []struct {
+		name  string
+		fence int64
+		batch *pgx.Batch
+		want  string
+	}{
+		{"", 1, &one, "name must be 1 to 256 bytes"},
+		{"ok", -1, &one, "fence must be 0 or more"},
+		{"ok", 1, nil, "the batch has no statements"},
+		{"ok", 1, &pgx.Batch{}, "the batch has no statements"},
+	} {
+		err := pglease.SendFenced(context.Background(), pool, tc.name, tc.fence, tc.batch)
+		if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("SendFenced(%q, %d) = %v, want ErrInvalidArgument saying %q", tc.name, tc.fence, err, tc.want)
+		}
+	}
+}
+
+// noBatchDB is a pglease.DB without SendBatch.
+type noBatchDB struct{ pool *pgxpool.Pool }
+
+func (d noBatchDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return d.pool.Exec(ctx, sql, args...)
+}
+
+func (d noBatchDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return d.pool.Query(ctx, sql, args...)
+}
+
+func (d noBatchDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return d.pool.QueryRow(ctx, sql, args...)
+}
+
+func (d noBatchDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.pool.Begin(ctx) }
+
+// TestSendFencedNeedsBatchSender: a lease of a client whose DB cannot send
+// batches says so, and what to use instead.
+func TestSendFencedNeedsBatchSender(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, noBatchDB{pgtest.NewPool(t)}, "h")
+	l := mustAcquire(t, c, "no-batch", 10*time.Second)
+	var b pgx.Batch
+	b.Queue(`SELECT 1`)
+	if err := l.SendFenced(context.Background(), &b); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "cannot send a batch") {
+		t.Fatalf("SendFenced on a DB without SendBatch = %v, want ErrInvalidArgument saying it cannot send a batch", err)
+	}
+}

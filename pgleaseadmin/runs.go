@@ -1,0 +1,101 @@
+package pgleaseadmin
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/tenure"
+	"github.com/pglease/pglease/pglease"
+)
+
+// Run is one row of the run ledger (pglease.runs, docs/cron.md): a run of
+// a job under one tenure of its lease, as `pglease run --once-per` records
+// it.
+type Run struct {
+	// Fence is the tenure's fence: one run per tenure.
+	Fence int64
+	// Window is the start of the window the run counts for, on the
+	// server's clock.
+	Window time.Time
+	// Holder is the tenure's holder.
+	Holder string
+	// StartedAt and EndedAt are the server's clock readings at the run's
+	// begin and end; EndedAt is zero while it runs, or when it was lost
+	// without an end.
+	StartedAt, EndedAt time.Time
+	// ExitStatus is the command's exit status, -1 when none was recorded.
+	ExitStatus int
+	// Outcome is running, succeeded, failed or lost.
+	Outcome string
+}
+
+// MaxRunHistory is the most rows RunHistory returns.
+const MaxRunHistory = 10000
+
+// RunHistory returns the ledger of job name on database, newest first, at
+// most limit rows (1 to MaxRunHistory): every run not purged yet
+// (`pglease history`).
+func RunHistory(ctx context.Context, database pglease.DB, name string, limit int) ([]Run, error) {
+	if err := tenure.CheckText("name", name); err != nil {
+		return nil, err
+	}
+	if limit < 1 || limit > MaxRunHistory {
+		return nil, tenure.Invalidf("limit must be from 1 to %d, got %d", MaxRunHistory, limit)
+	}
+	rows, err := db.New(database).RunHistory(ctx, db.RunHistoryParams{Name: name, MaxRows: int32(limit)})
+	return tenure.List(ctx, prefix, rows, err, func(r db.RunHistoryRow) Run {
+		run := Run{Fence: r.Fence, Window: r.WindowStart, Holder: r.Holder, StartedAt: r.StartedAt,
+			ExitStatus: int(r.ExitStatus), Outcome: r.Outcome}
+		if r.Ended {
+			run.EndedAt = r.EndedAt
+		}
+		return run
+	})
+}
+
+// JobSummary is the last run and the last success of one job in the run
+// ledger (pglease.run_summary).
+type JobSummary struct {
+	// Name is the job's lease name.
+	Name string
+	// Last is the newest run (its Window and Fence are not reported: zero).
+	Last Run
+	// LastSuccess is when the newest succeeded run ended, zero when none
+	// is kept.
+	LastSuccess time.Time
+	// Window is the newest run's window length (--once-per).
+	Window time.Duration
+}
+
+// Jobs returns the summary of every job in the run ledger of database
+// whose name matches names (a POSIX regular expression, "" for all), the
+// first maxNames by name (`pglease status`, the exporter).
+func Jobs(ctx context.Context, database pglease.DB, names string, maxNames int) ([]JobSummary, error) {
+	if maxNames < 0 || maxNames > maxMaxNames {
+		return nil, tenure.Invalidf("maxNames must be from 0 to %d, got %d", maxMaxNames, maxNames)
+	}
+	r, err := db.New(database).RunSummary(ctx, db.RunSummaryParams{Names: names, MaxNames: int32(maxNames)})
+	if err != nil {
+		return nil, interpret(ctx, err)
+	}
+	out := make([]JobSummary, len(r.JobNames))
+	for i, n := range r.JobNames {
+		out[i] = JobSummary{Name: n, LastSuccess: epoch(r.LastSuccess[i]), Window: time.Duration(r.LastWindows[i] * float64(time.Second)), Last: Run{
+			Holder: r.LastHolders[i], StartedAt: epoch(r.LastStarted[i]), EndedAt: epoch(r.LastEnded[i]),
+			ExitStatus: int(r.LastExitStatuses[i]), Outcome: r.LastOutcomes[i],
+		}}
+	}
+	return out, nil
+}
+
+// epoch turns seconds since the Unix epoch into a time, 0 into the zero
+// time.
+func epoch(s float64) time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	sec, frac := math.Modf(s)
+	return time.Unix(int64(sec), int64(math.Round(frac*1e6))*1e3).UTC()
+}
