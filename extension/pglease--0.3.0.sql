@@ -2523,8 +2523,8 @@ $$;
 -- caller's role, and it has not expired (as pglease.release decides it,
 -- on the clock read after waiting for the row lock: now):
 --   * granted at least p_hold_at_least ago (acquired_at + p_hold_at_least
---     <= now): exactly pglease.release: the lease is free at once,
---     waiters are notified; held_until = now;
+--     <= now): exactly pglease.release: the lease is free at once, its
+--     value cleared, waiters and observers notified; held_until = now;
 --   * else the tenure stays held, with the same holder and fence, until
 --     held_until = acquired_at + p_hold_at_least (its expires_at is set to
 --     that, earlier or later than it was): nobody else can acquire the
@@ -2575,12 +2575,13 @@ BEGIN
         RETURN;
     END IF;
     UPDATE pglease.leases AS l
-    SET holder = NULL, expires_at = v_now
+    SET holder = NULL, expires_at = v_now, value = NULL
     WHERE l.name = p_name AND l.expires_at > v_now;
     IF FOUND THEN
         released := true;
         held_until := v_now;
         PERFORM pglease._wake('lease', p_name, false);
+        PERFORM pglease._observed_wake(p_name);
     END IF;
 END
 $$;

@@ -335,6 +335,19 @@ func testObservedChangesNotify(t *testing.T, db *testDB) {
 	release(t, db.pool, unwatched, "a", 1)
 	release(t, db.pool, watched, "a", 1)
 	next("a release")
+	// A release after a hold the tenure has outlived (the cron form) frees
+	// at once, as a release does: observers hear it, the value goes.
+	acquireValue(t, db.pool, unwatched, "a", time.Hour, "v")
+	acquireValue(t, db.pool, watched, "a", time.Hour, "v")
+	next("a new tenure")
+	mustExec(t, db.pool, `SELECT pglease.release_after($1, 'a', 2, interval '1 microsecond')`, unwatched)
+	mustExec(t, db.pool, `SELECT pglease.release_after($1, 'a', 2, interval '1 microsecond')`, watched)
+	next("a release after its hold")
+	var values int
+	mustScan(t, db.pool, `SELECT count(value) FROM pglease.leases WHERE name IN ($1, $2)`, []any{watched, unwatched}, &values)
+	if values != 0 {
+		t.Fatalf("release_after left %d values on freed leases, want none", values)
+	}
 }
 
 // testPurgeDropsLapsedRegistrations: purge deletes observer and candidate
