@@ -46,7 +46,7 @@ printf '%s\n' "$cmds" | while IFS= read -r cmd; do
 done
 latest=$(ls migrations/*.up.sql | wc -l)
 [ "$(q 'SELECT version FROM pglease_schema_migrations')" = "$latest" ] || fail "up did not reach migration $latest"
-[ "$(q "SELECT count(*) FROM pg_proc WHERE proname = 'acquire' AND pronamespace = 'pglease'::regnamespace")" = 1 ] ||
+[ "$(q "SELECT count(*) > 0 FROM pg_proc WHERE proname = 'acquire' AND pronamespace = 'pglease'::regnamespace")" = t ] ||
     fail "up did not install pglease.acquire"
 
 down=$(printf '%s\n' "$cmds" | sed -n 's/ up$/ down -all/p')
