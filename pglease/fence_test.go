@@ -179,3 +179,50 @@ func TestSendFencedNeedsBatchSender(t *testing.T) {
 		t.Fatalf("SendFenced on a DB without SendBatch = %v, want ErrInvalidArgument saying it cannot send a batch", err)
 	}
 }
+
+// TestWithFenceEndsStrandedSession: when the client gives up on a fenced
+// transaction's connection while the server session lives on, idle in the
+// transaction and holding the lease row (pgx closing a connection in the
+// background after a context was cancelled mid-statement; here the
+// connection is hijacked and left open), WithFence ends that session, so
+// that the holder's release does not wait for the transaction's idle
+// timeout (the tenure's end).
+func TestWithFenceEndsStrandedSession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	a := newClient(t, pool, "a")
+	l := mustAcquire(t, a, "stranded", time.Minute)
+	errWorkload := errors.New("workload cancelled")
+	var pid uint32
+	err := l.WithFence(ctx, func(tx pgx.Tx) error {
+		pc := tx.Conn().PgConn()
+		if err := pc.SyncConn(ctx); err != nil {
+			return err
+		}
+		hc, err := pc.Hijack()
+		if err != nil {
+			return err
+		}
+		pid = hc.PID
+		t.Cleanup(func() { _ = hc.Conn.Close() })
+		return errWorkload
+	})
+	if !errors.Is(err, errWorkload) {
+		t.Fatalf("WithFence: got %v, want the workload's error", err)
+	}
+	// The release goes through at once: the stranded session is gone.
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := l.Release(rctx); err != nil {
+		t.Fatalf("release after the stranded fenced transaction: %v (the session kept the lease row locked)", err)
+	}
+	var alive bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity
+		WHERE pid = $1 AND state LIKE 'idle in transaction%')`, int64(pid)).Scan(&alive); err != nil {
+		t.Fatal(err)
+	}
+	if alive {
+		t.Fatalf("backend %d is still idle in the fenced transaction", pid)
+	}
+}
