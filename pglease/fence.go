@@ -178,8 +178,11 @@ func withFence(ctx context.Context, database Beginner, name string, fence int64,
 			// gone or the transaction already ended.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 			defer cancel()
+			// Read before the rollback: a pool's transaction gives its
+			// connection back to the pool then.
+			stranded := tx.Conn().IsClosed()
 			_ = tx.Rollback(rctx)
-			if tx.Conn().IsClosed() {
+			if stranded {
 				endStrandedSession(rctx, database, pid)
 			}
 		}
