@@ -48,7 +48,8 @@ type Group[Req, Res any] struct {
 	// Queued, when set, is called after a call queued, with the number of
 	// calls queued then (tests wait on it).
 	Queued func(n int)
-	// Sending, when set, is called before a batch is sent, with its size.
+	// Sending, when set, is called before a call (size 1, through One) or
+	// a batch is sent, with its size (tests wait on it).
 	Sending func(n int)
 
 	mu    sync.Mutex
@@ -80,6 +81,9 @@ func (g *Group[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	if !g.busy {
 		g.busy = true
 		g.mu.Unlock()
+		if g.Sending != nil {
+			g.Sending(1)
+		}
 		res, err := g.One(ctx, req)
 		g.next()
 		return res, err
