@@ -16,7 +16,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // fake is a Group whose calls block until the test lets them go.
 type fake struct {
 	g       Group[int, int]
-	release chan struct{}       // one receive lets one call (or batch) return
+	release chan struct{} // one receive lets one call (or batch) return
 	batches testsignal.Signal[[]int]
 	queued  testsignal.Signal[int]
 	left    testsignal.Signal[[2]int] // req, res
