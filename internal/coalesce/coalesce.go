@@ -44,6 +44,10 @@ type Group[Req, Res any] struct {
 	Left func(req Req, res Result[Res])
 	// Max is the most calls one batch carries; the rest go in the next.
 	Max int
+	// InFlight is how many calls or batches may be in flight at once:
+	// a call made while fewer are goes at once, through One; otherwise it
+	// queues. Defaults to 1 (group commit: one round trip at a time).
+	InFlight int
 
 	// Queued, when set, is called after a call queued, with the number of
 	// calls queued then (tests wait on it).
@@ -52,9 +56,9 @@ type Group[Req, Res any] struct {
 	// a batch is sent, with its size (tests wait on it).
 	Sending func(n int)
 
-	mu    sync.Mutex
-	busy  bool // a call or batch is in flight
-	queue []*call[Req, Res]
+	mu     sync.Mutex
+	flying int // calls and batches in flight
+	queue  []*call[Req, Res]
 }
 
 // The states of a queued call.
@@ -78,8 +82,8 @@ type call[Req, Res any] struct {
 // result came (see the package doc for what happens to that result).
 func (g *Group[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	g.mu.Lock()
-	if !g.busy {
-		g.busy = true
+	if g.flying < max(g.InFlight, 1) {
+		g.flying++
 		g.mu.Unlock()
 		if g.Sending != nil {
 			g.Sending(1)
@@ -109,11 +113,11 @@ func (g *Group[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 }
 
 // next sends what queued while the caller's call was in flight, on a
-// goroutine of its own, or marks the group idle.
+// goroutine of its own, or frees the call's place in flight.
 func (g *Group[Req, Res]) next() {
 	g.mu.Lock()
 	if len(g.queue) == 0 {
-		g.busy = false
+		g.flying--
 		g.mu.Unlock()
 		return
 	}
@@ -129,7 +133,7 @@ func (g *Group[Req, Res]) run(batch []*call[Req, Res]) {
 		g.send(batch)
 		g.mu.Lock()
 		if len(g.queue) == 0 {
-			g.busy = false
+			g.flying--
 			g.mu.Unlock()
 			return
 		}
