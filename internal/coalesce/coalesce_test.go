@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -167,7 +168,11 @@ func TestCoalesceAllLeft(t *testing.T) {
 	cancel()
 	<-out
 	<-out
-	<-batchCtx.Done() // would hang (and time the test out) if it did not end
+	select {
+	case <-batchCtx.Done():
+	case <-time.After(testsignal.Timeout):
+		t.Fatalf("the batch's context did not end %s after every caller in it left", testsignal.Timeout)
+	}
 	f.release <- struct{}{}
 	f.left.Await(t, "Left")
 	f.left.Await(t, "Left")
