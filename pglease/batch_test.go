@@ -257,3 +257,47 @@ func TestBatchBadInput(t *testing.T) {
 		t.Fatalf("batch of %d, want 1 (the bad calls never queued)", n)
 	}
 }
+
+// TestBatchFallsBack: when the server refuses a whole batch (here: a
+// schema without acquire_batch, as before 0.3.0), its calls are made one
+// by one, and each gets its own verdict.
+func TestBatchFallsBack(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewMigrated(t)
+	pool := pgtest.Pool(t, url)
+	c := newClient(t, pool, "")
+	other := newClient(t, pool, "")
+	h := hookBatches(c)
+	makeFree(t, c, "block")
+	h.sending.Await(t, "setup")
+	mustAcquire(t, other, "theirs", time.Hour)
+	locker := newRowLocker(t, url)
+	if _, err := locker.conn.Exec(t.Context(), "DROP FUNCTION pglease.acquire_batch"); err != nil {
+		t.Fatal(err)
+	}
+	locker.lock("block")
+	out := make(chan tryResult, 3)
+	goTry(t.Context(), c, "block", time.Minute, out)
+	h.sending.Await(t, "the first call")
+	goTry(t.Context(), c, "new", time.Minute, out)
+	h.queued.Await(t, "call 2 queued")
+	goTry(t.Context(), c, "theirs", time.Minute, out)
+	h.queued.Await(t, "call 3 queued")
+	locker.unlock()
+	if n := h.sending.Await(t, "the batch"); n != 2 {
+		t.Fatalf("batch of %d, want 2", n)
+	}
+	got := map[string]tryResult{}
+	for range 3 {
+		r := <-out
+		got[r.name] = r
+	}
+	for _, name := range []string{"block", "new"} {
+		if got[name].err != nil {
+			t.Fatalf("TryAcquire(%s) without acquire_batch: %v, want its lease (a single call)", name, got[name].err)
+		}
+	}
+	if !errors.Is(got["theirs"].err, pglease.ErrLeaseHeld) {
+		t.Fatalf("TryAcquire(theirs) without acquire_batch: %v, want ErrLeaseHeld", got["theirs"].err)
+	}
+}
