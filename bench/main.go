@@ -54,6 +54,11 @@ type config struct {
 	// keeperLeases, when set, are the sizes of the keeper comparison
 	// (keeper.go), run alone.
 	keeperLeases []int
+	// heldLeases, when set, are the sizes of the held-leases run
+	// (held.go), run alone.
+	heldLeases []int
+	// waiters, when more than 0, runs only the waiters run (waiters.go).
+	waiters int
 	// metricsOnly runs only the metrics overhead comparison (metrics.go).
 	metricsOnly bool
 	// fencedOnly runs only the fenced-write comparison (fenced.go).
@@ -124,6 +129,8 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.fencedOnly, "fenced-only", false, "run only the fenced-write comparison (an application UPDATE with and without assert_held, in a transaction and in one round trip with Lease.SendFenced, at -clients) and print its section")
 	fs.BoolVar(&cfg.metricsOnly, "metrics-only", false, "run only the metrics overhead comparison (renew with and without an OpenTelemetry SDK, at -clients) and print its section")
 	keeperLeases := fs.String("keeper-leases", "", "run only the keeper comparison, for these lease counts (e.g. 1000,10000), and print its section")
+	fs.IntVar(&cfg.waiters, "waiters", 0, "run only the waiters run (this many standbys blocked in Acquire on one lease: server CPU while they wait, handover time, acquire calls per handover) and print its section")
+	heldLeases := fs.String("held-leases", "", "run only the held-leases run (one holder, renew_holder against a bare UPDATE, server CPU per lease), for these lease counts (e.g. 10000,100000,1000000), and print its section")
 	scrapeLeases := fs.String("scrape-leases", "", "run only the scrape cost of pglease.metrics, for these lease counts (e.g. 10000,100000), and print its section")
 	stores := fs.String("stores", "etcd,redis", "stores compared with pglease's acquire + release, each a server the bench starts (etcd, redis; none: skip the comparison)")
 	fs.StringVar(&cfg.storeDir, "store-dir", os.TempDir(), "where the compared stores keep their data: put it on the Postgres server's disk")
@@ -145,6 +152,11 @@ func parseFlags(args []string) (config, error) {
 	if *scrapeLeases != "" {
 		if cfg.scrapeLeases, err = parseInts(*scrapeLeases); err != nil {
 			return cfg, fmt.Errorf("-scrape-leases: %w", err)
+		}
+	}
+	if *heldLeases != "" {
+		if cfg.heldLeases, err = parseInts(*heldLeases); err != nil {
+			return cfg, fmt.Errorf("-held-leases: %w", err)
 		}
 	}
 	if *keeperLeases != "" {
@@ -203,6 +215,12 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if cfg.purgeOnly {
 		return r.runPurge(ctx, cfg)
+	}
+	if len(cfg.heldLeases) > 0 {
+		return runHeldBench(ctx, cfg)
+	}
+	if cfg.waiters > 0 {
+		return runWaitersBench(ctx, cfg)
 	}
 	if len(cfg.keeperLeases) > 0 {
 		return runKeeperBench(ctx, cfg)

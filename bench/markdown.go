@@ -85,12 +85,22 @@ func (r *Report) writeMarkdown(w io.Writer, notes bool) {
 	if pb := r.Pgbench; pb.Skipped != "" {
 		p("pgbench cross-check skipped: %s.", pb.Skipped)
 	} else {
-		line := fmt.Sprintf("pgbench cross-check of the UPDATE limit (`pgbench --protocol=prepared -c %d -j 2 -T %d`, same table): %s tps, %.3f ms average latency",
-			pb.Clients, pb.Seconds, count(pb.TPS), pb.LatencyMs)
-		if lim := r.row("update-limit", pb.Clients); lim != nil {
-			line += fmt.Sprintf("; this harness measured %s ops/s at C=%d", count(lim.OpsPerSec), pb.Clients)
+		p("pgbench cross-check (`pgbench --protocol=prepared -c %d -j 2 -T %d`, each script %d times in turns, same database): statements/s and average latency per transaction.", pb.Clients, pb.Seconds, pgbenchTurns)
+		p("")
+		p("| Script | statements/s | × limit | latency ms |")
+		p("| --- | ---: | ---: | ---: |")
+		lim := pb.script("limit")
+		for _, sc := range pb.Scripts {
+			vs := "—"
+			if lim != nil && lim.StatementsPer > 0 {
+				vs = fmt.Sprintf("%.2f×", sc.StatementsPer/lim.StatementsPer)
+			}
+			p("| %s | %s | %s | %.3f |", sc.Name, count(sc.StatementsPer), vs, sc.LatencyMs)
 		}
-		p("%s.", line)
+		if h := r.row("update-limit", pb.Clients); h != nil && lim != nil {
+			p("")
+			p("This harness measured the limit at %s ops/s at C=%d; pgbench %s.", count(h.OpsPerSec), pb.Clients, count(lim.StatementsPer))
+		}
 	}
 	p("")
 

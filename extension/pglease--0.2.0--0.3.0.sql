@@ -1865,6 +1865,8 @@ $$;
 -- A lease or slot the caller believes it holds but that appears nowhere
 -- ended (released, taken over, or expired while the call ran, after now
 -- but before its row was read): it is lost too.
+-- Leases come in byte order of their names (COLLATE "C"), slots by scope
+-- and slot.
 -- Raises 22004 for NULL, 22023 for a bad holder or TTL; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.renew_holder(
     p_holder text, p_ttl interval,
@@ -1882,6 +1884,7 @@ DECLARE
     v_name  text;
     v_slot  integer;
     v_fence bigint;
+    v_live  bigint;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
@@ -1893,22 +1896,32 @@ BEGIN
     END IF;
 
     -- Fast path, one statement per table: the rows of the caller's live
-    -- tenures that nobody else has locked, decided when locked.
-    WITH mine AS (
-        SELECT l.name FROM pglease.leases AS l
-        WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-          AND l.expires_at > clock_timestamp()
-        FOR NO KEY UPDATE SKIP LOCKED
-    ), renewed AS (
+    -- tenures that nobody else has locked, decided when locked. A lease
+    -- row locked by this call stays where it is, so the UPDATE finds it
+    -- again by its ctid (a TID scan), not by its name.
+    WITH renewed AS (
         UPDATE pglease.leases AS l
         SET expires_at = greatest(l.expires_at, v_now + v_ttl), holder_role = v_role
-        FROM mine AS m
-        WHERE l.name = m.name
+        WHERE l.ctid = ANY (ARRAY(
+            SELECT m.ctid FROM pglease.leases AS m
+            WHERE m.holder = p_holder AND coalesce(m.holder_role = v_role, true)
+              AND m.expires_at > clock_timestamp()
+            FOR NO KEY UPDATE SKIP LOCKED))
         RETURNING l.name, l.fence
     )
     SELECT coalesce(array_agg(r.name), '{}'), coalesce(array_agg(r.fence), '{}')
     INTO leases, lease_fences
     FROM renewed AS r;
+
+    -- The caller's live leases now, and those lost (over at v_now), in
+    -- one pass over the holder's rows. When every live one was renewed
+    -- above (they are a subset of these), the slow path has nothing to do
+    -- and is not run.
+    SELECT count(*) FILTER (WHERE l.expires_at > clock_timestamp()),
+           coalesce(array_agg(l.name ORDER BY l.name COLLATE "C") FILTER (WHERE l.expires_at <= v_now), '{}')
+    INTO v_live, lost_leases
+    FROM pglease.leases AS l
+    WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true);
 
     WITH mine AS (
         SELECT s.scope, s.slot FROM pglease.slots AS s
@@ -1935,29 +1948,31 @@ BEGIN
     -- fast path renewed is left out by a hashed NOT IN: = ANY over the
     -- array would compare each row with every element (quadratic: 10,000
     -- leases cost seconds).
-    FOR v_name, v_fence IN
-        SELECT l.name, l.fence FROM pglease.leases AS l
-        WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-          AND l.expires_at > clock_timestamp()
-          AND l.name NOT IN (SELECT r.name FROM unnest(leases) AS r(name))
-    LOOP
-        BEGIN
-            PERFORM 1 FROM pglease.leases AS l
-            WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
-            FOR NO KEY UPDATE;
-            UPDATE pglease.leases AS l
-            SET expires_at = greatest(l.expires_at, clock_timestamp() + v_ttl), holder_role = v_role
-            WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
-              AND coalesce(l.holder_role = v_role, true) AND l.expires_at > clock_timestamp();
-            IF NOT FOUND THEN
-                RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-            END IF;
-            leases := leases || v_name;
-            lease_fences := lease_fences || v_fence;
-        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-            NULL;
-        END;
-    END LOOP;
+    IF v_live > cardinality(leases) THEN
+        FOR v_name, v_fence IN
+            SELECT l.name, l.fence FROM pglease.leases AS l
+            WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
+              AND l.expires_at > clock_timestamp()
+              AND l.name NOT IN (SELECT r.name FROM unnest(leases) AS r(name))
+        LOOP
+            BEGIN
+                PERFORM 1 FROM pglease.leases AS l
+                WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
+                FOR NO KEY UPDATE;
+                UPDATE pglease.leases AS l
+                SET expires_at = greatest(l.expires_at, clock_timestamp() + v_ttl), holder_role = v_role
+                WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
+                  AND coalesce(l.holder_role = v_role, true) AND l.expires_at > clock_timestamp();
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+                END IF;
+                leases := leases || v_name;
+                lease_fences := lease_fences || v_fence;
+            EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+                NULL;
+            END;
+        END LOOP;
+    END IF;
     FOR v_name, v_slot, v_fence IN
         SELECT s.scope, s.slot, s.fence FROM pglease.slots AS s
         WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
@@ -1984,9 +1999,9 @@ BEGIN
         END;
     END LOOP;
 
-    -- In the documented order: by name, and by scope and slot.
-    SELECT coalesce(array_agg(r.name ORDER BY r.name), '{}'),
-           coalesce(array_agg(r.fence ORDER BY r.name), '{}')
+    -- In the documented order: by name (byte order), and by scope and slot.
+    SELECT coalesce(array_agg(r.name ORDER BY r.name COLLATE "C"), '{}'),
+           coalesce(array_agg(r.fence ORDER BY r.name COLLATE "C"), '{}')
     INTO leases, lease_fences
     FROM unnest(leases, lease_fences) AS r(name, fence);
     SELECT coalesce(array_agg(r.scope ORDER BY r.scope, r.slot), '{}'),
@@ -1995,13 +2010,7 @@ BEGIN
     INTO slot_scopes, slots, slot_fences
     FROM unnest(slot_scopes, slots, slot_fences) AS r(scope, slot, fence);
 
-    -- Lost: what is still ours but over by now.
-    SELECT coalesce(array_agg(l.name ORDER BY l.name), '{}')
-    INTO lost_leases
-    FROM pglease.leases AS l
-    WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at <= v_now;
-
+    -- Lost slots: what is still ours but over by now.
     SELECT coalesce(array_agg(s.scope ORDER BY s.scope, s.slot), '{}'),
            coalesce(array_agg(s.slot ORDER BY s.scope, s.slot), '{}')
     INTO lost_slot_scopes, lost_slots
@@ -2462,7 +2471,9 @@ DECLARE
     v_holder text;
     v_fence  bigint;
 BEGIN
-    PERFORM pglease._check_value('acquire', p_value);
+    IF octet_length(p_value) > 1024 THEN
+        PERFORM pglease._check_value('acquire', p_value);
+    END IF;
     SELECT a.acquired, a.fence, a.holder, a.expires_at, a.expires_in
     INTO acquired, fence, holder, expires_at, expires_in
     FROM pglease.acquire(p_name, p_holder, p_ttl) AS a;
@@ -2480,13 +2491,20 @@ BEGIN
     v_fence := fence;
     SELECT l.value INTO value FROM pglease.leases AS l
     WHERE l.name = p_name AND l.holder = v_holder AND l.fence = v_fence;
-    -- A candidate a release request may prefer; stale ones of the lease go.
-    DELETE FROM pglease.candidates AS c
-    WHERE c.name = p_name AND c.until < clock_timestamp() AND c.holder <> p_holder;
-    INSERT INTO pglease.candidates AS c (name, holder, until)
-    VALUES (p_name, p_holder, expires_at + p_ttl)
-    ON CONFLICT ON CONSTRAINT candidates_pkey
-    DO UPDATE SET until = greatest(c.until, excluded.until);
+    -- A candidate a release request may prefer. Written only when no
+    -- registration of the caller lasts that long yet (the holder renewed
+    -- since the last refusal), so that a caller polling a busy lease reads
+    -- instead of writing; stale candidates of the lease go then too.
+    PERFORM 1 FROM pglease.candidates AS c
+    WHERE c.name = p_name AND c.holder = p_holder AND c.until >= expires_at + p_ttl;
+    IF NOT FOUND THEN
+        DELETE FROM pglease.candidates AS c
+        WHERE c.name = p_name AND c.until < clock_timestamp() AND c.holder <> p_holder;
+        INSERT INTO pglease.candidates AS c (name, holder, until)
+        VALUES (p_name, p_holder, expires_at + p_ttl)
+        ON CONFLICT ON CONSTRAINT candidates_pkey
+        DO UPDATE SET until = greatest(c.until, excluded.until);
+    END IF;
 END
 $$;
 

@@ -29,24 +29,30 @@ func (s *Supervisor) onRequest(t held, workload func(context.Context) error, ask
 		defer cancel(nil)
 		wctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		states, err := s.client.Observe(wctx, s.name)
 		defer func() {
 			stop()
 			wg.Wait()
-			if states != nil {
-				for range states { // closed once Observe let go of its LISTEN connection
-				}
-			}
 		}()
-		switch {
-		case err == nil || wctx.Err() != nil:
-		case errors.Is(err, pglease.ErrNotMigrated): // a schema before 0.3.0: nothing to request
-			s.log.Debug("cannot observe the lease before schema 0.3.0", "err", err)
-		default:
-			s.log.Warn("cannot observe the lease; a release request is seen at the next renewal", "err", err)
-		}
 		e := s.event(EventReleaseRequested, ErrReleaseRequested)
+		// The observation starts beside the workload, not before it: the
+		// workload starts at once (Observe is a round trip and a commit).
+		// A request made before the observation is registered is in the
+		// state Observe reads first, or in the next renewal's reply.
 		wg.Go(func() {
+			states, err := s.client.Observe(wctx, s.name)
+			if states != nil {
+				defer func() {
+					for range states { // closed once Observe let go of its LISTEN connection
+					}
+				}()
+			}
+			switch {
+			case err == nil || wctx.Err() != nil:
+			case errors.Is(err, pglease.ErrNotMigrated): // a schema before 0.3.0: nothing to request
+				s.log.Debug("cannot observe the lease before schema 0.3.0", "err", err)
+			default:
+				s.log.Warn("cannot observe the lease; a release request is seen at the next renewal", "err", err)
+			}
 			for {
 				select {
 				case <-wctx.Done():

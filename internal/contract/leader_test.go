@@ -21,6 +21,7 @@ func TestLeadership(t *testing.T) {
 		{"ValueTooLongChangesNothing", testValueTooLongChangesNothing},
 		{"RequestReleaseNotHeld", testRequestReleaseNotHeld},
 		{"RequestReleaseUnknownPreferred", testRequestReleaseUnknownPreferred},
+		{"RefusalWritesCandidateOnlyWhenLapsing", testRefusalWritesCandidateOnlyWhenLapsing},
 		{"RequestFloodingMovesLeadershipOnce", testRequestFloodingMovesLeadershipOnce},
 		{"PreferredHolderThatNeverComes", testPreferredHolderThatNeverComes},
 		{"StrangerCannotRequestRelease", testStrangerCannotRequestRelease},
@@ -202,6 +203,43 @@ func testRequestReleaseUnknownPreferred(t *testing.T, db *testDB) {
 	mustScan(t, db.pool, `SELECT release_requested FROM pglease.renew_lease($1, 'a', 1, '1 hour')`, []any{lease}, &asked)
 	if !asked {
 		t.Fatal("renew_lease did not report the request")
+	}
+}
+
+// testRefusalWritesCandidateOnlyWhenLapsing: a refused caller is a
+// candidate until the refusing expiry plus its TTL; refusals of the same
+// tenure end write nothing more (the row version stays), and a refusal
+// after the holder renewed moves the registration to the new end.
+func testRefusalWritesCandidateOnlyWhenLapsing(t *testing.T, db *testDB) {
+	n := namer(t)
+	lease := n("lead")
+	candidate := func() (until time.Time, xmin string) {
+		t.Helper()
+		mustScan(t, db.pool, `SELECT until, xmin::text FROM pglease.candidates WHERE name = $1 AND holder = 'b'`,
+			[]any{lease}, &until, &xmin)
+		return until, xmin
+	}
+	holderEnd := func() (end time.Time) {
+		t.Helper()
+		mustScan(t, db.pool, `SELECT expires_at FROM pglease.leases WHERE name = $1`, []any{lease}, &end)
+		return end
+	}
+	acquireValue(t, db.pool, lease, "a", time.Hour, "")
+	acquireValue(t, db.pool, lease, "b", time.Minute, "")
+	until, xmin := candidate()
+	if want := holderEnd().Add(time.Minute); !until.Equal(want) {
+		t.Fatalf("candidate b until %v, want the holder's end + 1 minute = %v", until, want)
+	}
+	for range 3 {
+		acquireValue(t, db.pool, lease, "b", time.Minute, "")
+	}
+	if u, x := candidate(); !u.Equal(until) || x != xmin {
+		t.Fatalf("refusals of the same tenure end rewrote the candidate: until %v xmin %s, was %v xmin %s", u, x, until, xmin)
+	}
+	mustExec(t, db.pool, `SELECT pglease.renew($1, 'a', 1, '2 hours')`, lease)
+	acquireValue(t, db.pool, lease, "b", time.Minute, "")
+	if u, _ := candidate(); !u.Equal(holderEnd().Add(time.Minute)) {
+		t.Fatalf("after the holder renewed: candidate b until %v, want %v", u, holderEnd().Add(time.Minute))
 	}
 }
 

@@ -69,7 +69,9 @@ DECLARE
     v_holder text;
     v_fence  bigint;
 BEGIN
-    PERFORM pglease._check_value('acquire', p_value);
+    IF octet_length(p_value) > 1024 THEN
+        PERFORM pglease._check_value('acquire', p_value);
+    END IF;
     SELECT a.acquired, a.fence, a.holder, a.expires_at, a.expires_in
     INTO acquired, fence, holder, expires_at, expires_in
     FROM pglease.acquire(p_name, p_holder, p_ttl) AS a;
@@ -87,13 +89,20 @@ BEGIN
     v_fence := fence;
     SELECT l.value INTO value FROM pglease.leases AS l
     WHERE l.name = p_name AND l.holder = v_holder AND l.fence = v_fence;
-    -- A candidate a release request may prefer; stale ones of the lease go.
-    DELETE FROM pglease.candidates AS c
-    WHERE c.name = p_name AND c.until < clock_timestamp() AND c.holder <> p_holder;
-    INSERT INTO pglease.candidates AS c (name, holder, until)
-    VALUES (p_name, p_holder, expires_at + p_ttl)
-    ON CONFLICT ON CONSTRAINT candidates_pkey
-    DO UPDATE SET until = greatest(c.until, excluded.until);
+    -- A candidate a release request may prefer. Written only when no
+    -- registration of the caller lasts that long yet (the holder renewed
+    -- since the last refusal), so that a caller polling a busy lease reads
+    -- instead of writing; stale candidates of the lease go then too.
+    PERFORM 1 FROM pglease.candidates AS c
+    WHERE c.name = p_name AND c.holder = p_holder AND c.until >= expires_at + p_ttl;
+    IF NOT FOUND THEN
+        DELETE FROM pglease.candidates AS c
+        WHERE c.name = p_name AND c.until < clock_timestamp() AND c.holder <> p_holder;
+        INSERT INTO pglease.candidates AS c (name, holder, until)
+        VALUES (p_name, p_holder, expires_at + p_ttl)
+        ON CONFLICT ON CONSTRAINT candidates_pkey
+        DO UPDATE SET until = greatest(c.until, excluded.until);
+    END IF;
 END
 $$;
 
