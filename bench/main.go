@@ -77,6 +77,8 @@ type config struct {
 	cronRuns int
 	// leaderOnly runs only the leadership section (leader.go).
 	leaderOnly bool
+	// batchOnly runs only the batched calls' section (batch.go).
+	batchOnly bool
 }
 
 func main() {
@@ -135,6 +137,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.storesOnly, "stores-only", false, "run only the comparison with -stores, at -clients, and print its section")
 	cronOnly := fs.Bool("cron-only", false, "run only the cron comparison (the run ledger's cost per run against acquire + release) and print its section")
 	cronRuns := fs.Int("cron-runs", 4000, "cycles of each kind in the cron comparison")
+	fs.BoolVar(&cfg.batchOnly, "batch-only", false, "run only the batched calls' section (8 goroutines sharing one pglease.Client, coalesced into acquire_batch/release_batch, against pglock and Redis one command at a time and pipelined; Redis started under -store-dir) and print it")
 	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, renew_lease, acquire with a value, observing at C=8) and print it")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -239,6 +242,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if cfg.leaderOnly {
 		return runLeaderBench(ctx, cfg)
+	}
+	if cfg.batchOnly {
+		return runBatchBench(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {

@@ -1066,6 +1066,195 @@ BEGIN
 END
 $$;
 
+-- Source: sql/functions/15_batch.sql
+
+-- Batched calls (0.3.0, docs/sql.md#batched-calls): acquire or release many
+-- leases of one holder in one call and one commit. Each element is decided
+-- by the single-name function itself (pglease.acquire with a value,
+-- pglease.release), called once per element, so a batch cannot decide a
+-- name differently from the single call: its own compare-and-set, its own
+-- fence, its own refusal, bound to the calling role (session_user) as the
+-- single call binds it. The elements are committed together, with the
+-- caller's transaction.
+--
+-- Order: the results are in input order (element i of every OUT array
+-- answers element i of the input). The elements are processed in name
+-- order (ties in input order), so that two batches sharing names lock
+-- their rows in the same order and cannot deadlock on each other. A name
+-- given twice is decided twice, in input order, as two single calls one
+-- after the other would be: the second acquire is the holder's own
+-- re-acquire (same fence, expiry re-pinned), the second release finds the
+-- tenure ended (released = false).
+--
+-- Bad elements: an element whose own argument is bad (a NULL or empty
+-- name, a name over 256 bytes, a TTL not in (0, 24 hours], a value over
+-- 1024 bytes, a NULL or negative fence) is not called: its sqlstate is the
+-- SQLSTATE the single call would raise (22004 or 22023), its other result
+-- columns are false or NULL, and nothing changes for it; the other
+-- elements are decided as usual. sqlstate is NULL for every element that
+-- was decided. So one caller's bad name never fails another caller's call
+-- coalesced into the same batch.
+
+-- pglease.acquire_batch(p_names, p_holder, p_ttls, p_values): pglease.acquire
+-- (the four-argument form) for each element: p_names[i] for p_ttls[i], with
+-- the value p_values[i] (p_values may be NULL: no values).
+--
+-- Returns one row of arrays, one element per input element, in input
+-- order:
+--   * acquired[i], fences[i], holders[i], expires_at[i], expires_in[i],
+--     lease_values[i]: what pglease.acquire(p_names[i], p_holder,
+--     p_ttls[i], p_values[i]) returns, in every case it documents (a
+--     grant, the holder's own re-acquire, a refusal with the holder's
+--     tenure);
+--   * fresh[i]: true when the grant started a new tenure (a fence no
+--     tenure had when the element was decided), false for a re-acquire of
+--     the caller's own live tenure and for a refusal or a bad element. A
+--     client that gave up on a call may release a fresh grant it no longer
+--     wants without ending a tenure it still uses;
+--   * sqlstates[i]: NULL when the element was decided; 22004 or 22023 for
+--     a bad element (see above), which was not called.
+-- Raises 22004 when p_names, p_holder or p_ttls is NULL, 22023 for a
+-- holder not 1 to 256 bytes, arrays of different lengths (p_values, when
+-- not NULL, too), or more than 1000 elements; 40001 when some element's
+-- lease changed under ten attempts in a row (retry; see pglease.acquire),
+-- 40P01 when it deadlocked with another transaction; nothing is changed
+-- then, for any element.
+CREATE OR REPLACE FUNCTION pglease.acquire_batch(
+    p_names text[], p_holder text, p_ttls interval[], p_values text[],
+    OUT acquired boolean[], OUT fences bigint[], OUT holders text[],
+    OUT expires_at timestamptz[], OUT expires_in interval[],
+    OUT lease_values text[], OUT fresh boolean[], OUT sqlstates text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n     integer;
+    v_prior bigint;
+    v_state text;
+    e       record;
+    r       record;
+BEGIN
+    PERFORM pglease._batch_check('acquire_batch', p_names, p_holder, 'p_ttls', cardinality(p_ttls), p_ttls IS NULL);
+    v_n := cardinality(p_names);
+    IF p_values IS NOT NULL AND cardinality(p_values) <> v_n THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.acquire_batch: p_values has %s elements and p_names %s', cardinality(p_values), v_n),
+            HINT = 'Pass one value per name (NULL for none), or NULL for no values.';
+    END IF;
+    acquired := array_fill(false, ARRAY[v_n]);
+    fences := array_fill(NULL::bigint, ARRAY[v_n]);
+    holders := array_fill(NULL::text, ARRAY[v_n]);
+    expires_at := array_fill(NULL::timestamptz, ARRAY[v_n]);
+    expires_in := array_fill(NULL::interval, ARRAY[v_n]);
+    lease_values := array_fill(NULL::text, ARRAY[v_n]);
+    fresh := array_fill(false, ARRAY[v_n]);
+    sqlstates := array_fill(NULL::text, ARRAY[v_n]);
+    -- In name order, ties in input order (see the file's header).
+    FOR e IN
+        SELECT u.i::integer AS i, u.name, u.ttl, u.value
+        FROM unnest(p_names, p_ttls, p_values) WITH ORDINALITY AS u(name, ttl, value, i)
+        ORDER BY u.name COLLATE "C", u.i
+    LOOP
+        v_state := CASE
+            WHEN e.name IS NULL OR e.ttl IS NULL THEN '22004'
+            WHEN octet_length(e.name) NOT BETWEEN 1 AND 256
+                 OR date_part('epoch', e.ttl) <= 0 OR date_part('epoch', e.ttl) > 86400
+                 OR octet_length(e.value) > 1024 THEN '22023'
+        END;
+        IF v_state IS NOT NULL THEN
+            sqlstates[e.i] := v_state;
+            CONTINUE;
+        END IF;
+        -- A fence above every fence the name had before this element is a
+        -- new tenure (pglease.acquire gives a new tenure the next fence).
+        SELECT l.fence INTO v_prior FROM pglease.leases AS l WHERE l.name = e.name;
+        SELECT a.acquired, a.fence, a.holder, a.expires_at, a.expires_in, a.value INTO r
+        FROM pglease.acquire(e.name, p_holder, e.ttl, e.value) AS a;
+        acquired[e.i] := r.acquired;
+        fences[e.i] := r.fence;
+        holders[e.i] := r.holder;
+        expires_at[e.i] := r.expires_at;
+        expires_in[e.i] := r.expires_in;
+        lease_values[e.i] := r.value;
+        fresh[e.i] := r.acquired AND r.fence > coalesce(v_prior, 0);
+    END LOOP;
+END
+$$;
+
+-- pglease.release_batch(p_names, p_holder, p_fences): pglease.release for
+-- each element: the tenure p_fences[i] of p_names[i] by p_holder.
+--
+-- Returns one row of arrays, one element per input element, in input
+-- order: released[i] is what pglease.release(p_names[i], p_holder,
+-- p_fences[i]) returns (true: the caller's live tenure was released;
+-- false: it had ended, or is not the caller's: another role's tenure is
+-- never released), and sqlstates[i] is NULL when the element was decided,
+-- 22004 or 22023 for a bad element (see above: released[i] = false, not
+-- called).
+-- Raises 22004 when p_names, p_holder or p_fences is NULL, 22023 for a
+-- holder not 1 to 256 bytes, arrays of different lengths or more than 1000
+-- elements; 40P01 when it deadlocked with another transaction; nothing is
+-- changed then, for any element.
+CREATE OR REPLACE FUNCTION pglease.release_batch(
+    p_names text[], p_holder text, p_fences bigint[],
+    OUT released boolean[], OUT sqlstates text[])
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n integer;
+    e   record;
+BEGIN
+    PERFORM pglease._batch_check('release_batch', p_names, p_holder, 'p_fences', cardinality(p_fences), p_fences IS NULL);
+    v_n := cardinality(p_names);
+    released := array_fill(false, ARRAY[v_n]);
+    sqlstates := array_fill(NULL::text, ARRAY[v_n]);
+    FOR e IN
+        SELECT u.i::integer AS i, u.name, u.fence
+        FROM unnest(p_names, p_fences) WITH ORDINALITY AS u(name, fence, i)
+        ORDER BY u.name COLLATE "C", u.i
+    LOOP
+        IF e.name IS NULL OR e.fence IS NULL THEN
+            sqlstates[e.i] := '22004';
+        ELSIF octet_length(e.name) NOT BETWEEN 1 AND 256 OR e.fence < 0 THEN
+            sqlstates[e.i] := '22023';
+        ELSE
+            released[e.i] := (SELECT r.released FROM pglease.release(e.name, p_holder, e.fence) AS r);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- pglease._batch_check(p_func, p_names, p_holder, p_arg, p_len, p_null):
+-- the whole-call checks of a batched function: p_names and p_holder not
+-- NULL, p_holder 1 to 256 bytes, the per-element array p_arg (of length
+-- p_len, NULL when p_null) as long as p_names, at most 1000 elements.
+-- Raises 22004 or 22023 as the batched functions document.
+CREATE OR REPLACE FUNCTION pglease._batch_check(
+    p_func text, p_names text[], p_holder text, p_arg text, p_len integer, p_null boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_names IS NULL OR p_null THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.%s: %s must not be NULL', p_func, CASE WHEN p_names IS NULL THEN 'p_names' ELSE p_arg END),
+            HINT = 'Pass an array, empty for no elements.';
+    END IF;
+    PERFORM pglease._check_text(p_func, 'p_holder', p_holder);
+    IF coalesce(p_len, 0) <> coalesce(cardinality(p_names), 0) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: %s has %s elements and p_names %s', p_func, p_arg, coalesce(p_len, 0), cardinality(p_names)),
+            HINT = format('Pass one %s element per name.', p_arg);
+    END IF;
+    IF cardinality(p_names) > 1000 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: at most 1000 elements per call, got %s', p_func, cardinality(p_names)),
+            HINT = 'Split the batch.';
+    END IF;
+END
+$$;
+
 -- Source: sql/functions/20_slot_internals.sql
 
 -- Internal building blocks of the slot claims. Not granted to clients; they
@@ -3003,6 +3192,11 @@ BEGIN
             pglease.set_value(text, text, bigint, text),
             pglease.renew_lease(text, text, bigint, interval),
             pglease.observe(text, interval)
+            TO pglease_client;
+        -- Batched calls (0.3.0, docs/sql.md#batched-calls).
+        GRANT EXECUTE ON FUNCTION
+            pglease.acquire_batch(text[], text, interval[], text[]),
+            pglease.release_batch(text[], text, bigint[])
             TO pglease_client;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/pglease/pglease/internal/notify"
@@ -175,6 +176,7 @@ type Client struct {
 	c            *tenure.Core
 	db           DB
 	observeEvery time.Duration // Config.ObserveInterval with its default
+	batch        *batching     // on a pool: concurrent calls coalesced
 }
 
 // leases is the lease kind of tenure.
@@ -196,7 +198,14 @@ func New(database DB, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{c: c, db: database, observeEvery: cmp.Or(cfg.ObserveInterval, DefaultObserveInterval)}, nil
+	client := &Client{c: c, db: database, observeEvery: cmp.Or(cfg.ObserveInterval, DefaultObserveInterval)}
+	if pool, ok := database.(*pgxpool.Pool); ok {
+		client.batch = newBatching(client, pool)
+		c.ReleaseLease = func(ctx context.Context, name string, fence int64) (bool, error) {
+			return client.batch.releases.Do(ctx, releaseCall{name: name, fence: fence})
+		}
+	}
+	return client, nil
 }
 
 // CloseIdle closes the connection the client LISTENs on for release

@@ -28,6 +28,14 @@
 // themselves. A Keeper renews every lease and slot of a process in one
 // round trip per interval, however many it holds.
 //
+// A Client on a *pgxpool.Pool coalesces its goroutines' concurrent
+// acquires and releases (group commit): an idle client sends a call at
+// once; calls made while one is in flight go out together, in one
+// pglease.acquire_batch or release_batch, when it returns. Each name is
+// still decided on its own, each Lease has its own Deadline from its
+// batch's send time, and a caller's cancellation ends only its own wait
+// (docs/go.md#batched-calls).
+//
 // Apply the schema first with package pgleasemigrate (or `pglease migrate
 // up`). The operator's view (listing every lease, force-releasing one whose
 // holder is gone, purging what has been free for a while) is package

@@ -76,11 +76,20 @@ func (c *Client) check(name string, ttl time.Duration, opts []AcquireOption) (ac
 // try makes one acquire: a lease, or the refusal as a *HeldError and its
 // wait, or another error.
 func (c *Client) try(ctx context.Context, name string, ttl time.Duration, o acquireOptions) (*Lease, *tenure.Refusal, error) {
-	sent := time.Now()
-	row, err := c.acquire(ctx, name, ttl, o)
+	var (
+		res acquired
+		err error
+	)
+	if c.batch != nil {
+		res, err = c.batch.acquires.Do(ctx, acquireCall{name: name, ttl: ttl, value: o.value})
+	} else {
+		res.sent = time.Now()
+		res.row, err = c.acquire(ctx, name, ttl, o)
+	}
 	if err != nil {
 		return nil, nil, c.c.Interpret(ctx, err)
 	}
+	row, sent := res.row, res.sent
 	if !row.Acquired {
 		held := &HeldError{Name: name, Holder: row.Holder, Fence: row.Fence, ExpiresIn: row.ExpiresIn, Value: row.Value}
 		c.c.Refused(ctx, name)

@@ -83,6 +83,16 @@ gen_functions() {
             printf '%s\n' "$head"
             grep -v '^--' "$merge"
             ;;
+        batch)
+            body=sql/proxy/batch/$name.sql
+            [ -f "$body" ] || die "$routes splits $name by partition, but $body (how to split and reassemble) is missing"
+            # pglease._one_NAME: the same arguments and results, on the
+            # partition of the first name (every name given to it lives there).
+            printf '%s\n' "$head" | sed "s/^CREATE OR REPLACE FUNCTION pglease\.$name(/CREATE OR REPLACE FUNCTION pglease._one_$name(/"
+            printf "LANGUAGE plproxy VOLATILE\nAS \$\$\n    CLUSTER 'pglease';\n    RUN ON pglease._route_first(p_names);\n    TARGET pglease.%s;\n\$\$;\n\n" "$name"
+            printf '%s\n' "$head"
+            grep -v '^--' "$body"
+            ;;
         *) die "$routes: unknown route $kind for $name" ;;
         esac
     done

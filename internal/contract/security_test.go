@@ -467,6 +467,8 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 	for _, f := range []string{
 		"acquire(text,text,interval,text)", "observe(text,interval)",
 		"renew_lease(text,text,bigint,interval)", "set_value(text,text,bigint,text)",
+		// The batched calls (0.3.0).
+		"acquire_batch(text[],text,interval[],text[])", "release_batch(text[],text,bigint[])",
 	} {
 		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
 	}

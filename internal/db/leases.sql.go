@@ -91,6 +91,57 @@ func (q *Queries) LeaseAcquire(ctx context.Context, arg LeaseAcquireParams) (Lea
 	return i, err
 }
 
+const leaseAcquireBatch = `-- name: LeaseAcquireBatch :one
+SELECT a.acquired::boolean[] AS acquired,
+       pg_catalog.array_replace(a.fences, NULL, 0)::bigint[] AS fences,
+       pg_catalog.array_replace(a.holders, NULL, '')::text[] AS holders,
+       pg_catalog.array_replace(a.expires_in, NULL, interval '0')::interval[] AS expires_in,
+       pg_catalog.array_replace(a.lease_values, NULL, '')::text[] AS lease_values,
+       a.fresh::boolean[] AS fresh,
+       pg_catalog.array_replace(a.sqlstates, NULL, '')::text[] AS sqlstates
+FROM pglease.acquire_batch($1::text[], $2, $3::interval[], pg_catalog.array_replace($4::text[], '', NULL)) AS a
+`
+
+type LeaseAcquireBatchParams struct {
+	Names       []string
+	Holder      string
+	Ttls        []time.Duration
+	LeaseValues []string
+}
+
+type LeaseAcquireBatchRow struct {
+	Acquired    []bool
+	Fences      []int64
+	Holders     []string
+	ExpiresIn   []time.Duration
+	LeaseValues []string
+	Fresh       []bool
+	Sqlstates   []string
+}
+
+// Batched calls (0.3.0, docs/sql.md#batched-calls). A value ” is none
+// (NULL), as for LeaseAcquireValue. NULL result elements (of bad elements)
+// read as zero values; sqlstates is ” for a decided element.
+func (q *Queries) LeaseAcquireBatch(ctx context.Context, arg LeaseAcquireBatchParams) (LeaseAcquireBatchRow, error) {
+	row := q.db.QueryRow(ctx, leaseAcquireBatch,
+		arg.Names,
+		arg.Holder,
+		arg.Ttls,
+		arg.LeaseValues,
+	)
+	var i LeaseAcquireBatchRow
+	err := row.Scan(
+		&i.Acquired,
+		&i.Fences,
+		&i.Holders,
+		&i.ExpiresIn,
+		&i.LeaseValues,
+		&i.Fresh,
+		&i.Sqlstates,
+	)
+	return i, err
+}
+
 const leaseAcquireValue = `-- name: LeaseAcquireValue :one
 SELECT a.acquired::boolean AS acquired, a.fence::bigint AS fence,
        a.holder::text AS holder, a.expires_at::timestamptz AS expires_at,
@@ -259,6 +310,33 @@ func (q *Queries) LeaseReleaseAsync(ctx context.Context, arg LeaseReleaseAsyncPa
 	var released bool
 	err := row.Scan(&released)
 	return released, err
+}
+
+const leaseReleaseBatchAsync = `-- name: LeaseReleaseBatchAsync :one
+SELECT r.released::boolean[] AS released,
+       pg_catalog.array_replace(r.sqlstates, NULL, '')::text[] AS sqlstates
+FROM pglease.release_batch($1::text[], $2, $3::bigint[]) AS r
+CROSS JOIN LATERAL pg_catalog.set_config('synchronous_commit', 'off', true) AS s
+`
+
+type LeaseReleaseBatchAsyncParams struct {
+	Names  []string
+	Holder string
+	Fences []int64
+}
+
+type LeaseReleaseBatchAsyncRow struct {
+	Released  []bool
+	Sqlstates []string
+}
+
+// As LeaseReleaseAsync: the commit does not wait for its WAL flush; only
+// outside a transaction block.
+func (q *Queries) LeaseReleaseBatchAsync(ctx context.Context, arg LeaseReleaseBatchAsyncParams) (LeaseReleaseBatchAsyncRow, error) {
+	row := q.db.QueryRow(ctx, leaseReleaseBatchAsync, arg.Names, arg.Holder, arg.Fences)
+	var i LeaseReleaseBatchAsyncRow
+	err := row.Scan(&i.Released, &i.Sqlstates)
+	return i, err
 }
 
 const leaseRenew = `-- name: LeaseRenew :one

@@ -58,6 +58,12 @@ type Config struct {
 	// have. Defaults, per scope, to the largest capacity any of its claims
 	// passed.
 	Capacity map[string]int
+	// Coalescing lists holders whose calls on different names may be in
+	// flight at once: a client shared by goroutines, each on names of its
+	// own, whose concurrent calls go out in one batched call (pglease's
+	// coalescing, docs/go.md#batched-calls). Their calls must be
+	// sequential per name; every other holder's, across all names.
+	Coalescing map[string]bool
 }
 
 // Violation is one breach of a rule, with the ops that show it.
@@ -387,7 +393,7 @@ func Check(ops []Op, cfg Config) Report {
 	}
 	slices.SortStableFunc(all, func(a, b *Op) int { return cmp.Compare(a.Call, b.Call) })
 
-	checkSequential(&rep, all)
+	checkSequential(&rep, all, cfg.Coalescing)
 
 	// Tenures, from the grants; then the ops that carry their fences.
 	tenures := map[tkey]*tenure{}
@@ -481,15 +487,20 @@ func Check(ops []Op, cfg Config) Report {
 	return rep
 }
 
-// checkSequential verifies that each holder waited for each reply.
-func checkSequential(rep *Report, all []*Op) {
-	last := map[string]*Op{}
+// checkSequential verifies that each holder waited for each reply: on
+// each name for the holders of coalescing, on every name for the others.
+func checkSequential(rep *Report, all []*Op, coalescing map[string]bool) {
+	last := map[[2]string]*Op{}
 	for _, op := range all {
-		if p := last[op.Holder]; p != nil && op.Call < p.Return {
+		k := [2]string{op.Holder, ""}
+		if coalescing[op.Holder] {
+			k[1] = op.Name
+		}
+		if p := last[k]; p != nil && op.Call < p.Return {
 			rep.add(RuleSequential, fmt.Sprintf("holder %s called before its previous call returned", op.Holder), p, op)
 		}
-		if p := last[op.Holder]; p == nil || op.Return > p.Return {
-			last[op.Holder] = op
+		if p := last[k]; p == nil || op.Return > p.Return {
+			last[k] = op
 		}
 	}
 }

@@ -280,3 +280,21 @@ func TestCheckCapacityDefault(t *testing.T) {
 		t.Fatalf("capacity 2 configured: no violation: %s", rep.Summary())
 	}
 }
+
+// TestCheckCoalescing: a coalescing holder (goroutines sharing one client,
+// their calls batched) may have calls on different names in flight at
+// once, not two on one name; other holders none.
+func TestCheckCoalescing(t *testing.T) {
+	overlap := []Op{op(Acquire, OK, "a", "L", 1, 0, 10), op(Acquire, OK, "a", "M", 1, 5, 6)}
+	cfg := Config{Coalescing: map[string]bool{"a": true}}
+	if rep := Check(overlap, cfg); rep.Counts[RuleSequential] != 0 {
+		t.Fatalf("coalescing holder, two names in flight: got %s, want no %s violation", rep.Summary(), RuleSequential)
+	}
+	if rep := Check(overlap, Config{Coalescing: map[string]bool{"b": true}}); rep.Counts[RuleSequential] == 0 {
+		t.Fatalf("holder not listed as coalescing, two names in flight: got %s, want a %s violation", rep.Summary(), RuleSequential)
+	}
+	same := []Op{op(Acquire, OK, "a", "L", 1, 0, 10), op(Release, OK, "a", "L", 1, 5, 6)}
+	if rep := Check(same, cfg); rep.Counts[RuleSequential] == 0 {
+		t.Fatalf("coalescing holder, two calls on one name in flight: got %s, want a %s violation", rep.Summary(), RuleSequential)
+	}
+}

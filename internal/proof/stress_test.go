@@ -3,6 +3,7 @@
 package proof
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,11 @@ const (
 	stressPauseMax = 400 * time.Millisecond // a client's occasional stall, past its TTL
 	stressKillMin  = 100 * time.Millisecond // the killer terminates a backend every 100-300 ms
 	stressKillMax  = 300 * time.Millisecond
+	// The first 2*stressPairs clients come in pairs that share one
+	// pglease.Client (one holder), each of a pair on one lease of its own:
+	// their concurrent acquires and releases are coalesced into batched
+	// calls (docs/go.md#batched-calls), checked like every other call.
+	stressPairs = 4
 )
 
 var (
@@ -76,8 +82,19 @@ func TestStress(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	stats := make([]stressStats, stressClients)
+	coalescing := map[string]bool{}
+	var first *stressClient
 	for i := range stressClients {
 		c := newStressClient(t, pool, rec, i)
+		if i < 2*stressPairs {
+			if i%2 == 0 {
+				first = c
+			} else {
+				c.leases, c.holder = first.leases, first.holder
+				coalescing[c.holder] = true
+			}
+			c.only = stressLeases[i%2]
+		}
 		wg.Go(func() { c.run(ctx, &stats[i]) })
 	}
 	// A purger deletes every free lease and scope as fast as it can, so
@@ -120,7 +137,7 @@ func TestStress(t *testing.T) {
 	}
 	ops := rec.Ops()
 	start := time.Now()
-	rep := history.Check(ops, history.Config{Capacity: stressCapacity})
+	rep := history.Check(ops, history.Config{Capacity: stressCapacity, Coalescing: coalescing})
 	checkTime := time.Since(start)
 	evs := readAudit(t, pool)
 	srep := history.CheckServer(evs, stressCapacity)
@@ -131,6 +148,8 @@ func TestStress(t *testing.T) {
 	t.Logf("stress: %s", total)
 	t.Logf("purge: %d purges deleted %d rows while the clients ran (%d cut off)", purges, purged, purgesCut)
 	t.Logf("killer: %d backends terminated", killed)
+	t.Logf("coalescing: %d pairs of clients sharing a holder; %d acquires or releases in flight at once with their pair's (batched)",
+		stressPairs, overlapping(ops, coalescing))
 	t.Logf("latency: %s", latencies(ops))
 	t.Logf("history: %s", rep.Summary())
 	t.Logf("server: %s", srep.Summary())
@@ -192,6 +211,32 @@ type stressClient struct {
 	held    map[string]*pglease.Lease
 	ended   map[string]int64 // a fence of ours that ended, per lease, for stale writes
 	claimed map[string]*runslots.Slot
+	only    string // when set, the one lease the client uses, and no slots
+}
+
+// overlapping counts the acquires and releases of coalescing holders that
+// were in flight while another of the same holder was (on another name):
+// calls that went out in one batch, or queued for one.
+func overlapping(ops []history.Op, coalescing map[string]bool) int {
+	var calls []history.Op
+	for _, op := range ops {
+		if coalescing[op.Holder] && (op.Kind == history.Acquire || op.Kind == history.Release) {
+			calls = append(calls, op)
+		}
+	}
+	slices.SortFunc(calls, func(a, b history.Op) int { return cmp.Compare(a.Call, b.Call) })
+	n := 0
+	for i, op := range calls {
+		for _, next := range calls[i+1:] {
+			if next.Call >= op.Return {
+				break
+			}
+			if next.Holder == op.Holder && next.Name != op.Name {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func newStressClient(t *testing.T, pool *pgxpool.Pool, rec *history.Recorder, i int) *stressClient {
@@ -218,7 +263,7 @@ func (c *stressClient) ttl() time.Duration {
 // run makes calls until ctx ends.
 func (c *stressClient) run(ctx context.Context, st *stressStats) {
 	for ctx.Err() == nil {
-		if c.rng.IntN(2) == 0 {
+		if c.only != "" || c.rng.IntN(2) == 0 {
 			c.leaseStep(st)
 		} else {
 			c.slotStep(st)
@@ -256,6 +301,9 @@ func (c *stressClient) call(op history.Op, fn func(ctx context.Context, op *hist
 
 func (c *stressClient) leaseStep(st *stressStats) {
 	name := stressLeases[c.rng.IntN(len(stressLeases))]
+	if c.only != "" {
+		name = c.only
+	}
 	l := c.held[name]
 	r := c.rng.IntN(100)
 	switch {

@@ -75,6 +75,12 @@ type Core struct {
 	// refused and is about to wait, with the name it waits on and the
 	// refusal. New sets it from Config.OnWait; tests may replace it.
 	OnWait func(name string, refusal error)
+
+	// ReleaseLease, when set, releases a lease where the release may
+	// commit asynchronously (see asyncrelease) instead of
+	// LeaseReleaseAsync, with the same result: pglease's client sets it to
+	// coalesce concurrent releases (package coalesce).
+	ReleaseLease func(ctx context.Context, name string, fence int64) (bool, error)
 }
 
 // New returns a core on database, or an error naming the invalid setting.

@@ -279,6 +279,8 @@ func (t *Tenure) release(ctx context.Context, async bool) (bool, error) {
 	case t.slot == 0 && t.c.cfg.HoldAtLeast > 0:
 		r, err := q.LeaseReleaseAfter(ctx, db.LeaseReleaseAfterParams{Name: t.name, Holder: h, Fence: t.fence, HoldAtLeast: t.c.cfg.HoldAtLeast})
 		return r.Released, err
+	case t.slot == 0 && async && t.c.ReleaseLease != nil:
+		return t.c.ReleaseLease(ctx, t.name, t.fence)
 	case t.slot == 0 && async:
 		return q.LeaseReleaseAsync(ctx, db.LeaseReleaseAsyncParams{Name: t.name, Holder: h, Fence: t.fence})
 	case t.slot == 0:

@@ -47,6 +47,29 @@ AS $$
     SELECT coalesce(pg_catalog.hashtext(pglease._route_key(p_key)), 0);
 $$;
 
+-- pglease._route_first(p_names): the hash of the first name of p_names
+-- (a batched call's elements on one partition, see sql/proxy/batch/). A
+-- NULL or empty array, or a NULL first name, goes to partition 0.
+CREATE OR REPLACE FUNCTION pglease._route_first(p_names text[])
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pglease._route(p_names[pg_catalog.array_lower(p_names, 1)]);
+$$;
+
+-- pglease._partition_count(): how many partitions the foreign server
+-- pglease lists (0 when it is missing or lists none).
+CREATE OR REPLACE FUNCTION pglease._partition_count()
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT count(*)::integer
+    FROM pg_catalog.pg_foreign_server AS s, pg_catalog.unnest(s.srvoptions) AS o
+    WHERE s.srvname = 'pglease' AND o ~ '^p[0-9]+=';
+$$;
+
 -- pglease._route_scopes(p_scopes): the hash of the routing key every scope
 -- of p_scopes shares. Raises 22023 when two scopes have different routing
 -- keys: a claim_slots call is all or nothing only within one partition. A
@@ -171,6 +194,131 @@ LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
     RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/15_batch.sql (signature), sql/proxy/routes (batch)
+CREATE OR REPLACE FUNCTION pglease._one_acquire_batch(
+    p_names text[], p_holder text, p_ttls interval[], p_values text[],
+    OUT acquired boolean[], OUT fences bigint[], OUT holders text[],
+    OUT expires_at timestamptz[], OUT expires_in interval[],
+    OUT lease_values text[], OUT fresh boolean[], OUT sqlstates text[])
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route_first(p_names);
+    TARGET pglease.acquire_batch;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.acquire_batch(
+    p_names text[], p_holder text, p_ttls interval[], p_values text[],
+    OUT acquired boolean[], OUT fences bigint[], OUT holders text[],
+    OUT expires_at timestamptz[], OUT expires_in interval[],
+    OUT lease_values text[], OUT fresh boolean[], OUT sqlstates text[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count integer;
+    v_part  integer;
+    v_idx   integer[];
+    v_names text[];
+    v_ttls  interval[];
+    v_vals  text[];
+    v_n     integer;
+    r       record;
+BEGIN
+    v_count := pglease._partition_count();
+    IF v_count = 0 OR p_names IS NULL OR p_ttls IS NULL OR p_holder IS NULL
+       OR cardinality(p_names) <> cardinality(p_ttls)
+       OR (p_values IS NOT NULL AND cardinality(p_values) <> cardinality(p_names)) THEN
+        SELECT * INTO acquired, fences, holders, expires_at, expires_in, lease_values, fresh, sqlstates
+        FROM pglease._one_acquire_batch(p_names, p_holder, p_ttls, p_values);
+        RETURN;
+    END IF;
+    v_n := cardinality(p_names);
+    acquired := array_fill(false, ARRAY[v_n]);
+    fences := array_fill(NULL::bigint, ARRAY[v_n]);
+    holders := array_fill(NULL::text, ARRAY[v_n]);
+    expires_at := array_fill(NULL::timestamptz, ARRAY[v_n]);
+    expires_in := array_fill(NULL::interval, ARRAY[v_n]);
+    lease_values := array_fill(NULL::text, ARRAY[v_n]);
+    fresh := array_fill(false, ARRAY[v_n]);
+    sqlstates := array_fill(NULL::text, ARRAY[v_n]);
+    FOR v_part IN
+        SELECT DISTINCT pglease._route(u.name) & (v_count - 1) FROM unnest(p_names) AS u(name) ORDER BY 1
+    LOOP
+        SELECT array_agg(u.i::integer ORDER BY u.i), array_agg(u.name ORDER BY u.i),
+               array_agg(u.ttl ORDER BY u.i), array_agg(u.value ORDER BY u.i)
+        INTO v_idx, v_names, v_ttls, v_vals
+        FROM unnest(p_names, p_ttls, p_values) WITH ORDINALITY AS u(name, ttl, value, i)
+        WHERE (pglease._route(u.name) & (v_count - 1)) = v_part;
+        SELECT * INTO r FROM pglease._one_acquire_batch(v_names, p_holder, v_ttls,
+            CASE WHEN p_values IS NULL THEN NULL ELSE v_vals END);
+        FOR j IN 1..cardinality(v_idx) LOOP
+            acquired[v_idx[j]] := r.acquired[j];
+            fences[v_idx[j]] := r.fences[j];
+            holders[v_idx[j]] := r.holders[j];
+            expires_at[v_idx[j]] := r.expires_at[j];
+            expires_in[v_idx[j]] := r.expires_in[j];
+            lease_values[v_idx[j]] := r.lease_values[j];
+            fresh[v_idx[j]] := r.fresh[j];
+            sqlstates[v_idx[j]] := r.sqlstates[j];
+        END LOOP;
+    END LOOP;
+END
+$$;
+
+-- Source: sql/functions/15_batch.sql (signature), sql/proxy/routes (batch)
+CREATE OR REPLACE FUNCTION pglease._one_release_batch(
+    p_names text[], p_holder text, p_fences bigint[],
+    OUT released boolean[], OUT sqlstates text[])
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route_first(p_names);
+    TARGET pglease.release_batch;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.release_batch(
+    p_names text[], p_holder text, p_fences bigint[],
+    OUT released boolean[], OUT sqlstates text[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_count  integer;
+    v_part   integer;
+    v_idx    integer[];
+    v_names  text[];
+    v_fences bigint[];
+    v_n      integer;
+    r        record;
+BEGIN
+    v_count := pglease._partition_count();
+    IF v_count = 0 OR p_names IS NULL OR p_fences IS NULL OR p_holder IS NULL
+       OR cardinality(p_names) <> cardinality(p_fences) THEN
+        SELECT * INTO released, sqlstates
+        FROM pglease._one_release_batch(p_names, p_holder, p_fences);
+        RETURN;
+    END IF;
+    v_n := cardinality(p_names);
+    released := array_fill(false, ARRAY[v_n]);
+    sqlstates := array_fill(NULL::text, ARRAY[v_n]);
+    FOR v_part IN
+        SELECT DISTINCT pglease._route(u.name) & (v_count - 1) FROM unnest(p_names) AS u(name) ORDER BY 1
+    LOOP
+        SELECT array_agg(u.i::integer ORDER BY u.i), array_agg(u.name ORDER BY u.i),
+               array_agg(u.fence ORDER BY u.i)
+        INTO v_idx, v_names, v_fences
+        FROM unnest(p_names, p_fences) WITH ORDINALITY AS u(name, fence, i)
+        WHERE (pglease._route(u.name) & (v_count - 1)) = v_part;
+        SELECT * INTO r FROM pglease._one_release_batch(v_names, p_holder, v_fences);
+        FOR j IN 1..cardinality(v_idx) LOOP
+            released[v_idx[j]] := r.released[j];
+            sqlstates[v_idx[j]] := r.sqlstates[j];
+        END LOOP;
+    END LOOP;
+END
 $$;
 
 -- Source: sql/functions/21_claim_slot.sql (signature), sql/proxy/routes (hash p_scope)
@@ -710,6 +858,15 @@ BEGIN
             pglease.set_value(text, text, bigint, text),
             pglease.renew_lease(text, text, bigint, interval),
             pglease.observe(text, interval)
+            TO pglease_client;
+        -- Batched calls (0.3.0): split by partition, see sql/proxy/batch/.
+        GRANT EXECUTE ON FUNCTION
+            pglease.acquire_batch(text[], text, interval[], text[]),
+            pglease.release_batch(text[], text, bigint[]),
+            pglease._one_acquire_batch(text[], text, interval[], text[]),
+            pglease._one_release_batch(text[], text, bigint[]),
+            pglease._route_first(text[]),
+            pglease._partition_count()
             TO pglease_client;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN

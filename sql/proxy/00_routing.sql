@@ -43,6 +43,29 @@ AS $$
     SELECT coalesce(pg_catalog.hashtext(pglease._route_key(p_key)), 0);
 $$;
 
+-- pglease._route_first(p_names): the hash of the first name of p_names
+-- (a batched call's elements on one partition, see sql/proxy/batch/). A
+-- NULL or empty array, or a NULL first name, goes to partition 0.
+CREATE OR REPLACE FUNCTION pglease._route_first(p_names text[])
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pglease._route(p_names[pg_catalog.array_lower(p_names, 1)]);
+$$;
+
+-- pglease._partition_count(): how many partitions the foreign server
+-- pglease lists (0 when it is missing or lists none).
+CREATE OR REPLACE FUNCTION pglease._partition_count()
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT count(*)::integer
+    FROM pg_catalog.pg_foreign_server AS s, pg_catalog.unnest(s.srvoptions) AS o
+    WHERE s.srvname = 'pglease' AND o ~ '^p[0-9]+=';
+$$;
+
 -- pglease._route_scopes(p_scopes): the hash of the routing key every scope
 -- of p_scopes shares. Raises 22023 when two scopes have different routing
 -- keys: a claim_slots call is all or nothing only within one partition. A

@@ -78,6 +78,15 @@ BEGIN
             pglease.renew_lease(text, text, bigint, interval),
             pglease.observe(text, interval)
             TO pglease_client;
+        -- Batched calls (0.3.0): split by partition, see sql/proxy/batch/.
+        GRANT EXECUTE ON FUNCTION
+            pglease.acquire_batch(text[], text, interval[], text[]),
+            pglease.release_batch(text[], text, bigint[]),
+            pglease._one_acquire_batch(text[], text, interval[], text[]),
+            pglease._one_release_batch(text[], text, bigint[]),
+            pglease._route_first(text[]),
+            pglease._partition_count()
+            TO pglease_client;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
         BEGIN

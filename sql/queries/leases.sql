@@ -85,3 +85,24 @@ FROM pglease.observe(@name, @for_interval::interval) AS o;
 -- name: LeaseRequestRelease :one
 SELECT r.requested::boolean AS requested, r.holder::text AS holder, r.fence::bigint AS fence
 FROM pglease.request_release(@name, sqlc.narg('preferred')::text, @reserve::interval) AS r;
+
+-- name: LeaseAcquireBatch :one
+-- Batched calls (0.3.0, docs/sql.md#batched-calls). A value '' is none
+-- (NULL), as for LeaseAcquireValue. NULL result elements (of bad elements)
+-- read as zero values; sqlstates is '' for a decided element.
+SELECT a.acquired::boolean[] AS acquired,
+       pg_catalog.array_replace(a.fences, NULL, 0)::bigint[] AS fences,
+       pg_catalog.array_replace(a.holders, NULL, '')::text[] AS holders,
+       pg_catalog.array_replace(a.expires_in, NULL, interval '0')::interval[] AS expires_in,
+       pg_catalog.array_replace(a.lease_values, NULL, '')::text[] AS lease_values,
+       a.fresh::boolean[] AS fresh,
+       pg_catalog.array_replace(a.sqlstates, NULL, '')::text[] AS sqlstates
+FROM pglease.acquire_batch(@names::text[], @holder, @ttls::interval[], pg_catalog.array_replace(@lease_values::text[], '', NULL)) AS a;
+
+-- name: LeaseReleaseBatchAsync :one
+-- As LeaseReleaseAsync: the commit does not wait for its WAL flush; only
+-- outside a transaction block.
+SELECT r.released::boolean[] AS released,
+       pg_catalog.array_replace(r.sqlstates, NULL, '')::text[] AS sqlstates
+FROM pglease.release_batch(@names::text[], @holder, @fences::bigint[]) AS r
+CROSS JOIN LATERAL pg_catalog.set_config('synchronous_commit', 'off', true) AS s;

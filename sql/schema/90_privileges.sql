@@ -112,6 +112,11 @@ BEGIN
             pglease.renew_lease(text, text, bigint, interval),
             pglease.observe(text, interval)
             TO pglease_client;
+        -- Batched calls (0.3.0, docs/sql.md#batched-calls).
+        GRANT EXECUTE ON FUNCTION
+            pglease.acquire_batch(text[], text, interval[], text[]),
+            pglease.release_batch(text[], text, bigint[])
+            TO pglease_client;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
         BEGIN

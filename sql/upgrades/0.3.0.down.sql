@@ -20,6 +20,11 @@ DROP FUNCTION pglease._check_names(text, text);
 DROP FUNCTION pglease._check_tenure(text, text, text, bigint);
 DROP TABLE pglease.runs;
 
+-- The batched calls go (clients fall back to single calls).
+DROP FUNCTION pglease.acquire_batch(text[], text, interval[], text[]);
+DROP FUNCTION pglease.release_batch(text[], text, bigint[]);
+DROP FUNCTION pglease._batch_check(text, text[], text, text, integer, boolean);
+
 -- Leadership goes: its functions, the two tables and the four columns (the
 -- holders' values and pending release requests are lost; every tenure,
 -- fence and expiry stays). The view is dropped first, since it reads the

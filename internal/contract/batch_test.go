@@ -1,0 +1,225 @@
+package contract
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pglease/pglease/internal/pgtest"
+)
+
+// The batched calls (sql/functions/15_batch.sql): each element decided as
+// the single call decides it, results in input order, bad elements
+// reported per element, whole-call errors raised, the role binding kept.
+func TestBatch(t *testing.T) {
+	t.Parallel()
+	runGroup(t, 8, []subtest{
+		{"ElementsDecidedAlone", testBatchElementsDecidedAlone},
+		{"WholeCallErrors", testBatchWholeCallErrors},
+		{"Release", testBatchRelease},
+		{"OtherRoleBatchIsAnotherHolder", testBatchOtherRole},
+	})
+}
+
+// batchRow is one acquire_batch result.
+type batchRow struct {
+	Acquired  []bool
+	Fences    []*int64
+	Holders   []*string
+	Fresh     []bool
+	Sqlstates []*string
+}
+
+func acquireBatch(t testing.TB, q querier, names []*string, holder string, ttls []string, values []*string) (batchRow, error) {
+	t.Helper()
+	ctx, cancel := callContext(t)
+	defer cancel()
+	var r batchRow
+	err := q.QueryRow(ctx, `SELECT acquired, fences, holders, fresh, sqlstates
+		FROM pglease.acquire_batch($1, $2, $3::interval[], $4)`, names, holder, ttls, values).
+		Scan(&r.Acquired, &r.Fences, &r.Holders, &r.Fresh, &r.Sqlstates)
+	return r, err
+}
+
+func releaseBatch(t testing.TB, q querier, names []string, holder string, fences []int64) ([]bool, []*string, error) {
+	t.Helper()
+	ctx, cancel := callContext(t)
+	defer cancel()
+	var released []bool
+	var states []*string
+	err := q.QueryRow(ctx, `SELECT released, sqlstates FROM pglease.release_batch($1, $2, $3)`, names, holder, fences).
+		Scan(&released, &states)
+	return released, states, err
+}
+
+func strs(ss ...string) []*string {
+	out := make([]*string, len(ss))
+	for i := range ss {
+		if ss[i] != "<null>" {
+			out[i] = &ss[i]
+		}
+	}
+	return out
+}
+
+func deref[T any](p *T, zero T) T {
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// testBatchElementsDecidedAlone: one batch mixing a grant, a refusal, the
+// holder's own re-acquire, a duplicate and bad elements: each element is
+// what the single call returns, in input order; bad elements change
+// nothing and fail nobody else.
+func testBatchElementsDecidedAlone(t *testing.T, db *testDB) {
+	n := namer(t)
+	mustAcquire(t, db.pool, n("theirs"), "other", time.Hour, 1)
+	mustAcquire(t, db.pool, n("mine"), "me", time.Hour, 1)
+	long := strings.Repeat("x", 257)
+	names := strs(n("new"), n("theirs"), n("mine"), "", "<null>", long, n("new"), n("zero-ttl"))
+	ttls := []string{"1 min", "1 min", "1 min", "1 min", "1 min", "1 min", "1 min", "0"}
+	r, err := acquireBatch(t, db.pool, names, "me", ttls, nil)
+	if err != nil {
+		t.Fatalf("acquire_batch: %v", err)
+	}
+	want := []struct {
+		acquired bool
+		fence    int64
+		holder   string
+		fresh    bool
+		state    string
+	}{
+		{true, 1, "me", true, ""},      // free: a new tenure
+		{false, 1, "other", false, ""}, // refused, the holder's tenure
+		{true, 1, "me", false, ""},     // our own: re-pinned, same fence
+		{false, 0, "", false, "22023"}, // empty name
+		{false, 0, "", false, "22004"}, // NULL name
+		{false, 0, "", false, "22023"}, // name over 256 bytes
+		{true, 1, "me", false, ""},     // duplicate: the re-acquire of element 1
+		{false, 0, "", false, "22023"}, // TTL not in (0, 24h]
+	}
+	if len(r.Acquired) != len(want) {
+		t.Fatalf("acquire_batch returned %d elements for %d", len(r.Acquired), len(want))
+	}
+	for i, w := range want {
+		got := []any{r.Acquired[i], deref(r.Fences[i], 0), deref(r.Holders[i], ""), r.Fresh[i], deref(r.Sqlstates[i], "")}
+		if !slices.Equal(got, []any{w.acquired, w.fence, w.holder, w.fresh, w.state}) {
+			t.Fatalf("element %d: got (acquired, fence, holder, fresh, sqlstate) %v, want %v", i+1, got, w)
+		}
+	}
+	if row, found := leaseStatus(t, db.pool, n("zero-ttl")); found {
+		t.Fatalf("a bad element created lease %q: %+v", n("zero-ttl"), row)
+	}
+	// The single call agrees with the batch on the refused name.
+	if r := acquire(t, db.pool, n("theirs"), "me", time.Minute); r.Acquired || r.Holder != "other" || r.Fence != 1 {
+		t.Fatalf("single acquire of a name held by another: %+v, want refused by other at fence 1", r)
+	}
+}
+
+// testBatchWholeCallErrors: what the contract raises for the whole call.
+func testBatchWholeCallErrors(t *testing.T, db *testDB) {
+	n := namer(t)
+	cases := []struct {
+		what   string
+		names  []*string
+		holder string
+		ttls   []string
+		code   string
+	}{
+		{"NULL names", nil, "me", []string{}, "22004"},
+		{"NULL ttls", strs(n("a")), "me", nil, "22004"},
+		{"empty holder", strs(n("a")), "", []string{"1 min"}, "22023"},
+		{"fewer ttls than names", strs(n("a"), n("b")), "me", []string{"1 min"}, "22023"},
+	}
+	for _, c := range cases {
+		_, err := acquireBatch(t, db.pool, c.names, c.holder, c.ttls, nil)
+		requirePgError(t, err, c.code, "acquire_batch")
+	}
+	many := make([]*string, 1001)
+	ttls := make([]string, 1001)
+	for i := range many {
+		many[i] = new(n("x"))
+		ttls[i] = "1 min"
+	}
+	_, err := acquireBatch(t, db.pool, many, "me", ttls, nil)
+	requirePgError(t, err, "22023", "at most 1000")
+	_, _, err = releaseBatch(t, db.pool, []string{n("a")}, "me", []int64{1, 2})
+	requirePgError(t, err, "22023", "release_batch")
+	if row, found := leaseStatus(t, db.pool, n("a")); found {
+		t.Fatalf("a refused call created lease %q: %+v", n("a"), row)
+	}
+	// An empty batch is no error.
+	r, err := acquireBatch(t, db.pool, []*string{}, "me", []string{}, nil)
+	if err != nil || len(r.Acquired) != 0 {
+		t.Fatalf("empty acquire_batch: got %+v, %v; want no elements, no error", r, err)
+	}
+}
+
+// testBatchRelease: release_batch ends the caller's live tenures, returns
+// false for another holder's, a stale fence and a duplicate, and reports a
+// bad element without failing the others.
+func testBatchRelease(t *testing.T, db *testDB) {
+	n := namer(t)
+	mustAcquire(t, db.pool, n("a"), "me", time.Hour, 1)
+	mustAcquire(t, db.pool, n("b"), "other", time.Hour, 1)
+	mustAcquire(t, db.pool, n("c"), "me", time.Hour, 1)
+	released, states, err := releaseBatch(t, db.pool,
+		[]string{n("a"), n("b"), n("c"), n("a"), "", n("c")}, "me", []int64{1, 1, 2, 1, 1, 1})
+	if err != nil {
+		t.Fatalf("release_batch: %v", err)
+	}
+	if want := []bool{true, false, false, false, false, true}; !slices.Equal(released, want) {
+		t.Fatalf("released: got %v, want %v (a; b is other's; c fence 2 is stale; a again; bad; c)", released, want)
+	}
+	if got := deref(states[4], ""); got != "22023" {
+		t.Fatalf("sqlstate of the empty name: got %q, want 22023", got)
+	}
+	for _, name := range []string{n("a"), n("c")} {
+		if row := mustLeaseStatus(t, db.pool, name); row.State != "free" || row.Fence != 1 {
+			t.Fatalf("%s after release_batch: %+v, want free at fence 1", name, row)
+		}
+	}
+	if row := mustLeaseStatus(t, db.pool, n("b")); row.State != "held" {
+		t.Fatalf("%s, another holder's: %+v, want still held", n("b"), row)
+	}
+}
+
+// testBatchOtherRole (docs/security.md): role B's batches with A's holder
+// string and fences neither take nor release A's tenures, nor any of A's
+// names, and change nothing.
+func testBatchOtherRole(t *testing.T, db *testDB) {
+	n := namer(t)
+	adminURL := pgtest.AdminURL(t)
+	a := connectAs(t, db.url, createLoginRole(t, adminURL, db.url, true))
+	b := connectAs(t, db.url, createLoginRole(t, adminURL, db.url, true))
+	holder := n("service-a")
+	mustAcquire(t, a, n("v1"), holder, time.Hour, 1)
+	mustAcquire(t, a, n("v2"), holder, time.Hour, 1)
+	r, err := acquireBatch(t, b, strs(n("v1"), n("v2"), n("free")), holder, []string{"1 us", "1 min", "1 min"}, nil)
+	if err != nil {
+		t.Fatalf("acquire_batch from role B: %v", err)
+	}
+	if !slices.Equal(r.Acquired, []bool{false, false, true}) {
+		t.Fatalf("acquire_batch with A's holder from role B: acquired %v, want [false false true] (A's names refused)", r.Acquired)
+	}
+	released, _, err := releaseBatch(t, b, []string{n("v1"), n("v2")}, holder, []int64{1, 1})
+	if err != nil {
+		t.Fatalf("release_batch from role B: %v", err)
+	}
+	if !slices.Equal(released, []bool{false, false}) {
+		t.Fatalf("release_batch of A's tenures from role B: got %v, want [false false]", released)
+	}
+	for _, name := range []string{n("v1"), n("v2")} {
+		if row := mustLeaseStatus(t, db.pool, name); row.State != "held" || row.Fence != 1 || deref(row.ExpiresIn, 0) < 30*time.Minute {
+			t.Fatalf("%s after role B's batches: %+v, want A's tenure unchanged (held, fence 1, about an hour left)", name, row)
+		}
+	}
+	// A's own batch releases them.
+	released, _, err = releaseBatch(t, a, []string{n("v1"), n("v2")}, holder, []int64{1, 1})
+	if err != nil || !slices.Equal(released, []bool{true, true}) {
+		t.Fatalf("release_batch from role A: got %v, %v; want [true true]", released, err)
+	}
+}
