@@ -3,10 +3,12 @@ package pglease_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/testsignal"
@@ -95,7 +97,7 @@ func makeFree(t *testing.T, c *pglease.Client, names ...string) {
 func TestBatchCoalesces(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewMigrated(t)
-	pool := pgtest.Pool(t, url)
+	pool := onePool(t, url)
 	c := newClient(t, pool, "")
 	other := newClient(t, pool, "")
 	h := hookBatches(c)
@@ -179,7 +181,7 @@ func TestBatchCoalesces(t *testing.T) {
 func TestBatchCallerLeaves(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewMigrated(t)
-	pool := pgtest.Pool(t, url)
+	pool := onePool(t, url)
 	c := newClient(t, pool, "")
 	h := hookBatches(c)
 	makeFree(t, c, "block", "slow")
@@ -227,7 +229,7 @@ func TestBatchCallerLeaves(t *testing.T) {
 func TestBatchBadInput(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewMigrated(t)
-	pool := pgtest.Pool(t, url)
+	pool := onePool(t, url)
 	c := newClient(t, pool, "")
 	h := hookBatches(c)
 	makeFree(t, c, "block")
@@ -264,7 +266,7 @@ func TestBatchBadInput(t *testing.T) {
 func TestBatchFallsBack(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewMigrated(t)
-	pool := pgtest.Pool(t, url)
+	pool := onePool(t, url)
 	c := newClient(t, pool, "")
 	other := newClient(t, pool, "")
 	h := hookBatches(c)
@@ -300,4 +302,16 @@ func TestBatchFallsBack(t *testing.T) {
 	if !errors.Is(got["theirs"].err, pglease.ErrLeaseHeld) {
 		t.Fatalf("TryAcquire(theirs) without acquire_batch: %v, want ErrLeaseHeld", got["theirs"].err)
 	}
+}
+
+// onePool returns a pool of one connection on url: a call made while
+// another is in flight queues for the next batch, as on a pool of any size
+// whose connections are all busy.
+func onePool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	return pgtest.Pool(t, url+sep+"pool_max_conns=1")
 }

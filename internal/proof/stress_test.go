@@ -88,6 +88,15 @@ func TestStress(t *testing.T) {
 		c := newStressClient(t, pool, rec, i)
 		if i < 2*stressPairs {
 			if i%2 == 0 {
+				// A pool of one connection: the pair's calls made while
+				// one is in flight queue and go out batched (a Client
+				// batches only what its pool's connections cannot carry).
+				one := openPool(t, url, 1, "pglease-proof-stress", map[string]string{"synchronous_commit": "off"})
+				lc, err := pglease.New(one, pglease.Config{Holder: c.holder})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.leases = lc
 				first = c
 			} else {
 				c.leases, c.holder = first.leases, first.holder
