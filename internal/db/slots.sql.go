@@ -181,7 +181,7 @@ func (q *Queries) SlotRenew(ctx context.Context, arg SlotRenewParams) (SlotRenew
 }
 
 const slotScopeStatusList = `-- name: SlotScopeStatusList :many
-SELECT scope, in_use, slots
+SELECT scope, in_use, slots, units_in_use
 FROM pglease.slot_scope_status
 ORDER BY scope
 `
@@ -195,7 +195,12 @@ func (q *Queries) SlotScopeStatusList(ctx context.Context) ([]PgleaseSlotScopeSt
 	var items []PgleaseSlotScopeStatus
 	for rows.Next() {
 		var i PgleaseSlotScopeStatus
-		if err := rows.Scan(&i.Scope, &i.InUse, &i.Slots); err != nil {
+		if err := rows.Scan(
+			&i.Scope,
+			&i.InUse,
+			&i.Slots,
+			&i.UnitsInUse,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

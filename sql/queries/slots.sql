@@ -29,6 +29,6 @@ FROM pglease.slot_status
 ORDER BY scope, slot;
 
 -- name: SlotScopeStatusList :many
-SELECT scope, in_use, slots
+SELECT scope, in_use, slots, units_in_use
 FROM pglease.slot_scope_status
 ORDER BY scope;
