@@ -258,6 +258,22 @@ CREATE INDEX slots_free_idx ON pglease.slots (scope, slot) WHERE NOT counted;
 -- again below).
 DROP FUNCTION pglease._slot_claim_locked(text, text, integer, timestamptz, interval);
 
+-- The queue of refused slot claims (no starvation), created empty as in
+-- sql/schema/10_schema.sql: every claim that waits registers again at its
+-- next refusal.
+CREATE UNLOGGED TABLE pglease.slot_queue (
+    scope       text        NOT NULL,
+    holder      text        NOT NULL,
+    holder_role text        NOT NULL,
+    units       integer     NOT NULL CHECK (units BETWEEN 1 AND 1000000),
+    since       timestamptz NOT NULL,
+    until       timestamptz NOT NULL,
+    PRIMARY KEY (scope, holder, holder_role)
+);
+COMMENT ON TABLE pglease.slot_queue IS
+    'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
+CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);
+
 -- Source: sql/schema/20_views.sql
 
 -- pglease: status views. CREATE OR REPLACE, so that an upgrade can apply
@@ -1166,6 +1182,13 @@ $$;
 -- any of the live tenures was claimed with (tenures from before 0.2.0 have
 -- none). So the scope never has more units in use than the capacity any
 -- live holder claimed with, however claims with different capacities race.
+-- No starvation: while the scope's queue (pglease.slot_queue) has a head
+-- (its oldest refused claim that has not lapsed) other than this holder,
+-- a claim must also leave room for the head's units (unless the head asks
+-- for more than the capacity this claim sees). So a claim of k units that
+-- is head gets in at its first claim after k units are free, and no claim
+-- registered after it takes them; it becomes head once every claim
+-- refused before it has claimed or lapsed.
 -- Raises PGL06 (nothing changes) when p_units exceeds that smallest
 -- capacity: such a claim could never succeed while those holders live.
 -- A holder (p_holder of the caller's role) that already has a live slot gets
@@ -1197,6 +1220,9 @@ DECLARE
     v_take   integer;
     v_tunits integer;
     v_best   timestamptz;
+    v_head   integer;
+    v_mine   boolean;
+    v_reserve integer;
     v_check  timestamptz;
     v_end    timestamptz;
 BEGIN
@@ -1249,8 +1275,20 @@ BEGIN
     SELECT min(s.capacity) INTO v_cap
     FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.counted AND s.slot IS DISTINCT FROM v_take;
+
+    -- No starvation: the head of the scope's queue (the oldest refused
+    -- claim that has not lapsed, see pglease.slot_queue) keeps room for its
+    -- units against every other claim, unless it could not fit anyway.
+    DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
+    SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
+    FROM pglease.slot_queue AS q
+    WHERE q.scope = p_scope
+    ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+    v_reserve := CASE WHEN v_mine OR v_head > least(p_capacity, v_cap) THEN 0
+                      ELSE coalesce(v_head, 0) END;
+
     IF v_take IS NOT NULL THEN
-        IF in_use - v_tunits + p_units <= least(p_capacity, v_cap) THEN
+        IF in_use - v_tunits + p_units + v_reserve <= least(p_capacity, v_cap) THEN
             UPDATE pglease.slots AS s
             SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
                 units = p_units, fence = s.fence + 1, acquired_at = p_now,
@@ -1285,7 +1323,7 @@ BEGIN
         END IF;
         -- A pass fails only when the slot it chose changed under it.
         FOR attempt IN 1..10 LOOP
-            EXIT WHEN in_use + p_units > least(p_capacity, v_cap);
+            EXIT WHEN in_use + p_units + v_reserve > least(p_capacity, v_cap);
             UPDATE pglease.slots AS s
             SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
                 units = p_units, fence = s.fence + 1, acquired_at = p_now,
@@ -1324,6 +1362,10 @@ BEGIN
         UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
     END IF;
     IF claimed THEN
+        IF v_head IS NOT NULL THEN
+            DELETE FROM pglease.slot_queue AS q
+            WHERE q.scope = p_scope AND q.holder = p_holder AND q.holder_role = v_role;
+        END IF;
         RETURN;
     END IF;
     slot := NULL;
@@ -1346,6 +1388,63 @@ BEGIN
     END LOOP;
     retry_in := v_best - p_now;
     retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
+END
+$$;
+
+-- _slot_queue(p_scope, p_holder, p_units, p_now, p_retry_in): a claim of
+-- p_units refused on the clock p_now joins the scope's queue, or keeps its
+-- place in it (since stays that of its first refusal; the units are those
+-- of this claim). Its entry lapses unless the holder claims again within
+-- p_retry_in or 5 seconds, whichever is less, plus 2 seconds (runslots
+-- claims again at least every 5 seconds while it waits).
+CREATE OR REPLACE FUNCTION pglease._slot_queue(
+    p_scope text, p_holder text, p_units integer, p_now timestamptz, p_retry_in interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    INSERT INTO pglease.slot_queue AS q (scope, holder, holder_role, units, since, until)
+    VALUES (p_scope, p_holder, session_user::text, p_units, p_now,
+            p_now + least(p_retry_in, interval '5 seconds') + interval '2 seconds')
+    ON CONFLICT ON CONSTRAINT slot_queue_pkey
+    DO UPDATE SET units = excluded.units, until = excluded.until;
+END
+$$;
+
+-- _slot_wake(p_scope, p_sure): after a release in p_scope, as
+-- pglease._wake('slot', p_scope, p_sure), with one more field in the
+-- payload: "free", the units the release leaves free as it counts them
+-- (the smallest capacity of the counted tenures, the released one too,
+-- less the units of the tenures live on its clock, read from the scope's
+-- counter and the counted rows whose check_at passed: index ranges). A waiter of k units has room only when k <=
+-- free; clients that ignore the field wake as before.
+CREATE OR REPLACE FUNCTION pglease._slot_wake(p_scope text, p_sure boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_used  integer;
+    v_ended integer;
+    v_cap   integer;
+BEGIN
+    IF p_sure THEN
+        PERFORM 1 FROM pglease.waiters AS w
+        WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > v_now;
+        IF NOT FOUND THEN
+            RETURN; -- nobody waits
+        END IF;
+    END IF;
+    SELECT sc.counted INTO v_used FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    SELECT coalesce(sum(s.units), 0)::integer INTO v_ended
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= v_now AND s.expires_at <= v_now;
+    SELECT min(s.capacity) INTO v_cap
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted;
+    PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+        'kind', 'slot', 'event', 'released', 'name', p_scope,
+        'free', greatest(coalesce(v_cap, 0) - (coalesce(v_used, 0) - v_ended), 0))::text);
 END
 $$;
 
@@ -1436,6 +1535,7 @@ BEGIN
         expires_in := v_ttl;
     ELSE
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
+        PERFORM pglease._slot_queue(p_scope, p_holder, p_units, v_now, retry_in);
     END IF;
 END
 $$;
@@ -1554,6 +1654,9 @@ BEGIN
         fences := '{}';
         in_use := '{}';
         PERFORM pglease._wait_register('slot', refused_scope, v_now + retry_in);
+        PERFORM pglease._slot_queue(refused_scope, p_holder,
+                                    p_units[array_lower(p_units, 1) + array_position(p_scopes, refused_scope) - array_lower(p_scopes, 1)],
+                                    v_now, retry_in);
         RETURN;
     END;
     claimed := true;
@@ -1675,7 +1778,7 @@ $$;
 -- Compare-and-release, exactly like pglease.release: released = true when
 -- (p_holder, p_fence) of the caller's role (session_user) held the slot
 -- live (the tenure ends at the server clock read after any wait; waiters
--- hear it by a NOTIFY on 'pglease', see pglease._wake); otherwise released
+-- hear it by a NOTIFY on 'pglease', see pglease._slot_wake); otherwise released
 -- = false and nothing changes. The slot row keeps its fence, and stays
 -- counted in the scope's units in use until the next claim in the scope,
 -- which takes the scope lock this does not wait for, finds it over on its
@@ -1762,7 +1865,7 @@ BEGIN
         PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
         FOR UPDATE SKIP LOCKED;
         v_sure := FOUND;
-        PERFORM pglease._wake('slot', p_scope, v_sure);
+        PERFORM pglease._slot_wake(p_scope, v_sure);
     END IF;
 END
 $$;

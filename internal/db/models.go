@@ -89,6 +89,16 @@ type PgleaseSlot struct {
 	CheckAt    time.Time
 }
 
+// pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units
+type PgleaseSlotQueue struct {
+	Scope      string
+	Holder     string
+	HolderRole string
+	Units      int32
+	Since      time.Time
+	Until      time.Time
+}
+
 // pglease slot scopes; the row lock serialises claims within one scope
 type PgleaseSlotScope struct {
 	Scope   string

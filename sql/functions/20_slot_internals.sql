@@ -37,6 +37,13 @@ $$;
 -- any of the live tenures was claimed with (tenures from before 0.2.0 have
 -- none). So the scope never has more units in use than the capacity any
 -- live holder claimed with, however claims with different capacities race.
+-- No starvation: while the scope's queue (pglease.slot_queue) has a head
+-- (its oldest refused claim that has not lapsed) other than this holder,
+-- a claim must also leave room for the head's units (unless the head asks
+-- for more than the capacity this claim sees). So a claim of k units that
+-- is head gets in at its first claim after k units are free, and no claim
+-- registered after it takes them; it becomes head once every claim
+-- refused before it has claimed or lapsed.
 -- Raises PGL06 (nothing changes) when p_units exceeds that smallest
 -- capacity: such a claim could never succeed while those holders live.
 -- A holder (p_holder of the caller's role) that already has a live slot gets
@@ -68,6 +75,9 @@ DECLARE
     v_take   integer;
     v_tunits integer;
     v_best   timestamptz;
+    v_head   integer;
+    v_mine   boolean;
+    v_reserve integer;
     v_check  timestamptz;
     v_end    timestamptz;
 BEGIN
@@ -120,8 +130,20 @@ BEGIN
     SELECT min(s.capacity) INTO v_cap
     FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.counted AND s.slot IS DISTINCT FROM v_take;
+
+    -- No starvation: the head of the scope's queue (the oldest refused
+    -- claim that has not lapsed, see pglease.slot_queue) keeps room for its
+    -- units against every other claim, unless it could not fit anyway.
+    DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
+    SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
+    FROM pglease.slot_queue AS q
+    WHERE q.scope = p_scope
+    ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+    v_reserve := CASE WHEN v_mine OR v_head > least(p_capacity, v_cap) THEN 0
+                      ELSE coalesce(v_head, 0) END;
+
     IF v_take IS NOT NULL THEN
-        IF in_use - v_tunits + p_units <= least(p_capacity, v_cap) THEN
+        IF in_use - v_tunits + p_units + v_reserve <= least(p_capacity, v_cap) THEN
             UPDATE pglease.slots AS s
             SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
                 units = p_units, fence = s.fence + 1, acquired_at = p_now,
@@ -156,7 +178,7 @@ BEGIN
         END IF;
         -- A pass fails only when the slot it chose changed under it.
         FOR attempt IN 1..10 LOOP
-            EXIT WHEN in_use + p_units > least(p_capacity, v_cap);
+            EXIT WHEN in_use + p_units + v_reserve > least(p_capacity, v_cap);
             UPDATE pglease.slots AS s
             SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
                 units = p_units, fence = s.fence + 1, acquired_at = p_now,
@@ -195,6 +217,10 @@ BEGIN
         UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
     END IF;
     IF claimed THEN
+        IF v_head IS NOT NULL THEN
+            DELETE FROM pglease.slot_queue AS q
+            WHERE q.scope = p_scope AND q.holder = p_holder AND q.holder_role = v_role;
+        END IF;
         RETURN;
     END IF;
     slot := NULL;
@@ -217,5 +243,62 @@ BEGIN
     END LOOP;
     retry_in := v_best - p_now;
     retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
+END
+$$;
+
+-- _slot_queue(p_scope, p_holder, p_units, p_now, p_retry_in): a claim of
+-- p_units refused on the clock p_now joins the scope's queue, or keeps its
+-- place in it (since stays that of its first refusal; the units are those
+-- of this claim). Its entry lapses unless the holder claims again within
+-- p_retry_in or 5 seconds, whichever is less, plus 2 seconds (runslots
+-- claims again at least every 5 seconds while it waits).
+CREATE OR REPLACE FUNCTION pglease._slot_queue(
+    p_scope text, p_holder text, p_units integer, p_now timestamptz, p_retry_in interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    INSERT INTO pglease.slot_queue AS q (scope, holder, holder_role, units, since, until)
+    VALUES (p_scope, p_holder, session_user::text, p_units, p_now,
+            p_now + least(p_retry_in, interval '5 seconds') + interval '2 seconds')
+    ON CONFLICT ON CONSTRAINT slot_queue_pkey
+    DO UPDATE SET units = excluded.units, until = excluded.until;
+END
+$$;
+
+-- _slot_wake(p_scope, p_sure): after a release in p_scope, as
+-- pglease._wake('slot', p_scope, p_sure), with one more field in the
+-- payload: "free", the units the release leaves free as it counts them
+-- (the smallest capacity of the counted tenures, the released one too,
+-- less the units of the tenures live on its clock, read from the scope's
+-- counter and the counted rows whose check_at passed: index ranges). A waiter of k units has room only when k <=
+-- free; clients that ignore the field wake as before.
+CREATE OR REPLACE FUNCTION pglease._slot_wake(p_scope text, p_sure boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_used  integer;
+    v_ended integer;
+    v_cap   integer;
+BEGIN
+    IF p_sure THEN
+        PERFORM 1 FROM pglease.waiters AS w
+        WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > v_now;
+        IF NOT FOUND THEN
+            RETURN; -- nobody waits
+        END IF;
+    END IF;
+    SELECT sc.counted INTO v_used FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    SELECT coalesce(sum(s.units), 0)::integer INTO v_ended
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= v_now AND s.expires_at <= v_now;
+    SELECT min(s.capacity) INTO v_cap
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted;
+    PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+        'kind', 'slot', 'event', 'released', 'name', p_scope,
+        'free', greatest(coalesce(v_cap, 0) - (coalesce(v_used, 0) - v_ended), 0))::text);
 END
 $$;

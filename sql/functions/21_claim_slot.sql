@@ -83,6 +83,7 @@ BEGIN
         expires_in := v_ttl;
     ELSE
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
+        PERFORM pglease._slot_queue(p_scope, p_holder, p_units, v_now, retry_in);
     END IF;
 END
 $$;

@@ -110,6 +110,9 @@ BEGIN
         fences := '{}';
         in_use := '{}';
         PERFORM pglease._wait_register('slot', refused_scope, v_now + retry_in);
+        PERFORM pglease._slot_queue(refused_scope, p_holder,
+                                    p_units[array_lower(p_units, 1) + array_position(p_scopes, refused_scope) - array_lower(p_scopes, 1)],
+                                    v_now, retry_in);
         RETURN;
     END;
     claimed := true;

@@ -4,7 +4,7 @@
 -- Compare-and-release, exactly like pglease.release: released = true when
 -- (p_holder, p_fence) of the caller's role (session_user) held the slot
 -- live (the tenure ends at the server clock read after any wait; waiters
--- hear it by a NOTIFY on 'pglease', see pglease._wake); otherwise released
+-- hear it by a NOTIFY on 'pglease', see pglease._slot_wake); otherwise released
 -- = false and nothing changes. The slot row keeps its fence, and stays
 -- counted in the scope's units in use until the next claim in the scope,
 -- which takes the scope lock this does not wait for, finds it over on its
@@ -91,7 +91,7 @@ BEGIN
         PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
         FOR UPDATE SKIP LOCKED;
         v_sure := FOUND;
-        PERFORM pglease._wake('slot', p_scope, v_sure);
+        PERFORM pglease._slot_wake(p_scope, v_sure);
     END IF;
 END
 $$;

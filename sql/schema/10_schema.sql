@@ -117,6 +117,29 @@ CREATE UNLOGGED TABLE pglease.waiters (
 COMMENT ON TABLE pglease.waiters IS
     'pglease: refused acquires and claims waiting for a release notification';
 
+-- The queue of refused slot claims (0.3.0), in the order they were first
+-- refused: one row per waiting (scope, holder, role) with the units it
+-- asks for. The oldest live entry of a scope (until > now) is its head:
+-- a claim by anyone else succeeds only when it leaves room for the head's
+-- units, so a claim of many units is not overtaken forever by claims of
+-- few (see pglease._slot_claim_locked). until is the time by which the
+-- waiter must claim again (its retry_in plus two seconds); one that does
+-- not lapses, and its entry is deleted by the next claim that finds it.
+-- UNLOGGED, as pglease.waiters: it holds no fence and no grant; losing it
+-- (crash, failover) only forgets the order of the waiters.
+CREATE UNLOGGED TABLE pglease.slot_queue (
+    scope       text        NOT NULL,
+    holder      text        NOT NULL,
+    holder_role text        NOT NULL,
+    units       integer     NOT NULL CHECK (units BETWEEN 1 AND 1000000),
+    since       timestamptz NOT NULL,  -- first refused
+    until       timestamptz NOT NULL,  -- lapses unless it claims again by then
+    PRIMARY KEY (scope, holder, holder_role)
+);
+COMMENT ON TABLE pglease.slot_queue IS
+    'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
+CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);
+
 -- The fence floor: one row. pglease.purge raises lease_fence (slot_fence) to
 -- the largest fence of the lease (slot) rows it deletes, in the same
 -- transaction; a lease name or slot created afterwards starts at floor + 1,

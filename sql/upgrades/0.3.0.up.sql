@@ -82,3 +82,19 @@ CREATE INDEX slots_free_idx ON pglease.slots (scope, slot) WHERE NOT counted;
 -- The claims' building block gains the unit count (its callers are created
 -- again below).
 DROP FUNCTION pglease._slot_claim_locked(text, text, integer, timestamptz, interval);
+
+-- The queue of refused slot claims (no starvation), created empty as in
+-- sql/schema/10_schema.sql: every claim that waits registers again at its
+-- next refusal.
+CREATE UNLOGGED TABLE pglease.slot_queue (
+    scope       text        NOT NULL,
+    holder      text        NOT NULL,
+    holder_role text        NOT NULL,
+    units       integer     NOT NULL CHECK (units BETWEEN 1 AND 1000000),
+    since       timestamptz NOT NULL,
+    until       timestamptz NOT NULL,
+    PRIMARY KEY (scope, holder, holder_role)
+);
+COMMENT ON TABLE pglease.slot_queue IS
+    'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
+CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);
