@@ -1380,7 +1380,8 @@ $$;
 
 -- _slot_wake(p_scope, p_sure): after a release in p_scope, as
 -- pglease._wake('slot', p_scope, p_sure), with one more field in the
--- payload: "free", the units the release leaves free as it counts them
+-- payload while the scope's queue has a waiter (blocking claims of 0.3.0;
+-- the payload is 0.2.0's otherwise): "free", the units the release leaves free as it counts them
 -- (the smallest capacity of the counted tenures, the released one too,
 -- less the units of the tenures live on its clock, read from the scope's
 -- counter and the counted rows whose check_at passed: index ranges). A waiter of k units has room only when k <=
@@ -1402,6 +1403,12 @@ BEGIN
             RETURN; -- nobody waits
         END IF;
     END IF;
+    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope;
+    IF NOT FOUND THEN
+        PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+            'kind', 'slot', 'event', 'released', 'name', p_scope)::text);
+        RETURN;
+    END IF;
     SELECT sc.counted INTO v_used FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
     SELECT coalesce(sum(s.units), 0)::integer INTO v_ended
     FROM pglease.slots AS s
@@ -1417,10 +1424,15 @@ $$;
 
 -- Source: sql/functions/21_claim_slot.sql
 
--- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, p_units): take
--- p_units units of a scope's capacity, all or nothing, as one slot with one
--- fence. The four-argument form (0.2.0) claims one unit and returns no
--- units column; otherwise it is this function.
+-- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, p_units,
+-- p_wait): take p_units units of a scope's capacity, all or nothing, as one
+-- slot with one fence. p_wait (default false) says that the caller will
+-- claim again when refused (a blocking claim): a refused claim then joins
+-- the scope's queue (pglease.slot_queue), whose head keeps room for its
+-- units against later claims, so it is not starved by claims of fewer
+-- units; a claim with p_wait false is never queued (a one-shot claim must
+-- not hold room it will not take). The four-argument form (0.2.0) is
+-- p_units 1, p_wait false, without the units column.
 --
 -- A tenure belongs to the pair (p_holder, the caller's database role:
 -- session_user); the same holder string from another role is another
@@ -1458,6 +1470,7 @@ $$;
 -- scope's live holders claimed with; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slot integer, OUT fence bigint,
     OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
     OUT retry_in interval, OUT units integer)
@@ -1502,16 +1515,20 @@ BEGIN
         expires_in := v_ttl;
     ELSE
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
-        PERFORM pglease._slot_queue(p_scope, p_holder, p_units, v_now, retry_in);
+        IF p_wait THEN
+            PERFORM pglease._slot_queue(p_scope, p_holder, p_units, v_now, retry_in);
+        END IF;
     END IF;
 END
 $$;
 
 -- Source: sql/functions/22_claim_slots.sql
 
--- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl, p_units): one
--- slot of p_units[i] units in each scope p_scopes[i], all or nothing. The
--- four-argument form (0.2.0) claims one unit in each scope.
+-- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl, p_units,
+-- p_wait): one slot of p_units[i] units in each scope p_scopes[i], all or
+-- nothing; p_wait as for pglease.claim_slot (the refused scope's queue).
+-- The four-argument form (0.2.0) claims one unit in each scope, p_wait
+-- false.
 --
 -- p_scopes[i] is claimed with capacity p_capacities[i] and p_units[i]
 -- units, each exactly as by pglease.claim_slot (the same role binding and
@@ -1536,6 +1553,7 @@ $$;
 -- the order given where it applies; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slots(
     p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval, p_units integer[],
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
     OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
     OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
@@ -1621,9 +1639,11 @@ BEGIN
         fences := '{}';
         in_use := '{}';
         PERFORM pglease._wait_register('slot', refused_scope, v_now + retry_in);
-        PERFORM pglease._slot_queue(refused_scope, p_holder,
-                                    p_units[array_lower(p_units, 1) + array_position(p_scopes, refused_scope) - array_lower(p_scopes, 1)],
-                                    v_now, retry_in);
+        IF p_wait THEN
+            PERFORM pglease._slot_queue(refused_scope, p_holder,
+                                        p_units[array_lower(p_units, 1) + array_position(p_scopes, refused_scope) - array_lower(p_scopes, 1)],
+                                        v_now, retry_in);
+        END IF;
         RETURN;
     END;
     claimed := true;
@@ -1855,7 +1875,7 @@ LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT c.claimed, c.slot, c.fence, c.expires_at, c.expires_in, c.in_use, c.retry_in
-    FROM pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, 1) AS c;
+    FROM pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, 1, false) AS c;
 $$;
 
 -- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl): the 0.2.0
@@ -1873,7 +1893,8 @@ AS $$
            c.expires_at, c.expires_in, c.retry_in
     FROM pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl,
                              CASE WHEN p_capacities IS NOT NULL
-                                  THEN array_fill(1, ARRAY[coalesce(cardinality(p_capacities), 0)]) END) AS c;
+                                  THEN array_fill(1, ARRAY[coalesce(cardinality(p_capacities), 0)]) END,
+                             false) AS c;
 $$;
 
 -- Source: sql/functions/30_renew_holder.sql
@@ -3241,8 +3262,8 @@ BEGIN
             TO pglease_client;
         -- Weighted slot claims (0.3.0).
         GRANT EXECUTE ON FUNCTION
-            pglease.claim_slot(text, text, integer, interval, integer),
-            pglease.claim_slots(text, text[], integer[], interval, integer[])
+            pglease.claim_slot(text, text, integer, interval, integer, boolean),
+            pglease.claim_slots(text, text[], integer[], interval, integer[], boolean)
             TO pglease_client;
     END IF;
 END

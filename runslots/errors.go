@@ -56,9 +56,15 @@ func (e *FullError) Error() string {
 // Is reports whether target is ErrFull.
 func (e *FullError) Is(target error) bool { return target == ErrFull }
 
-// refusal is the wait of a claim, sent at sent, refused with e.
+// queueRecheck is the longest a blocking claim waits between two claims:
+// the server keeps a refused claim's place in the scope's queue only while
+// it claims again within min(retry_in, 5 s) + 2 s (pglease._slot_queue).
+const queueRecheck = 5 * time.Second
+
+// refusal is the wait of a claim, sent at sent, refused with e: until a
+// release, the earliest expiry, or queueRecheck.
 func (e *FullError) refusal(sent time.Time) *tenure.Refusal {
-	return &tenure.Refusal{Name: e.Scope, RetryIn: e.RetryIn, Sent: sent}
+	return &tenure.Refusal{Name: e.Scope, RetryIn: min(e.RetryIn, queueRecheck), Sent: sent}
 }
 
 // LostError is how Run and Slot.Run report a slot lost while the workload

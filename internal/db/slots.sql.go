@@ -15,7 +15,7 @@ import (
 const slotClaim = `-- name: SlotClaim :one
 SELECT c.claimed::boolean AS claimed, c.slot, c.fence,
        c.expires_in, c.in_use::integer AS in_use, c.retry_in
-FROM pglease.claim_slot($1, $2, $3, $4) AS c
+FROM pglease.claim_slot($1, $2, $3, $4, $5::integer, $6::boolean) AS c
 `
 
 type SlotClaimParams struct {
@@ -23,6 +23,8 @@ type SlotClaimParams struct {
 	Holder   string
 	Capacity int32
 	Ttl      time.Duration
+	Units    int32
+	Wait     bool
 }
 
 type SlotClaimRow struct {
@@ -40,6 +42,8 @@ func (q *Queries) SlotClaim(ctx context.Context, arg SlotClaimParams) (SlotClaim
 		arg.Holder,
 		arg.Capacity,
 		arg.Ttl,
+		arg.Units,
+		arg.Wait,
 	)
 	var i SlotClaimRow
 	err := row.Scan(
@@ -57,7 +61,7 @@ const slotClaimMany = `-- name: SlotClaimMany :one
 SELECT c.claimed::boolean AS claimed, c.slots::integer[] AS slots,
        c.fences::bigint[] AS fences, c.in_use::integer[] AS in_use,
        c.refused_scope, c.refused_in_use, c.expires_in, c.retry_in
-FROM pglease.claim_slots($1, $2::text[], $3::integer[], $4) AS c
+FROM pglease.claim_slots($1, $2::text[], $3::integer[], $4, $5::integer[], $6::boolean) AS c
 `
 
 type SlotClaimManyParams struct {
@@ -65,6 +69,8 @@ type SlotClaimManyParams struct {
 	Scopes     []string
 	Capacities []int32
 	Ttl        time.Duration
+	Units      []int32
+	Wait       bool
 }
 
 type SlotClaimManyRow struct {
@@ -84,6 +90,8 @@ func (q *Queries) SlotClaimMany(ctx context.Context, arg SlotClaimManyParams) (S
 		arg.Scopes,
 		arg.Capacities,
 		arg.Ttl,
+		arg.Units,
+		arg.Wait,
 	)
 	var i SlotClaimManyRow
 	err := row.Scan(

@@ -176,6 +176,7 @@ $$;
 -- Source: sql/functions/21_claim_slot.sql (signature), sql/proxy/routes (hash p_scope)
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slot integer, OUT fence bigint,
     OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
     OUT retry_in interval, OUT units integer)
@@ -188,6 +189,7 @@ $$;
 -- Source: sql/functions/22_claim_slots.sql (signature), sql/proxy/routes (scopes p_scopes)
 CREATE OR REPLACE FUNCTION pglease.claim_slots(
     p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval, p_units integer[],
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
     OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
     OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)

@@ -268,7 +268,8 @@ $$;
 
 -- _slot_wake(p_scope, p_sure): after a release in p_scope, as
 -- pglease._wake('slot', p_scope, p_sure), with one more field in the
--- payload: "free", the units the release leaves free as it counts them
+-- payload while the scope's queue has a waiter (blocking claims of 0.3.0;
+-- the payload is 0.2.0's otherwise): "free", the units the release leaves free as it counts them
 -- (the smallest capacity of the counted tenures, the released one too,
 -- less the units of the tenures live on its clock, read from the scope's
 -- counter and the counted rows whose check_at passed: index ranges). A waiter of k units has room only when k <=
@@ -289,6 +290,12 @@ BEGIN
         IF NOT FOUND THEN
             RETURN; -- nobody waits
         END IF;
+    END IF;
+    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope;
+    IF NOT FOUND THEN
+        PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+            'kind', 'slot', 'event', 'released', 'name', p_scope)::text);
+        RETURN;
     END IF;
     SELECT sc.counted INTO v_used FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
     SELECT coalesce(sum(s.units), 0)::integer INTO v_ended

@@ -1,7 +1,12 @@
--- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, p_units): take
--- p_units units of a scope's capacity, all or nothing, as one slot with one
--- fence. The four-argument form (0.2.0) claims one unit and returns no
--- units column; otherwise it is this function.
+-- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, p_units,
+-- p_wait): take p_units units of a scope's capacity, all or nothing, as one
+-- slot with one fence. p_wait (default false) says that the caller will
+-- claim again when refused (a blocking claim): a refused claim then joins
+-- the scope's queue (pglease.slot_queue), whose head keeps room for its
+-- units against later claims, so it is not starved by claims of fewer
+-- units; a claim with p_wait false is never queued (a one-shot claim must
+-- not hold room it will not take). The four-argument form (0.2.0) is
+-- p_units 1, p_wait false, without the units column.
 --
 -- A tenure belongs to the pair (p_holder, the caller's database role:
 -- session_user); the same holder string from another role is another
@@ -39,6 +44,7 @@
 -- scope's live holders claimed with; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slot integer, OUT fence bigint,
     OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
     OUT retry_in interval, OUT units integer)
@@ -83,7 +89,9 @@ BEGIN
         expires_in := v_ttl;
     ELSE
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
-        PERFORM pglease._slot_queue(p_scope, p_holder, p_units, v_now, retry_in);
+        IF p_wait THEN
+            PERFORM pglease._slot_queue(p_scope, p_holder, p_units, v_now, retry_in);
+        END IF;
     END IF;
 END
 $$;

@@ -1,6 +1,8 @@
--- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl, p_units): one
--- slot of p_units[i] units in each scope p_scopes[i], all or nothing. The
--- four-argument form (0.2.0) claims one unit in each scope.
+-- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl, p_units,
+-- p_wait): one slot of p_units[i] units in each scope p_scopes[i], all or
+-- nothing; p_wait as for pglease.claim_slot (the refused scope's queue).
+-- The four-argument form (0.2.0) claims one unit in each scope, p_wait
+-- false.
 --
 -- p_scopes[i] is claimed with capacity p_capacities[i] and p_units[i]
 -- units, each exactly as by pglease.claim_slot (the same role binding and
@@ -25,6 +27,7 @@
 -- the order given where it applies; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slots(
     p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval, p_units integer[],
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
     OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
     OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
@@ -110,9 +113,11 @@ BEGIN
         fences := '{}';
         in_use := '{}';
         PERFORM pglease._wait_register('slot', refused_scope, v_now + retry_in);
-        PERFORM pglease._slot_queue(refused_scope, p_holder,
-                                    p_units[array_lower(p_units, 1) + array_position(p_scopes, refused_scope) - array_lower(p_scopes, 1)],
-                                    v_now, retry_in);
+        IF p_wait THEN
+            PERFORM pglease._slot_queue(refused_scope, p_holder,
+                                        p_units[array_lower(p_units, 1) + array_position(p_scopes, refused_scope) - array_lower(p_scopes, 1)],
+                                        v_now, retry_in);
+        END IF;
         RETURN;
     END;
     claimed := true;

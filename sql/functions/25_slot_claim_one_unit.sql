@@ -14,7 +14,7 @@ LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT c.claimed, c.slot, c.fence, c.expires_at, c.expires_in, c.in_use, c.retry_in
-    FROM pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, 1) AS c;
+    FROM pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, 1, false) AS c;
 $$;
 
 -- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl): the 0.2.0
@@ -32,5 +32,6 @@ AS $$
            c.expires_at, c.expires_in, c.retry_in
     FROM pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl,
                              CASE WHEN p_capacities IS NOT NULL
-                                  THEN array_fill(1, ARRAY[coalesce(cardinality(p_capacities), 0)]) END) AS c;
+                                  THEN array_fill(1, ARRAY[coalesce(cardinality(p_capacities), 0)]) END,
+                             false) AS c;
 $$;

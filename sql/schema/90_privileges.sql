@@ -96,8 +96,8 @@ BEGIN
             TO pglease_client;
         -- Weighted slot claims (0.3.0).
         GRANT EXECUTE ON FUNCTION
-            pglease.claim_slot(text, text, integer, interval, integer),
-            pglease.claim_slots(text, text[], integer[], interval, integer[])
+            pglease.claim_slot(text, text, integer, interval, integer, boolean),
+            pglease.claim_slots(text, text[], integer[], interval, integer[], boolean)
             TO pglease_client;
     END IF;
 END
