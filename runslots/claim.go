@@ -9,6 +9,7 @@ import (
 
 	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/internal/tenure"
+	"github.com/pglease/pglease/pglease"
 )
 
 // TryClaim takes one of capacity slots of scope for ttl, or returns at
@@ -34,7 +35,7 @@ func (c *Client) TryClaim(ctx context.Context, scope string, capacity int, ttl t
 // the server then queues the claim (see the package documentation).
 func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl time.Duration, wait bool) (*Slot, *tenure.Refusal, error) {
 	sent := time.Now()
-	row, err := c.c.Queries().SlotClaim(ctx, db.SlotClaimParams{
+	row, err := c.claim(ctx, db.SlotClaimUnitsParams{
 		Scope: scope, Holder: c.c.Holder(), Capacity: int32(capacity), Ttl: ttl, Units: int32(c.units), Wait: wait,
 	})
 	if err != nil {
@@ -94,7 +95,7 @@ func (c *Client) TryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 }
 
 func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duration, wait bool) ([]*Slot, *tenure.Refusal, error) {
-	p := db.SlotClaimManyParams{
+	p := db.SlotClaimManyUnitsParams{
 		Holder:     c.c.Holder(),
 		Scopes:     make([]string, len(wants)),
 		Capacities: make([]int32, len(wants)),
@@ -106,7 +107,7 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 		p.Scopes[i], p.Capacities[i], p.Units[i] = w.Scope, int32(w.Capacity), int32(cmp.Or(w.Units, c.units))
 	}
 	sent := time.Now()
-	row, err := c.c.Queries().SlotClaimMany(ctx, p)
+	row, err := c.claimMany(ctx, p)
 	if err != nil {
 		return nil, nil, c.c.Interpret(ctx, err)
 	}
@@ -176,4 +177,38 @@ func orZero(d *time.Duration) time.Duration {
 		return 0
 	}
 	return *d
+}
+
+// claim calls the claim with units of schema 0.3.0, or, on an earlier
+// schema, the four-argument one: one unit, never queued (a claim of more
+// units then fails with ErrNotMigrated).
+func (c *Client) claim(ctx context.Context, p db.SlotClaimUnitsParams) (db.SlotClaimUnitsRow, error) {
+	if c.c.Modern() {
+		row, err := c.c.Queries().SlotClaimUnits(ctx, p)
+		if err == nil || !c.c.Missing(err) {
+			return row, err
+		}
+	}
+	if p.Units != 1 {
+		return db.SlotClaimUnitsRow{}, fmt.Errorf("%w: claiming %d units (Config.Units) needs schema 0.3.0", pglease.ErrNotMigrated, p.Units)
+	}
+	r, err := c.c.Queries().SlotClaim(ctx, db.SlotClaimParams{Scope: p.Scope, Holder: p.Holder, Capacity: p.Capacity, Ttl: p.Ttl})
+	return db.SlotClaimUnitsRow(r), err
+}
+
+// claimMany is claim for claim_slots.
+func (c *Client) claimMany(ctx context.Context, p db.SlotClaimManyUnitsParams) (db.SlotClaimManyUnitsRow, error) {
+	if c.c.Modern() {
+		row, err := c.c.Queries().SlotClaimManyUnits(ctx, p)
+		if err == nil || !c.c.Missing(err) {
+			return row, err
+		}
+	}
+	for i, u := range p.Units {
+		if u != 1 {
+			return db.SlotClaimManyUnitsRow{}, fmt.Errorf("%w: claiming %d units (wants[%d].Units) needs schema 0.3.0", pglease.ErrNotMigrated, u, i)
+		}
+	}
+	r, err := c.c.Queries().SlotClaimMany(ctx, db.SlotClaimManyParams{Holder: p.Holder, Scopes: p.Scopes, Capacities: p.Capacities, Ttl: p.Ttl})
+	return db.SlotClaimManyUnitsRow(r), err
 }
