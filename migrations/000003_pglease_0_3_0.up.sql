@@ -254,9 +254,6 @@ DROP INDEX pglease.slots_scope_expires_idx;
 DROP INDEX pglease.slots_counted_expires_idx;
 CREATE INDEX slots_counted_check_idx ON pglease.slots (scope, check_at) WHERE counted;
 CREATE INDEX slots_free_idx ON pglease.slots (scope, slot) WHERE NOT counted;
--- The claims' building block gains the unit count (its callers are created
--- again below).
-DROP FUNCTION pglease._slot_claim_locked(text, text, integer, timestamptz, interval);
 
 -- The queue of refused slot claims (no starvation), created empty as in
 -- sql/schema/10_schema.sql: every claim that waits registers again at its
@@ -1928,6 +1925,21 @@ AS $$
                              CASE WHEN p_capacities IS NOT NULL
                                   THEN array_fill(1, ARRAY[coalesce(cardinality(p_capacities), 0)]) END,
                              false) AS c;
+$$;
+
+-- _slot_claim_locked(p_scope, p_holder, p_capacity, p_now, p_ttl): the
+-- 0.2.0 form of the claims' building block, one unit, never queued; kept
+-- so that the catalog of 0.2.0's functions stays whole (internal: granted
+-- to no client, as the 0.2.0 contract checks).
+CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
+    p_scope text, p_holder text, p_capacity integer,
+    p_now timestamptz, p_ttl interval,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
+    OUT retry_in interval)
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, 1, p_now, p_ttl) AS c;
 $$;
 
 -- Source: sql/functions/30_renew_holder.sql

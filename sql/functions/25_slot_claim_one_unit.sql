@@ -35,3 +35,18 @@ AS $$
                                   THEN array_fill(1, ARRAY[coalesce(cardinality(p_capacities), 0)]) END,
                              false) AS c;
 $$;
+
+-- _slot_claim_locked(p_scope, p_holder, p_capacity, p_now, p_ttl): the
+-- 0.2.0 form of the claims' building block, one unit, never queued; kept
+-- so that the catalog of 0.2.0's functions stays whole (internal: granted
+-- to no client, as the 0.2.0 contract checks).
+CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
+    p_scope text, p_holder text, p_capacity integer,
+    p_now timestamptz, p_ttl interval,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
+    OUT retry_in interval)
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, 1, p_now, p_ttl) AS c;
+$$;

@@ -79,9 +79,6 @@ DROP INDEX pglease.slots_scope_expires_idx;
 DROP INDEX pglease.slots_counted_expires_idx;
 CREATE INDEX slots_counted_check_idx ON pglease.slots (scope, check_at) WHERE counted;
 CREATE INDEX slots_free_idx ON pglease.slots (scope, slot) WHERE NOT counted;
--- The claims' building block gains the unit count (its callers are created
--- again below).
-DROP FUNCTION pglease._slot_claim_locked(text, text, integer, timestamptz, interval);
 
 -- The queue of refused slot claims (no starvation), created empty as in
 -- sql/schema/10_schema.sql: every claim that waits registers again at its
