@@ -276,26 +276,27 @@ func (q *Queries) SlotRenew(ctx context.Context, arg SlotRenewParams) (SlotRenew
 }
 
 const slotScopeStatusList = `-- name: SlotScopeStatusList :many
-SELECT scope, in_use, slots, units_in_use
+SELECT scope, in_use, slots
 FROM pglease.slot_scope_status
 ORDER BY scope
 `
 
-func (q *Queries) SlotScopeStatusList(ctx context.Context) ([]PgleaseSlotScopeStatus, error) {
+type SlotScopeStatusListRow struct {
+	Scope string
+	InUse int32
+	Slots int32
+}
+
+func (q *Queries) SlotScopeStatusList(ctx context.Context) ([]SlotScopeStatusListRow, error) {
 	rows, err := q.db.Query(ctx, slotScopeStatusList)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []PgleaseSlotScopeStatus
+	var items []SlotScopeStatusListRow
 	for rows.Next() {
-		var i PgleaseSlotScopeStatus
-		if err := rows.Scan(
-			&i.Scope,
-			&i.InUse,
-			&i.Slots,
-			&i.UnitsInUse,
-		); err != nil {
+		var i SlotScopeStatusListRow
+		if err := rows.Scan(&i.Scope, &i.InUse, &i.Slots); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -40,6 +40,6 @@ FROM pglease.slot_status
 ORDER BY scope, slot;
 
 -- name: SlotScopeStatusList :many
-SELECT scope, in_use, slots, units_in_use
+SELECT scope, in_use, slots
 FROM pglease.slot_scope_status
 ORDER BY scope;
