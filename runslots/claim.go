@@ -44,7 +44,7 @@ func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl t
 	if !row.Claimed {
 		full := &FullError{Scope: scope, Capacity: capacity, InUse: int(row.InUse), RetryIn: orZero(row.RetryIn)}
 		c.c.Refused(ctx, scope)
-		return nil, full.refusal(sent), full
+		return nil, full.refusal(sent, c.units), full
 	}
 	return &Slot{t: c.c.Grant(scope, int(row.Slot.Int32), row.Fence.Int64, ttl, sent), units: c.units}, nil, nil
 }
@@ -114,12 +114,13 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 	if !row.Claimed {
 		full := &FullError{Scope: row.RefusedScope.String, InUse: int(row.RefusedInUse.Int32), RetryIn: orZero(row.RetryIn)}
 		c.c.Refused(ctx, full.Scope)
-		for _, w := range wants {
+		units := c.units
+		for i, w := range wants {
 			if w.Scope == full.Scope {
-				full.Capacity = w.Capacity
+				full.Capacity, units = w.Capacity, int(p.Units[i])
 			}
 		}
-		return nil, full.refusal(sent), full
+		return nil, full.refusal(sent, units), full
 	}
 	if len(row.Slots) != len(wants) || len(row.Fences) != len(wants) {
 		return nil, nil, errors.New("runslots: pglease.claim_slots returned fewer slots than scopes; the schema does not match this client")

@@ -61,10 +61,11 @@ func (e *FullError) Is(target error) bool { return target == ErrFull }
 // it claims again within min(retry_in, 5 s) + 2 s (pglease._slot_queue).
 const queueRecheck = 5 * time.Second
 
-// refusal is the wait of a claim, sent at sent, refused with e: until a
-// release, the earliest expiry, or queueRecheck.
-func (e *FullError) refusal(sent time.Time) *tenure.Refusal {
-	return &tenure.Refusal{Name: e.Scope, RetryIn: min(e.RetryIn, queueRecheck), Sent: sent}
+// refusal is the wait of a claim of units units, sent at sent, refused
+// with e: until a release that leaves room for them, the earliest expiry,
+// or queueRecheck.
+func (e *FullError) refusal(sent time.Time, units int) *tenure.Refusal {
+	return &tenure.Refusal{Name: e.Scope, Units: units, RetryIn: min(e.RetryIn, queueRecheck), Sent: sent}
 }
 
 // LostError is how Run and Slot.Run report a slot lost while the workload
