@@ -133,7 +133,7 @@ type link struct {
 // Waiter waits for a release of one lease or slot scope, or for a timeout.
 type Waiter struct {
 	kind, name string
-	units      int           // of a slot claim; woken only when a release leaves that many free (0: always)
+	units      int // of a slot claim; woken only when a release leaves that many free (0: always)
 	h          *Hub
 	link       *link         // nil while not listening
 	wake       chan struct{} // buffered 1: a release of kind/name, or the link broke
