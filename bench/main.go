@@ -75,6 +75,8 @@ type config struct {
 	// cronRuns, when more than 0, runs only the cron comparison (cron.go)
 	// with that many cycles of each kind (-cron-only).
 	cronRuns int
+	// slotsOnly runs only the slot section (slotsonly.go).
+	slotsOnly bool
 	// leaderOnly runs only the leadership section (leader.go).
 	leaderOnly bool
 	// batchOnly runs only the batched calls' section (batch.go).
@@ -138,6 +140,7 @@ func parseFlags(args []string) (config, error) {
 	cronOnly := fs.Bool("cron-only", false, "run only the cron comparison (the run ledger's cost per run against acquire + release) and print its section")
 	cronRuns := fs.Int("cron-runs", 4000, "cycles of each kind in the cron comparison")
 	fs.BoolVar(&cfg.batchOnly, "batch-only", false, "run only the batched calls' section (8 goroutines sharing one pglease.Client, coalesced into acquire_batch/release_batch, against pglock and Redis one command at a time and pipelined; Redis started under -store-dir) and print it")
+	fs.BoolVar(&cfg.slotsOnly, "slots-only", false, "run only the slot section (claim + release against a lease's acquire + release at -clients, weighted claims of 1, 4 and 16 units of capacity 64, renew_slot's server time and HOT share) and print it")
 	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, renew_lease, acquire with a value, observing at C=8) and print it")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -245,6 +248,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if cfg.batchOnly {
 		return runBatchBench(ctx, cfg)
+	}
+	if cfg.slotsOnly {
+		return runSlotsBench(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {

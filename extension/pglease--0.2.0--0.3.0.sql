@@ -237,6 +237,41 @@ CREATE UNLOGGED TABLE pglease.candidates (
 COMMENT ON TABLE pglease.candidates IS
     'pglease: refused holders of a lease, which a release request may prefer';
 
+-- Slots (docs/sql.md#claim_slot, sql/schema/10_schema.sql): weighted claims
+-- and HOT renewals. Two columns on pglease.slots: units (every existing
+-- tenure holds 1, as it did) and check_at, '-infinity' for every existing
+-- row, which keeps every tenure, fence and counter as it is: the first
+-- claim in a scope looks at each of its counted rows once (un-counts those
+-- that ended, and sets check_at to the others' ends), and the scopes'
+-- counters, which counted slots, now count units, one per slot. Both
+-- columns have a constant default, so adding them rewrites nothing. The two indexes on expires_at go (a renewal then touches no index
+-- column and is HOT); check_at's and the free slots' come. The table is
+-- locked for the statement's length, which the renewals and claims of the
+-- old functions wait for; they then run the new ones.
+ALTER TABLE pglease.slots
+    ADD COLUMN units integer NOT NULL DEFAULT 1 CHECK (units BETWEEN 1 AND 1000000),
+    ADD COLUMN check_at timestamptz NOT NULL DEFAULT '-infinity';
+DROP INDEX pglease.slots_scope_expires_idx;
+DROP INDEX pglease.slots_counted_expires_idx;
+CREATE INDEX slots_counted_check_idx ON pglease.slots (scope, check_at) WHERE counted;
+CREATE INDEX slots_free_idx ON pglease.slots (scope, slot) WHERE NOT counted;
+
+-- The queue of refused slot claims (no starvation), created empty as in
+-- sql/schema/10_schema.sql: every claim that waits registers again at its
+-- next refusal.
+CREATE UNLOGGED TABLE pglease.slot_queue (
+    scope       text        NOT NULL,
+    holder      text        NOT NULL,
+    holder_role text        NOT NULL,
+    units       integer     NOT NULL CHECK (units BETWEEN 1 AND 1000000),
+    since       timestamptz NOT NULL,
+    until       timestamptz NOT NULL,
+    PRIMARY KEY (scope, holder, holder_role)
+);
+COMMENT ON TABLE pglease.slot_queue IS
+    'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
+CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);
+
 -- Source: sql/schema/20_views.sql
 
 -- pglease: status views. CREATE OR REPLACE, so that an upgrade can apply
@@ -280,7 +315,8 @@ SELECT s.scope,
             ELSE 'expired' END AS state,
        s.expires_at,
        CASE WHEN s.holder IS NULL THEN interval '0'
-            ELSE greatest(s.expires_at - c.now, interval '0') END AS expires_in
+            ELSE greatest(s.expires_at - c.now, interval '0') END AS expires_in,
+       s.units
 FROM pglease.slots AS s
 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
 COMMENT ON VIEW pglease.slot_status IS
@@ -289,12 +325,14 @@ COMMENT ON VIEW pglease.slot_status IS
 CREATE OR REPLACE VIEW pglease.slot_scope_status AS
 SELECT s.scope,
        count(*) FILTER (WHERE s.holder IS NOT NULL AND s.expires_at > c.now)::integer AS in_use,
-       count(*)::integer AS slots
+       count(*)::integer AS slots,
+       coalesce(sum(s.units) FILTER (WHERE s.holder IS NOT NULL AND s.expires_at > c.now), 0)::integer
+           AS units_in_use
 FROM pglease.slots AS s
 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
 GROUP BY s.scope;
 COMMENT ON VIEW pglease.slot_scope_status IS
-    'pglease slot scopes: live holders (in_use) and slot rows ever created (slots)';
+    'pglease slot scopes: live holders (in_use), slot rows ever created (slots) and units the live holders hold (units_in_use)';
 
 -- Source: sql/functions/00_checks.sql
 
@@ -1298,23 +1336,13 @@ $$;
 
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
--- lock, so counting live holders and taking a slot cannot interleave. Then
--- it un-counts (pglease.slots.counted, with the scope's counter) every
--- counted slot whose tenure ended by the clock read after the lock: only
--- those that ended since the previous claim, read by an index range. The
--- un-count is an update of each such row: it waits for any renewal in
--- flight of it (which checked the tenure live before it ended: the row is
--- then re-read, found extended and stays counted), and a renewal that comes
--- later waits for the claim's commit and then, the row having changed,
--- checks it again on the clock read again and finds the tenure over, which
--- it was.
+-- lock, so counting the units in use and taking a slot cannot interleave.
+-- The lock only: the caller counts on the clock it reads once every lock
+-- is granted (see pglease._slot_claim_locked).
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
-DECLARE
-    v_now  timestamptz;
-    v_gone integer;
 BEGIN
     PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
     IF NOT FOUND THEN
@@ -1322,93 +1350,178 @@ BEGIN
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
     END IF;
-    v_now := clock_timestamp();
-    UPDATE pglease.slots AS s SET counted = false
-    WHERE s.scope = p_scope AND s.counted AND s.expires_at <= v_now;
-    GET DIAGNOSTICS v_gone = ROW_COUNT;
-    IF v_gone > 0 THEN
-        UPDATE pglease.slot_scopes AS sc SET counted = sc.counted - v_gone
-        WHERE sc.scope = p_scope;
-    END IF;
 END
 $$;
 
--- _slot_claim_locked: one claim in a scope whose lock the caller holds, on
--- the clock p_now read after that lock (and every other wait). Returns
--- claimed = true with the slot, its fence and in_use counting this claim;
--- or claimed = false with slot and fence NULL, in_use = slots in use and
--- retry_in = time from p_now until the earliest of them ends (> 0; 0 only
--- when none is counted, a claim refused after ten changed attempts).
+-- _slot_claim_locked: one claim of p_units units in a scope whose lock the
+-- caller holds, on the clock p_now read after that lock (and every other
+-- wait). Returns claimed = true with the slot, its fence, its units and
+-- in_use = units in use counting this claim; or claimed = false with slot,
+-- fence and units NULL, in_use = units in use and retry_in = time from
+-- p_now until the earliest of their tenures ends (> 0; 0 only when none is
+-- counted, a claim refused after ten changed attempts).
 -- A slot is in use at p_now when its tenure ends after p_now (expires_at >
 -- p_now): a release stamps expires_at with its own clock, so a release that
 -- committed after p_now was read still counts as in use for this claim,
 -- and every slot taken starts at or after its previous tenure's end.
--- One capacity per scope: a claim succeeds only while the slots in use are
--- fewer than p_capacity and fewer than the smallest capacity any of their
--- tenures was claimed with (tenures from before 0.2.0 have none). So the
--- scope never has more live holders than the capacity any live holder
--- claimed with, however claims with different capacities race.
+-- One capacity per scope: a claim of k units succeeds only while the units
+-- in use plus k are at most p_capacity and at most the smallest capacity
+-- any of the live tenures was claimed with (tenures from before 0.2.0 have
+-- none). So the scope never has more units in use than the capacity any
+-- live holder claimed with, however claims with different capacities race.
+-- No starvation: while the scope's queue (pglease.slot_queue) has a head
+-- (its oldest refused claim that has not lapsed) other than this holder,
+-- a claim must also leave room for the head's units (unless the head asks
+-- for more than the capacity this claim sees). So a claim of k units that
+-- is head gets in at its first claim after k units are free, and no claim
+-- registered after it takes them; it becomes head once every claim
+-- refused before it has claimed or lapsed.
+-- Raises PGL06 (nothing changes) when p_units exceeds that smallest
+-- capacity: such a claim could never succeed while those holders live.
 -- A holder (p_holder of the caller's role) that already has a live slot gets
--- it back, re-pinned to p_now + p_ttl (same fence, same capacity).
--- Otherwise it reuses the longest-free slot numbered up to p_capacity
--- (fence + 1), else creates the next slot number (fence floor + 1, see
+-- it back, re-pinned to p_now + p_ttl (same fence, capacity and units,
+-- whatever p_units says).
+-- Otherwise it takes a slot numbered up to p_capacity whose tenure is
+-- over (fence + 1): one that ended since the scope was last looked at, in
+-- place (it stays counted: one row written), else the lowest-numbered slot
+-- not counted, else it creates the next slot number (fence floor + 1, see
 -- pglease.purge).
--- The slots in use are counted, not read: first the counted slots that
--- ended by p_now are un-counted (see pglease._scope_lock, which did so on
--- an earlier clock: normally none is left), and then the counted slots are
--- exactly those in use, their number is the scope's counter, their smallest
--- capacity the first entry of slots_counted_capacity_idx. Every step is an
--- index read: the cost grows neither with the slots in use nor with
--- p_capacity.
+-- The units in use are counted, not read: first the counted slots whose
+-- check_at passed and that ended by p_now are un-counted, and then the
+-- counted slots are exactly those in use, their units are the scope's
+-- counter, their smallest capacity the first entry of
+-- slots_counted_capacity_idx. Every step is an index read: the cost grows
+-- neither with the slots in use nor with p_capacity.
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
-    p_scope text, p_holder text, p_capacity integer,
+    p_scope text, p_holder text, p_capacity integer, p_units integer,
     p_now timestamptz, p_ttl interval,
-    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
-    OUT retry_in interval)
+    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT units integer,
+    OUT in_use integer, OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_role text := session_user::text;
-    v_cap  integer;
-    v_gone integer;
+    v_role   text := session_user::text;
+    v_count  integer;
+    v_cap    integer;
+    v_gone   integer;
+    v_take   integer;
+    v_tunits integer;
+    v_best   timestamptz;
+    v_head   integer;
+    v_mine   boolean;
+    v_reserve integer;
+    v_check  timestamptz;
+    v_end    timestamptz;
 BEGIN
-    UPDATE pglease.slots AS s SET counted = false
-    WHERE s.scope = p_scope AND s.counted AND s.expires_at <= p_now;
-    GET DIAGNOSTICS v_gone = ROW_COUNT;
-    SELECT sc.counted - v_gone INTO in_use
-    FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    in_use := v_count;
+    claimed := false;
 
     -- The outer statement finds the slot by its scope, never by the holder
     -- (compared with IS NOT DISTINCT FROM, as in pglease.renew).
     -- Re-entrant: our own live slot comes back (it is counted).
     UPDATE pglease.slots AS s
-    SET expires_at = p_now + p_ttl, holder_role = v_role
+    SET expires_at = p_now + p_ttl, holder_role = v_role,
+        check_at = least(s.check_at, p_now + p_ttl)
     WHERE (s.scope, s.slot) = (
             SELECT o.scope, o.slot FROM pglease.slots AS o
             WHERE o.holder = p_holder AND o.scope = p_scope AND o.expires_at > p_now
               AND coalesce(o.holder_role = v_role, true)
             ORDER BY o.slot LIMIT 1)
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.expires_at > p_now
-    RETURNING s.slot, s.fence INTO slot, fence;
+    RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
     IF FOUND THEN
         claimed := true;
-    ELSE
-        SELECT min(s.capacity) INTO v_cap
-        FROM pglease.slots AS s WHERE s.scope = p_scope AND s.counted;
-        -- A pass fails only when the slot it chose changed under it.
-        FOR attempt IN 1..10 LOOP
-            EXIT WHEN in_use >= least(p_capacity, v_cap);
+        RETURN; -- nothing was un-counted: in_use is the counter
+    END IF;
+
+    -- A counted slot that ended, to take again in place.
+    SELECT s.slot, s.units INTO v_take, v_tunits
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
+      AND s.expires_at <= p_now AND s.slot <= p_capacity
+    ORDER BY s.check_at LIMIT 1;
+    -- Every other counted slot that ended by p_now is un-counted. The
+    -- update waits for a renewal in flight of the row (which checked the
+    -- tenure live before it ended) and then reads the row as renewed and
+    -- leaves it; a renewal that comes later finds the tenure over on its
+    -- own clock, without waiting. A slot that is still live is never
+    -- written here (a claim locks no live tenure, so an open claiming
+    -- transaction delays no renewal): one renewed since its check_at
+    -- passed is only read, until its holder's renewal moves check_at
+    -- (see pglease.renew_slot).
+    WITH gone AS (
+        UPDATE pglease.slots AS s
+        SET counted = false
+        WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
+          AND s.expires_at <= p_now AND s.slot IS DISTINCT FROM v_take
+        RETURNING s.units)
+    SELECT coalesce(sum(g.units), 0)::integer INTO v_gone FROM gone AS g;
+    in_use := in_use - v_gone;
+
+    SELECT min(s.capacity) INTO v_cap
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted AND s.slot IS DISTINCT FROM v_take;
+
+    -- No starvation: the head of the scope's queue (the oldest refused
+    -- claim that has not lapsed, see pglease.slot_queue) keeps room for its
+    -- units against every other claim, unless it could not fit anyway.
+    DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
+    SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
+    FROM pglease.slot_queue AS q
+    WHERE q.scope = p_scope
+    ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+    v_reserve := CASE WHEN v_mine OR v_head > least(p_capacity, v_cap) THEN 0
+                      ELSE coalesce(v_head, 0) END;
+
+    IF v_take IS NOT NULL THEN
+        IF in_use - v_tunits + p_units + v_reserve <= least(p_capacity, v_cap) THEN
             UPDATE pglease.slots AS s
             SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
-                fence = s.fence + 1, acquired_at = p_now, expires_at = p_now + p_ttl,
-                counted = true
+                units = p_units, fence = s.fence + 1, acquired_at = p_now,
+                expires_at = p_now + p_ttl, check_at = p_now + p_ttl
+            WHERE s.scope = p_scope AND s.slot = v_take AND s.counted
+              AND s.expires_at <= p_now
+            RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
+            claimed := FOUND;
+        END IF;
+        IF claimed THEN
+            in_use := in_use - v_tunits + p_units;
+        ELSE
+            -- Not taken: un-count it, or (renewed meanwhile) count it live.
+            UPDATE pglease.slots AS s SET counted = false
+            WHERE s.scope = p_scope AND s.slot = v_take AND s.counted
+              AND s.expires_at <= p_now;
+            IF FOUND THEN
+                in_use := in_use - v_tunits;
+            ELSE
+                SELECT min(s.capacity) INTO v_cap
+                FROM pglease.slots AS s WHERE s.scope = p_scope AND s.counted;
+            END IF;
+        END IF;
+    END IF;
+
+    IF NOT claimed THEN
+        IF p_units > v_cap THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL06',
+                MESSAGE = format('pglease.claim_slot: %s units do not fit in scope %L: its live holders claimed it with capacity %s',
+                                 p_units, p_scope, v_cap),
+                HINT = 'Claim at most that many units, or wait until those holders are gone.';
+        END IF;
+        -- A pass fails only when the slot it chose changed under it.
+        FOR attempt IN 1..10 LOOP
+            EXIT WHEN in_use + p_units + v_reserve > least(p_capacity, v_cap);
+            UPDATE pglease.slots AS s
+            SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
+                units = p_units, fence = s.fence + 1, acquired_at = p_now,
+                expires_at = p_now + p_ttl, check_at = p_now + p_ttl, counted = true
             WHERE (s.scope, s.slot) = (
                     SELECT f.scope, f.slot FROM pglease.slots AS f
-                    WHERE f.scope = p_scope AND f.expires_at <= p_now
-                      AND f.slot <= p_capacity
-                    ORDER BY f.expires_at LIMIT 1)
+                    WHERE f.scope = p_scope AND NOT f.counted
+                      AND f.slot <= p_capacity AND f.expires_at <= p_now
+                    ORDER BY f.slot LIMIT 1)
               AND s.expires_at <= p_now AND NOT s.counted
-            RETURNING s.slot, s.fence INTO slot, fence;
+            RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
             IF NOT FOUND THEN
                 SELECT coalesce(max(s.slot), 0) + 1 INTO slot
                 FROM pglease.slots AS s WHERE s.scope = p_scope;
@@ -1417,62 +1530,150 @@ BEGIN
                     -- pglease.purge, which takes the scope lock we hold, so
                     -- this statement sees the floor of any purge of the scope).
                     INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at,
-                                                    holder_role, capacity, counted)
+                                                    holder_role, capacity, counted, units, check_at)
                     VALUES (p_scope, slot, p_holder,
                             coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
-                            p_now, p_now + p_ttl, v_role, p_capacity, true)
+                            p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl)
                     ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
-                    RETURNING s.fence INTO fence;
+                    RETURNING s.fence, s.units INTO fence, units;
                 END IF;
             END IF;
             IF fence IS NOT NULL THEN
                 claimed := true;
-                in_use := in_use + 1;
+                in_use := in_use + p_units;
                 EXIT;
             END IF;
         END LOOP;
     END IF;
-    IF claimed OR v_gone > 0 THEN
+    IF in_use IS DISTINCT FROM v_count THEN
         UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
     END IF;
     IF claimed THEN
+        IF v_head IS NOT NULL THEN
+            DELETE FROM pglease.slot_queue AS q
+            WHERE q.scope = p_scope AND q.holder = p_holder AND q.holder_role = v_role;
+        END IF;
         RETURN;
     END IF;
-    claimed := false;
     slot := NULL;
     fence := NULL;
+    units := NULL;
     -- On p_now, the reading that decided: every counted slot ends after it
-    -- (those that ended by then were un-counted above), so retry_in > 0
-    -- when any is counted, and p_now + retry_in is exactly the earliest end.
-    SELECT min(s.expires_at) - p_now INTO retry_in
+    -- (those that ended by then were un-counted above). Read in check_at
+    -- order, which is at most each end: once check_at reaches the earliest
+    -- end seen, no later slot ends earlier. So retry_in > 0 when any is
+    -- counted, and p_now + retry_in is exactly the earliest end; the slots
+    -- read are those renewed since their check_at passed, and the first
+    -- one not renewed since.
+    FOR v_check, v_end IN
+        SELECT s.check_at, s.expires_at FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.counted
+        ORDER BY s.check_at
+    LOOP
+        EXIT WHEN v_check >= v_best;
+        v_best := least(v_best, v_end);
+    END LOOP;
+    retry_in := v_best - p_now;
+    retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
+END
+$$;
+
+-- _slot_queue(p_scope, p_holder, p_units, p_now, p_retry_in): a claim of
+-- p_units refused on the clock p_now joins the scope's queue, or keeps its
+-- place in it (since stays that of its first refusal; the units are those
+-- of this claim). Its entry lapses unless the holder claims again within
+-- p_retry_in or 5 seconds, whichever is less, plus 2 seconds (runslots
+-- claims again at least every 5 seconds while it waits).
+CREATE OR REPLACE FUNCTION pglease._slot_queue(
+    p_scope text, p_holder text, p_units integer, p_now timestamptz, p_retry_in interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    INSERT INTO pglease.slot_queue AS q (scope, holder, holder_role, units, since, until)
+    VALUES (p_scope, p_holder, session_user::text, p_units, p_now,
+            p_now + least(p_retry_in, interval '5 seconds') + interval '2 seconds')
+    ON CONFLICT ON CONSTRAINT slot_queue_pkey
+    DO UPDATE SET units = excluded.units, until = excluded.until;
+END
+$$;
+
+-- _slot_wake(p_scope, p_sure): after a release in p_scope, as
+-- pglease._wake('slot', p_scope, p_sure), with one more field in the
+-- payload while the scope's queue has a waiter (blocking claims of 0.3.0;
+-- the payload is 0.2.0's otherwise): "free", the units the release leaves free as it counts them
+-- (the smallest capacity of the counted tenures, the released one too,
+-- less the units of the tenures live on its clock, read from the scope's
+-- counter and the counted rows whose check_at passed: index ranges). A waiter of k units has room only when k <=
+-- free; clients that ignore the field wake as before.
+CREATE OR REPLACE FUNCTION pglease._slot_wake(p_scope text, p_sure boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_used  integer;
+    v_ended integer;
+    v_cap   integer;
+BEGIN
+    IF p_sure THEN
+        PERFORM 1 FROM pglease.waiters AS w
+        WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > v_now;
+        IF NOT FOUND THEN
+            RETURN; -- nobody waits
+        END IF;
+    END IF;
+    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope;
+    IF NOT FOUND THEN
+        PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+            'kind', 'slot', 'event', 'released', 'name', p_scope)::text);
+        RETURN;
+    END IF;
+    SELECT sc.counted INTO v_used FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    SELECT coalesce(sum(s.units), 0)::integer INTO v_ended
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= v_now AND s.expires_at <= v_now;
+    SELECT min(s.capacity) INTO v_cap
     FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.counted;
-    retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
+    PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+        'kind', 'slot', 'event', 'released', 'name', p_scope,
+        'free', greatest(coalesce(v_cap, 0) - (coalesce(v_used, 0) - v_ended), 0))::text);
 END
 $$;
 
 -- Source: sql/functions/21_claim_slot.sql
 
--- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl): take one of
--- the slots of a scope.
+-- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, p_units,
+-- p_wait): take p_units units of a scope's capacity, all or nothing, as one
+-- slot with one fence. p_wait (default false) says that the caller will
+-- claim again when refused (a blocking claim): a refused claim then joins
+-- the scope's queue (pglease.slot_queue), whose head keeps room for its
+-- units against later claims, so it is not starved by claims of fewer
+-- units; a claim with p_wait false is never queued (a one-shot claim must
+-- not hold room it will not take). The four-argument form (0.2.0) is
+-- p_units 1, p_wait false, without the units column.
 --
 -- A tenure belongs to the pair (p_holder, the caller's database role:
 -- session_user); the same holder string from another role is another
 -- holder. A scope has one capacity at a time: the smallest of the capacities
 -- its live holders claimed with, and of the caller's p_capacity (see
--- pglease._slot_claim_locked). Lowering the capacity takes effect at once
+-- pglease._slot_claim_locked); units in use are the sum of the live
+-- holders' units. Lowering the capacity takes effect at once
 -- for new claims (no live holder is evicted: they keep their slots until
 -- they release or expire); raising it takes effect once no live holder
 -- claimed with a smaller one. Returns one row:
 --   * p_holder of the caller's role already has a live slot in the scope:
 --     claimed = true, that slot and fence, expiry re-pinned to now + p_ttl
 --     (a retry after a lost reply leaks nothing).
---   * fewer slots in use than the scope's capacity: claimed = true, a slot
---     numbered 1..p_capacity with a fence larger than any earlier tenure of
---     that slot, starting at now, at or after that tenure's end,
---     expires_at = now + p_ttl; in_use counts this claim.
---   * as many in use as the capacity, or more: claimed = false, slot,
---     fence, expires_at, expires_in NULL, in_use = slots in use, retry_in =
+--     units = the units that tenure holds (whatever p_units says).
+--   * units in use + p_units at most the scope's capacity: claimed = true,
+--     a slot numbered 1..p_capacity with a fence larger than any earlier
+--     tenure of that slot, starting at now, at or after that tenure's end,
+--     expires_at = now + p_ttl, units = p_units; in_use (units in use)
+--     counts this claim.
+--   * more than the capacity: claimed = false, slot, fence, units,
+--     expires_at, expires_in NULL, in_use = units in use, retry_in =
 --     the earliest of their ends minus now, so > 0 (a refused caller can
 --     sleep that long, or until a release NOTIFY: it is registered as a
 --     waiter until then, see pglease._wake). retry_in is NULL when claimed.
@@ -1484,12 +1685,15 @@ $$;
 -- trip; its cost grows neither with live holders nor with p_capacity (the
 -- scope keeps count of its live holders; see pglease._slot_claim_locked).
 -- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
--- capacity not in 1..1000000, a TTL not in (0, 24 hours]; nothing changes then.
+-- capacity not in 1..1000000, units not in 1..p_capacity, a TTL not in
+-- (0, 24 hours]; PGL06 when p_units is more than the smallest capacity the
+-- scope's live holders claimed with; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
-    p_scope text, p_holder text, p_capacity integer, p_ttl interval,
+    p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slot integer, OUT fence bigint,
     OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
-    OUT retry_in interval)
+    OUT retry_in interval, OUT units integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1501,12 +1705,14 @@ BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
         AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_capacity BETWEEN 1 AND 1000000) IS NOT TRUE THEN
+        AND p_capacity BETWEEN 1 AND 1000000
+        AND p_units BETWEEN 1 AND p_capacity) IS NOT TRUE THEN
         PERFORM pglease._check_text('claim_slot', 'p_scope', p_scope);
         PERFORM pglease._check_text('claim_slot', 'p_holder', p_holder);
         PERFORM pglease._check_int('claim_slot', 'p_capacity', p_capacity, 1, 1000000);
+        PERFORM pglease._check_int('claim_slot', 'p_units', p_units, 1, p_capacity);
     END IF;
-    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('claim_slot', p_ttl);
     END IF;
@@ -1521,31 +1727,39 @@ BEGIN
     -- The clock is read once the scope is ours, after every wait: slots
     -- that expired or were released meanwhile count as free.
     v_now := clock_timestamp();
-    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
-    INTO claimed, slot, fence, in_use, retry_in
-    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, v_now, v_ttl) AS c;
+    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in, c.units
+    INTO claimed, slot, fence, in_use, retry_in, units
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl) AS c;
     IF claimed THEN
         expires_at := v_now + v_ttl;
         expires_in := v_ttl;
     ELSE
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
+        IF p_wait THEN
+            PERFORM pglease._slot_queue(p_scope, p_holder, p_units, v_now, retry_in);
+        END IF;
     END IF;
 END
 $$;
 
 -- Source: sql/functions/22_claim_slots.sql
 
--- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl): one slot in
--- each of several scopes, all or nothing.
+-- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl, p_units,
+-- p_wait): one slot of p_units[i] units in each scope p_scopes[i], all or
+-- nothing; p_wait as for pglease.claim_slot (the refused scope's queue).
+-- The four-argument form (0.2.0) claims one unit in each scope, p_wait
+-- false.
 --
--- p_scopes[i] is claimed with capacity p_capacities[i], each exactly as by
--- pglease.claim_slot (the same role binding and one capacity per scope),
--- all on the clock read once every scope lock is granted. Returns one row:
+-- p_scopes[i] is claimed with capacity p_capacities[i] and p_units[i]
+-- units, each exactly as by pglease.claim_slot (the same role binding and
+-- one capacity per scope), all on the clock read once every scope lock is
+-- granted. Returns one row:
 --   * every scope admitted the holder: claimed = true, slots[i], fences[i]
---     and in_use[i] per scope in the order given, refused_scope NULL,
+--     and in_use[i] (units in use) per scope in the order given,
+--     refused_scope NULL,
 --     expires_at = now + p_ttl for all of them.
 --   * some scope was full: claimed = false, refused_scope names the first
---     full scope in the order given, refused_in_use its live holders and
+--     full scope in the order given, refused_in_use its units in use and
 --     retry_in its earliest live slot's end minus now (> 0);
 --     slots, fences and in_use are empty arrays, expires_at and expires_in
 --     NULL; nothing is held or changed in any scope (claims already made in
@@ -1555,9 +1769,11 @@ $$;
 -- concurrent multi-scope claims cannot deadlock each other.
 -- Raises 22004 for NULL arrays, elements or arguments; 22023 for arrays of
 -- different lengths, empty or longer than 64, duplicate scopes, or an element
--- out of claim_slot's ranges; nothing changes then.
+-- out of claim_slot's ranges; PGL06 as claim_slot, for the first scope in
+-- the order given where it applies; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slots(
-    p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval,
+    p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval, p_units integer[],
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
     OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
     OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
@@ -1573,24 +1789,31 @@ DECLARE
     v_role  text := session_user::text;
 BEGIN
     PERFORM pglease._check_text('claim_slots', 'p_holder', p_holder);
-    IF p_scopes IS NULL OR p_capacities IS NULL THEN
+    IF p_scopes IS NULL OR p_capacities IS NULL OR p_units IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22004',
             MESSAGE = format('pglease.claim_slots: %s must not be NULL',
-                             CASE WHEN p_scopes IS NULL THEN 'p_scopes' ELSE 'p_capacities' END),
-            HINT = 'Pass one scope and one capacity per slot to claim.';
+                             CASE WHEN p_scopes IS NULL THEN 'p_scopes'
+                                  WHEN p_capacities IS NULL THEN 'p_capacities' ELSE 'p_units' END),
+            HINT = 'Pass one scope, one capacity and one unit count per slot to claim.';
     END IF;
     v_n := coalesce(cardinality(p_scopes), 0);
     IF v_n NOT BETWEEN 1 AND 64 OR v_n <> coalesce(cardinality(p_capacities), 0)
-       OR array_ndims(p_scopes) <> 1 OR array_ndims(p_capacities) <> 1 THEN
+       OR v_n <> coalesce(cardinality(p_units), 0)
+       OR array_ndims(p_scopes) <> 1 OR array_ndims(p_capacities) <> 1
+       OR array_ndims(p_units) <> 1 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.claim_slots: p_scopes and p_capacities must be one-dimensional arrays of the same length, 1 to 64, got %s and %s',
-                             coalesce(cardinality(p_scopes), 0), coalesce(cardinality(p_capacities), 0)),
-            HINT = 'Pass one capacity per scope.';
+            MESSAGE = format('pglease.claim_slots: p_scopes, p_capacities and p_units must be one-dimensional arrays of the same length, 1 to 64, got %s, %s and %s',
+                             coalesce(cardinality(p_scopes), 0), coalesce(cardinality(p_capacities), 0),
+                             coalesce(cardinality(p_units), 0)),
+            HINT = 'Pass one capacity and one unit count per scope.';
     END IF;
     FOR i IN 1..v_n LOOP
         PERFORM pglease._check_text('claim_slots', format('p_scopes[%s]', i), p_scopes[array_lower(p_scopes, 1) + i - 1]);
         PERFORM pglease._check_int('claim_slots', format('p_capacities[%s]', i),
                                    p_capacities[array_lower(p_capacities, 1) + i - 1], 1, 1000000);
+        PERFORM pglease._check_int('claim_slots', format('p_units[%s]', i),
+                                   p_units[array_lower(p_units, 1) + i - 1], 1,
+                                   p_capacities[array_lower(p_capacities, 1) + i - 1]);
     END LOOP;
     IF (SELECT count(DISTINCT s) FROM unnest(p_scopes) AS s) <> v_n THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -1618,7 +1841,8 @@ BEGIN
             v_scope := p_scopes[array_lower(p_scopes, 1) + i - 1];
             SELECT * INTO v_claim
             FROM pglease._slot_claim_locked(v_scope, p_holder,
-                     p_capacities[array_lower(p_capacities, 1) + i - 1], v_now, v_ttl);
+                     p_capacities[array_lower(p_capacities, 1) + i - 1],
+                     p_units[array_lower(p_units, 1) + i - 1], v_now, v_ttl);
             in_use[i] := v_claim.in_use;
             IF NOT v_claim.claimed THEN
                 refused_scope := v_scope;
@@ -1635,6 +1859,11 @@ BEGIN
         fences := '{}';
         in_use := '{}';
         PERFORM pglease._wait_register('slot', refused_scope, v_now + retry_in);
+        IF p_wait THEN
+            PERFORM pglease._slot_queue(refused_scope, p_holder,
+                                        p_units[array_lower(p_units, 1) + array_position(p_scopes, refused_scope) - array_lower(p_scopes, 1)],
+                                        v_now, retry_in);
+        END IF;
         RETURN;
     END;
     claimed := true;
@@ -1653,6 +1882,12 @@ $$;
 -- renewed = false with expires_at, expires_in NULL when the slot is not live
 -- under (p_holder, p_fence) taken by the caller's role (session_user).
 -- now is the server clock read when the row is checked, after any wait.
+-- It changes expires_at and holder_role, which no index holds: a HOT update
+-- (see pglease.slots); and check_at, indexed, only when it is less than a
+-- quarter of p_ttl ahead or beyond the new end: then to the new end. So a
+-- holder renewing every third of its TTL writes the index once per TTL,
+-- its row is looked at by claims only once its tenure may have ended, and
+-- claims never have to write a live row.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot (1..1000000),
 -- negative fence or TTL; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.renew_slot(
@@ -1664,6 +1899,8 @@ AS $$
 DECLARE
     v_role text := session_user::text;
     v_ttl  interval;
+    v_tid  tid;
+    v_end  timestamptz;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -1675,28 +1912,30 @@ BEGIN
         PERFORM pglease._check_text('renew_slot', 'p_holder', p_holder);
         PERFORM pglease._check_fence('renew_slot', p_fence);
     END IF;
-    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('renew_slot', p_ttl);
     END IF;
 
     -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
-    -- every statement finds the row by its scope (the primary key, or
-    -- slots_scope_expires_idx when the statistics say the table is empty),
-    -- never by slots_holder_idx.
+    -- every statement finds the row by its primary key, never by
+    -- slots_holder_idx.
     -- As pglease.renew: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait
     -- (see also pglease._scope_lock).
-    PERFORM 1 FROM pglease.slots AS s
+    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
     IF FOUND THEN
+        v_end := clock_timestamp() + v_ttl;
         UPDATE pglease.slots AS s
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE s.scope = p_scope AND s.slot = p_slot
+        SET expires_at = v_end, holder_role = v_role,
+            check_at = CASE WHEN s.check_at BETWEEN v_end - v_ttl * 0.75 AND v_end
+                            THEN s.check_at ELSE v_end END
+        WHERE s.ctid = v_tid -- the locked row version stays where it is
         RETURNING s.expires_at INTO expires_at;
         renewed := true;
         expires_in := v_ttl;
@@ -1717,12 +1956,15 @@ BEGIN
           AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
         FOR NO KEY UPDATE;
+        v_end := clock_timestamp() + v_ttl;
         UPDATE pglease.slots AS s
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        SET expires_at = v_end, holder_role = v_role,
+            check_at = CASE WHEN s.check_at BETWEEN v_end - v_ttl * 0.75 AND v_end
+                            THEN s.check_at ELSE v_end END
         WHERE s.scope = p_scope AND s.slot = p_slot
           AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > clock_timestamp()
+          AND s.expires_at > v_end - v_ttl
         RETURNING s.expires_at INTO expires_at;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
@@ -1743,11 +1985,12 @@ $$;
 -- Compare-and-release, exactly like pglease.release: released = true when
 -- (p_holder, p_fence) of the caller's role (session_user) held the slot
 -- live (the tenure ends at the server clock read after any wait; waiters
--- hear it by a NOTIFY on 'pglease', see pglease._wake); otherwise released
+-- hear it by a NOTIFY on 'pglease', see pglease._slot_wake); otherwise released
 -- = false and nothing changes. The slot row keeps its fence, and stays
--- counted in the scope's live holders until the next claim in the scope,
+-- counted in the scope's units in use until the next claim in the scope,
 -- which takes the scope lock this does not wait for, finds it over on its
--- clock (see pglease._scope_lock).
+-- clock (the release sets check_at to its end, so that the claim looks at
+-- it; see pglease._slot_claim_locked) and un-counts it or takes it again.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
 -- fence; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.release_slot(
@@ -1759,6 +2002,8 @@ AS $$
 DECLARE
     v_role text := session_user::text;
     v_sure boolean;
+    v_now  timestamptz;
+    v_tid  tid;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -1772,21 +2017,22 @@ BEGIN
     END IF;
 
     -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
-    -- every statement finds the row by its scope (the primary key, or
-    -- slots_scope_expires_idx when the statistics say the table is empty),
-    -- never by slots_holder_idx.
+    -- every statement finds the row by its primary key, never by
+    -- slots_holder_idx.
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
-    PERFORM 1 FROM pglease.slots AS s
+    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
     IF FOUND THEN
+        v_now := clock_timestamp();
         UPDATE pglease.slots AS s
-        SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
-        WHERE s.scope = p_scope AND s.slot = p_slot;
+        SET holder = NULL, expires_at = least(s.expires_at, v_now),
+            check_at = least(s.check_at, v_now)
+        WHERE s.ctid = v_tid; -- the locked row version stays where it is
         released := true;
     ELSE
         released := false;
@@ -1804,12 +2050,14 @@ BEGIN
               AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
               AND coalesce(s.holder_role = v_role, true)
             FOR NO KEY UPDATE;
+            v_now := clock_timestamp();
             UPDATE pglease.slots AS s
-            SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
+            SET holder = NULL, expires_at = least(s.expires_at, v_now),
+                check_at = least(s.check_at, v_now)
             WHERE s.scope = p_scope AND s.slot = p_slot
               AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
               AND coalesce(s.holder_role = v_role, true)
-              AND s.expires_at > clock_timestamp();
+              AND s.expires_at > v_now;
             IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
             END IF;
@@ -1824,9 +2072,64 @@ BEGIN
         PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
         FOR UPDATE SKIP LOCKED;
         v_sure := FOUND;
-        PERFORM pglease._wake('slot', p_scope, v_sure);
+        PERFORM pglease._slot_wake(p_scope, v_sure);
     END IF;
 END
+$$;
+
+-- Source: sql/functions/25_slot_claim_one_unit.sql
+
+-- The 0.2.0 forms of the slot claims, which claim one unit (0.3.0 added
+-- the unit count as a fifth argument). Apart so that each file holds one
+-- form of a function, as the proxy generator reads them.
+
+-- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl): the 0.2.0 form,
+-- one unit: pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, 1)
+-- without its units column.
+CREATE OR REPLACE FUNCTION pglease.claim_slot(
+    p_scope text, p_holder text, p_capacity integer, p_ttl interval,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint,
+    OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
+    OUT retry_in interval)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.claimed, c.slot, c.fence, c.expires_at, c.expires_in, c.in_use, c.retry_in
+    FROM pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, 1, false) AS c;
+$$;
+
+-- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl): the 0.2.0
+-- form, one unit in each scope: pglease.claim_slots(p_holder, p_scopes,
+-- p_capacities, p_ttl, units) with every unit count 1.
+CREATE OR REPLACE FUNCTION pglease.claim_slots(
+    p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval,
+    OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
+    OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
+    OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.claimed, c.slots, c.fences, c.in_use, c.refused_scope, c.refused_in_use,
+           c.expires_at, c.expires_in, c.retry_in
+    FROM pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl,
+                             CASE WHEN p_capacities IS NOT NULL
+                                  THEN array_fill(1, ARRAY[coalesce(cardinality(p_capacities), 0)]) END,
+                             false) AS c;
+$$;
+
+-- _slot_claim_locked(p_scope, p_holder, p_capacity, p_now, p_ttl): the
+-- 0.2.0 form of the claims' building block, one unit, never queued; kept
+-- so that the catalog of 0.2.0's functions stays whole (internal: granted
+-- to no client, as the 0.2.0 contract checks).
+CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
+    p_scope text, p_holder text, p_capacity integer,
+    p_now timestamptz, p_ttl interval,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
+    OUT retry_in interval)
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, 1, p_now, p_ttl) AS c;
 $$;
 
 -- Source: sql/functions/30_renew_holder.sql
@@ -3209,6 +3512,11 @@ BEGIN
             pglease.run_end(text, text, bigint, integer),
             pglease.run_history(text, integer),
             pglease.run_summary(text, integer)
+            TO pglease_client;
+        -- Weighted slot claims (0.3.0).
+        GRANT EXECUTE ON FUNCTION
+            pglease.claim_slot(text, text, integer, interval, integer, boolean),
+            pglease.claim_slots(text, text[], integer[], interval, integer[], boolean)
             TO pglease_client;
     END IF;
 END

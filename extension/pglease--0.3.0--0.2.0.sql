@@ -53,6 +53,31 @@ ALTER TABLE pglease.leases
     DROP COLUMN release_to,
     DROP COLUMN release_for;
 
+-- Weighted slot claims go: the five-argument claims, units and check_at,
+-- and the indexes on expires_at come back. A tenure of more than one unit
+-- stays live and counts as one slot, as 0.2.0 counts (the scope admits
+-- more units than its capacity until it ends); every fence and expiry
+-- stays, and the scopes' counters count the counted slots again. The views
+-- are dropped first, since they read units; 0.2.0's are created again
+-- after this.
+DROP VIEW pglease.slot_status;
+DROP VIEW pglease.slot_scope_status;
+DROP FUNCTION pglease.claim_slot(text, text, integer, interval, integer, boolean);
+DROP FUNCTION pglease.claim_slots(text, text[], integer[], interval, integer[], boolean);
+DROP FUNCTION pglease._slot_claim_locked(text, text, integer, integer, timestamptz, interval);
+DROP FUNCTION pglease._slot_queue(text, text, integer, timestamptz, interval);
+DROP FUNCTION pglease._slot_wake(text, boolean);
+DROP TABLE pglease.slot_queue;
+DROP INDEX pglease.slots_counted_check_idx;
+DROP INDEX pglease.slots_free_idx;
+ALTER TABLE pglease.slots
+    DROP COLUMN units,
+    DROP COLUMN check_at;
+CREATE INDEX slots_scope_expires_idx ON pglease.slots (scope, expires_at);
+CREATE INDEX slots_counted_expires_idx ON pglease.slots (scope, expires_at) WHERE counted;
+UPDATE pglease.slot_scopes AS sc
+SET counted = (SELECT count(*) FROM pglease.slots AS s WHERE s.scope = sc.scope AND s.counted);
+
 -- Views of sql/schema/10_schema.sql
 
 

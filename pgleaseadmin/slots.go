@@ -69,7 +69,7 @@ func Slots(ctx context.Context, database pglease.DB) ([]SlotStatus, error) {
 // with its number of live holders. It needs no holder.
 func Scopes(ctx context.Context, database pglease.DB) ([]ScopeStatus, error) {
 	rows, err := db.New(database).SlotScopeStatusList(ctx)
-	return tenure.List(ctx, prefix, rows, err, func(r db.PgleaseSlotScopeStatus) ScopeStatus {
+	return tenure.List(ctx, prefix, rows, err, func(r db.SlotScopeStatusListRow) ScopeStatus {
 		return ScopeStatus{Scope: r.Scope, InUse: int(r.InUse), Slots: int(r.Slots)}
 	})
 }

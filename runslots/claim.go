@@ -1,6 +1,7 @@
 package runslots
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/internal/tenure"
+	"github.com/pglease/pglease/pglease"
 )
 
 // TryClaim takes one of capacity slots of scope for ttl, or returns at
@@ -24,16 +26,17 @@ func (c *Client) TryClaim(ctx context.Context, scope string, capacity int, ttl t
 	if err := c.checkClaim(scope, capacity, ttl); err != nil {
 		return nil, err
 	}
-	s, _, err := c.tryClaim(ctx, scope, capacity, ttl)
+	s, _, err := c.tryClaim(ctx, scope, capacity, ttl, false)
 	return s, err
 }
 
 // tryClaim makes one claim: a slot, or the refusal as a *FullError and its
-// wait, or another error.
-func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl time.Duration) (*Slot, *tenure.Refusal, error) {
+// wait, or another error. wait says the caller claims again when refused:
+// the server then queues the claim (see the package documentation).
+func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl time.Duration, wait bool) (*Slot, *tenure.Refusal, error) {
 	sent := time.Now()
-	row, err := c.c.Queries().SlotClaim(ctx, db.SlotClaimParams{
-		Scope: scope, Holder: c.c.Holder(), Capacity: int32(capacity), Ttl: ttl,
+	row, err := c.claim(ctx, db.SlotClaimUnitsParams{
+		Scope: scope, Holder: c.c.Holder(), Capacity: int32(capacity), Ttl: ttl, Units: int32(c.units), Wait: wait,
 	})
 	if err != nil {
 		return nil, nil, c.c.Interpret(ctx, err)
@@ -41,9 +44,9 @@ func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl t
 	if !row.Claimed {
 		full := &FullError{Scope: scope, Capacity: capacity, InUse: int(row.InUse), RetryIn: orZero(row.RetryIn)}
 		c.c.Refused(ctx, scope)
-		return nil, full.refusal(sent), full
+		return nil, full.refusal(sent, c.units), full
 	}
-	return &Slot{t: c.c.Grant(scope, int(row.Slot.Int32), row.Fence.Int64, ttl, sent)}, nil, nil
+	return &Slot{t: c.c.Grant(scope, int(row.Slot.Int32), row.Fence.Int64, ttl, sent), units: c.units}, nil, nil
 }
 
 // Claim takes one of capacity slots of scope for ttl, waiting while the
@@ -59,7 +62,7 @@ func (c *Client) Claim(ctx context.Context, scope string, capacity int, ttl time
 		return nil, err
 	}
 	return tenure.Await(ctx, c.c, func(ctx context.Context) (*Slot, *tenure.Refusal, error) {
-		return c.tryClaim(ctx, scope, capacity, ttl)
+		return c.tryClaim(ctx, scope, capacity, ttl, true)
 	})
 }
 
@@ -67,9 +70,12 @@ func (c *Client) Claim(ctx context.Context, scope string, capacity int, ttl time
 type Want struct {
 	// Scope is the scope to claim a slot of, 1 to pglease.MaxNameLen bytes.
 	Scope string
-	// Capacity is the most live holders the claim admits in Scope, from 1
+	// Capacity is the most units in use the claim admits in Scope, from 1
 	// to MaxCapacity.
 	Capacity int
+	// Units is how many units of Capacity to claim, from 1 to Capacity.
+	// Defaults to the client's Config.Units.
+	Units int
 }
 
 // TryClaimAll takes one slot of each wanted scope for ttl, all or nothing,
@@ -84,41 +90,44 @@ func (c *Client) TryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 	if err := c.checkWants(wants, ttl); err != nil {
 		return nil, err
 	}
-	slots, _, err := c.tryClaimAll(ctx, wants, ttl)
+	slots, _, err := c.tryClaimAll(ctx, wants, ttl, false)
 	return slots, err
 }
 
-func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duration) ([]*Slot, *tenure.Refusal, error) {
-	p := db.SlotClaimManyParams{
+func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duration, wait bool) ([]*Slot, *tenure.Refusal, error) {
+	p := db.SlotClaimManyUnitsParams{
 		Holder:     c.c.Holder(),
 		Scopes:     make([]string, len(wants)),
 		Capacities: make([]int32, len(wants)),
+		Units:      make([]int32, len(wants)),
 		Ttl:        ttl,
+		Wait:       wait,
 	}
 	for i, w := range wants {
-		p.Scopes[i], p.Capacities[i] = w.Scope, int32(w.Capacity)
+		p.Scopes[i], p.Capacities[i], p.Units[i] = w.Scope, int32(w.Capacity), int32(cmp.Or(w.Units, c.units))
 	}
 	sent := time.Now()
-	row, err := c.c.Queries().SlotClaimMany(ctx, p)
+	row, err := c.claimMany(ctx, p)
 	if err != nil {
 		return nil, nil, c.c.Interpret(ctx, err)
 	}
 	if !row.Claimed {
 		full := &FullError{Scope: row.RefusedScope.String, InUse: int(row.RefusedInUse.Int32), RetryIn: orZero(row.RetryIn)}
 		c.c.Refused(ctx, full.Scope)
-		for _, w := range wants {
+		units := c.units
+		for i, w := range wants {
 			if w.Scope == full.Scope {
-				full.Capacity = w.Capacity
+				full.Capacity, units = w.Capacity, int(p.Units[i])
 			}
 		}
-		return nil, full.refusal(sent), full
+		return nil, full.refusal(sent, units), full
 	}
 	if len(row.Slots) != len(wants) || len(row.Fences) != len(wants) {
 		return nil, nil, errors.New("runslots: pglease.claim_slots returned fewer slots than scopes; the schema does not match this client")
 	}
 	slots := make([]*Slot, len(wants))
 	for i, w := range wants {
-		slots[i] = &Slot{t: c.c.Grant(w.Scope, int(row.Slots[i]), row.Fences[i], ttl, sent)}
+		slots[i] = &Slot{t: c.c.Grant(w.Scope, int(row.Slots[i]), row.Fences[i], ttl, sent), units: int(p.Units[i])}
 	}
 	return slots, nil, nil
 }
@@ -128,14 +137,13 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 // (woken by its release NOTIFY, or when its earliest live slot would
 // expire) and then tries all of them again; in between it holds nothing.
 // It returns ctx.Err() unchanged when ctx ends first; other errors at once.
-// A claim of all scopes can starve while claims of single scopes keep
-// taking the slots it waits for: it is not queued.
+// While it waits it is queued in the scope that refused it, as Claim is.
 func (c *Client) ClaimAll(ctx context.Context, wants []Want, ttl time.Duration) ([]*Slot, error) {
 	if err := c.checkWants(wants, ttl); err != nil {
 		return nil, err
 	}
 	return tenure.Await(ctx, c.c, func(ctx context.Context) ([]*Slot, *tenure.Refusal, error) {
-		return c.tryClaimAll(ctx, wants, ttl)
+		return c.tryClaimAll(ctx, wants, ttl, true)
 	})
 }
 
@@ -153,6 +161,9 @@ func (c *Client) checkWants(wants []Want, ttl time.Duration) error {
 		if err := tenure.CheckCapacity(fmt.Sprintf("wants[%d].Capacity", i), w.Capacity); err != nil {
 			return err
 		}
+		if u := cmp.Or(w.Units, c.units); w.Units < 0 || u > w.Capacity {
+			return tenure.Invalidf("wants[%d].Units must be from 1 to wants[%d].Capacity (%d), got %d", i, i, w.Capacity, u)
+		}
 		if seen[w.Scope] {
 			return tenure.Invalidf("wants[%d]: scope %q is named twice", i, w.Scope)
 		}
@@ -167,4 +178,38 @@ func orZero(d *time.Duration) time.Duration {
 		return 0
 	}
 	return *d
+}
+
+// claim calls the claim with units of schema 0.3.0, or, on an earlier
+// schema, the four-argument one: one unit, never queued (a claim of more
+// units then fails with ErrNotMigrated).
+func (c *Client) claim(ctx context.Context, p db.SlotClaimUnitsParams) (db.SlotClaimUnitsRow, error) {
+	if c.c.Modern() {
+		row, err := c.c.Queries().SlotClaimUnits(ctx, p)
+		if err == nil || !c.c.Missing(err) {
+			return row, err
+		}
+	}
+	if p.Units != 1 {
+		return db.SlotClaimUnitsRow{}, fmt.Errorf("%w: claiming %d units (Config.Units) needs schema 0.3.0", pglease.ErrNotMigrated, p.Units)
+	}
+	r, err := c.c.Queries().SlotClaim(ctx, db.SlotClaimParams{Scope: p.Scope, Holder: p.Holder, Capacity: p.Capacity, Ttl: p.Ttl})
+	return db.SlotClaimUnitsRow(r), err
+}
+
+// claimMany is claim for claim_slots.
+func (c *Client) claimMany(ctx context.Context, p db.SlotClaimManyUnitsParams) (db.SlotClaimManyUnitsRow, error) {
+	if c.c.Modern() {
+		row, err := c.c.Queries().SlotClaimManyUnits(ctx, p)
+		if err == nil || !c.c.Missing(err) {
+			return row, err
+		}
+	}
+	for i, u := range p.Units {
+		if u != 1 {
+			return db.SlotClaimManyUnitsRow{}, fmt.Errorf("%w: claiming %d units (wants[%d].Units) needs schema 0.3.0", pglease.ErrNotMigrated, u, i)
+		}
+	}
+	r, err := c.c.Queries().SlotClaimMany(ctx, db.SlotClaimManyParams{Holder: p.Holder, Scopes: p.Scopes, Capacities: p.Capacities, Ttl: p.Ttl})
+	return db.SlotClaimManyUnitsRow(r), err
 }

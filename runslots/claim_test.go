@@ -26,6 +26,8 @@ func TestNewInvalid(t *testing.T) {
 		{"nil database", nil, runslots.Config{}},
 		{"holder too long", noDB{t}, runslots.Config{Holder: strings.Repeat("h", 257)}},
 		{"negative margin", noDB{t}, runslots.Config{SafetyMargin: -time.Second}},
+		{"negative units", noDB{t}, runslots.Config{Units: -1}},
+		{"units above MaxCapacity", noDB{t}, runslots.Config{Units: runslots.MaxCapacity + 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := runslots.New(tc.db, tc.cfg); !errors.Is(err, pglease.ErrInvalidArgument) {
@@ -96,7 +98,7 @@ func TestClaimInvalid(t *testing.T) {
 	}{
 		{"no wants", nil},
 		{"too many wants", make([]runslots.Want, runslots.MaxWants+1)},
-		{"repeated scope", []runslots.Want{{"a", 1}, {"b", 1}, {"a", 2}}},
+		{"repeated scope", []runslots.Want{{Scope: "a", Capacity: 1}, {Scope: "b", Capacity: 1}, {Scope: "a", Capacity: 2}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for i := range tc.wants {
@@ -318,7 +320,7 @@ func TestReclaimIdempotent(t *testing.T) {
 			t.Fatalf("re-claim: slot %d fence %d, want slot %d fence %d", again.Number(), again.Fence(), first.Number(), first.Fence())
 		}
 	}
-	all, err := c.TryClaimAll(context.Background(), []runslots.Want{{"q", 3}}, time.Minute)
+	all, err := c.TryClaimAll(context.Background(), []runslots.Want{{Scope: "q", Capacity: 3}}, time.Minute)
 	if err != nil || all[0].Number() != first.Number() || all[0].Fence() != first.Fence() {
 		t.Fatalf("TryClaimAll re-claim: %v, %v; want slot %d fence %d", all, err, first.Number(), first.Fence())
 	}
@@ -386,7 +388,7 @@ func TestClaimAllWokenByRelease(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		slots, err := c.ClaimAll(ctx, []runslots.Want{{"a", 1}, {"b", 1}}, time.Minute)
+		slots, err := c.ClaimAll(ctx, []runslots.Want{{Scope: "a", Capacity: 1}, {Scope: "b", Capacity: 1}}, time.Minute)
 		done <- result{slots, err, time.Now()}
 	}()
 	if scope := waiting.Await(t, "ClaimAll to wait"); scope != "b" {
@@ -467,7 +469,7 @@ func TestClaimCancel(t *testing.T) {
 
 	dctx, dcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer dcancel()
-	if _, err := c.ClaimAll(dctx, []runslots.Want{{"jobs", 1}}, time.Minute); err != context.DeadlineExceeded {
+	if _, err := c.ClaimAll(dctx, []runslots.Want{{Scope: "jobs", Capacity: 1}}, time.Minute); err != context.DeadlineExceeded {
 		t.Fatalf("ClaimAll past its deadline = %v, want context.DeadlineExceeded unchanged", err)
 	}
 	if _, err := c.TryClaim(ctx, "jobs", 1, time.Minute); err != context.Canceled {
@@ -506,7 +508,7 @@ func TestDeadlineBeforeServerExpiry(t *testing.T) {
 				t.Fatalf("Renew: %v", err)
 			}
 			check(c, s, fmt.Sprintf("renew %s ttl %s", scope, ttl))
-			all, err := c.TryClaimAll(ctx, []runslots.Want{{scope + "/x", 1}, {scope + "/y", 1}}, ttl)
+			all, err := c.TryClaimAll(ctx, []runslots.Want{{Scope: scope + "/x", Capacity: 1}, {Scope: scope + "/y", Capacity: 1}}, ttl)
 			if err != nil {
 				t.Fatalf("TryClaimAll: %v", err)
 			}

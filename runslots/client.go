@@ -1,6 +1,7 @@
 package runslots
 
 import (
+	"cmp"
 	"log/slog"
 	"time"
 
@@ -97,6 +98,15 @@ type Config struct {
 	// service installs an OpenTelemetry SDK.
 	MeterProvider metric.MeterProvider
 
+	// Units is how many units of a scope's capacity each claim of this
+	// client takes, all or nothing, as one slot with one fence: a job that
+	// needs 4 of a pool's 8 GPUs claims with capacity 8 and Units 4. The
+	// units in use in a scope never exceed its capacity (see the package
+	// documentation); a claim of more units than its capacity is refused
+	// with an error naming Units. Defaults to 1; must be from 1 to
+	// MaxCapacity. Want.Units overrides it per scope.
+	Units int
+
 	// MetricsByName, when true, adds the slot scope to the client's
 	// measurements as the attribute pglease.name: one time series per
 	// scope. Leave it false (the default) when scopes are per entity
@@ -133,6 +143,7 @@ func (cfg Config) core() tenure.Config {
 type Client struct {
 	c     *tenure.Core
 	turns turns
+	units int // Config.Units, defaulted
 }
 
 // slots is the slot kind of tenure.
@@ -151,11 +162,14 @@ var slots = tenure.Kind{
 // reported. It returns an error matching pglease.ErrInvalidArgument, naming
 // the field, when cfg is invalid.
 func New(database pglease.DB, cfg Config) (*Client, error) {
+	if cfg.Units < 0 || cfg.Units > MaxCapacity {
+		return nil, tenure.Invalidf("Units must be from 1 to %d (0: the default, 1), got %d", MaxCapacity, cfg.Units)
+	}
 	c, err := tenure.New(database, slots, cfg.core())
 	if err != nil {
 		return nil, err
 	}
-	return &Client{c: c}, nil
+	return &Client{c: c, units: cmp.Or(cfg.Units, 1)}, nil
 }
 
 // CloseIdle closes the connection the client LISTENs on for release
@@ -176,6 +190,9 @@ func (c *Client) checkClaim(scope string, capacity int, ttl time.Duration) error
 	}
 	if err := tenure.CheckCapacity("capacity", capacity); err != nil {
 		return err
+	}
+	if c.units > capacity {
+		return tenure.Invalidf("Units (%d) must be at most the capacity of the claim (%d)", c.units, capacity)
 	}
 	return c.c.CheckTTL(ttl)
 }

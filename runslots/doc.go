@@ -66,6 +66,19 @@
 //     with a larger capacity is admitted up to its own figure, so callers
 //     that disagree about N get the larger one. A holder re-claiming a
 //     scope it holds gets its slot back whatever the capacity.
+//   - Weighted claims: with Config.Units (or Want.Units) k, a claim takes k
+//     units of the capacity, all or nothing, as one slot with one fence;
+//     the cap counts units: a claim of k units with capacity N succeeds
+//     only while the units in use plus k are at most N and at most the
+//     smallest capacity any live holder claimed with. A claim of more
+//     units than a live holder's capacity is an error (SQLSTATE PGL06).
+//   - No starvation: a blocking claim (Claim, ClaimAll, Run) that is
+//     refused is queued on the server in the order of its first refusal;
+//     the oldest queued claim keeps room for its units against every later
+//     claim, so a claim of many units is not overtaken forever by claims of
+//     few. A queued claim keeps its place while it claims again within 7
+//     seconds (Claim does, at least every 5); TryClaim and TryClaimAll are
+//     never queued. See docs/sql.md#slots for the rule and its bound.
 //   - Two live holders of a scope never share a slot number, and a slot's
 //     fence never goes backwards: each new tenure of a slot gets the
 //     previous fence + 1. A scope whose slots have all been free for a day

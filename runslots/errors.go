@@ -56,9 +56,16 @@ func (e *FullError) Error() string {
 // Is reports whether target is ErrFull.
 func (e *FullError) Is(target error) bool { return target == ErrFull }
 
-// refusal is the wait of a claim, sent at sent, refused with e.
-func (e *FullError) refusal(sent time.Time) *tenure.Refusal {
-	return &tenure.Refusal{Name: e.Scope, RetryIn: e.RetryIn, Sent: sent}
+// queueRecheck is the longest a blocking claim waits between two claims:
+// the server keeps a refused claim's place in the scope's queue only while
+// it claims again within min(retry_in, 5 s) + 2 s (pglease._slot_queue).
+const queueRecheck = 5 * time.Second
+
+// refusal is the wait of a claim of units units, sent at sent, refused
+// with e: until a release that leaves room for them, the earliest expiry,
+// or queueRecheck.
+func (e *FullError) refusal(sent time.Time, units int) *tenure.Refusal {
+	return &tenure.Refusal{Name: e.Scope, Units: units, RetryIn: min(e.RetryIn, queueRecheck), Sent: sent}
 }
 
 // LostError is how Run and Slot.Run report a slot lost while the workload

@@ -10,8 +10,14 @@ import (
 // Slot is one tenure of one slot of a scope, identified by its fence. It is
 // safe for concurrent use.
 type Slot struct {
-	t *tenure.Tenure
+	t     *tenure.Tenure
+	units int
 }
+
+// Units returns how many units of the scope's capacity the claim asked
+// for (Config.Units or Want.Units). A claim that got the client's own live
+// slot back holds the units that tenure was first claimed with.
+func (s *Slot) Units() int { return s.units }
 
 // Scope returns the scope the slot belongs to.
 func (s *Slot) Scope() string { return s.t.Name() }

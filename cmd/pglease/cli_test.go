@@ -80,6 +80,9 @@ func testUsage(t *testing.T, c cli) {
 		{"run", "--lease", "x", "--wait", "--no-wait", "--", "true"},
 		{"run", "--slot", "no-capacity", "--", "true"},
 		{"run", "--slot", "s:0", "--", "true"},
+		{"run", "--slot", "s:2", "--units", "0", "--", "true"},
+		{"run", "--slot", "s:2", "--units", "3", "--", "true"},
+		{"run", "--lease", "x", "--units", "2", "--", "true"},
 		{"run", "--lease", "x", "--ttl", "0s", "--", "true"},
 		{"run", "--lease", "x", "--ttl", "6s", "--grace", "3001ms", "--", "true"},
 		{"run", "--bogus", "--", "true"},
@@ -314,6 +317,11 @@ func testRunExitCodes(t *testing.T, c cli) {
 	r = c.mustRun(0, "run", "--slot", "only-slot:1", "--", "sh", "-c", `echo "[$PGLEASE_LEASE][$PGLEASE_FENCE] $PGLEASE_SLOT $PGLEASE_SLOT_FENCE"`)
 	if want := "[][] 1 1\n"; r.stdout != want {
 		t.Fatalf("environment with a slot only: got %q, want %q", r.stdout, want)
+	}
+	// --units: the slot holds K of the scope's units.
+	r = c.mustRun(0, "run", "--slot", "gpu:8", "--units", "4", "--", "sh", "-c", `echo "$PGLEASE_SLOT $PGLEASE_SLOT_UNITS"`)
+	if want := "1 4\n"; r.stdout != want {
+		t.Fatalf("environment with --units 4: got %q, want %q", r.stdout, want)
 	}
 	if _, fence := leaseState(t, pool, "env"); fence != 1 {
 		t.Fatalf("fence of lease env: got %d, want 1", fence)

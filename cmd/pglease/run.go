@@ -36,12 +36,12 @@ var runCommand = &command{
 	name:    "run",
 	summary: "Run a command only while holding a lease and/or a slot (a distributed flock)",
 	usage: `
-Usage: pglease run [--lease NAME] [--slot SCOPE:CAPACITY] [--ttl 30s]
+Usage: pglease run [--lease NAME] [--slot SCOPE:CAPACITY [--units K]] [--ttl 30s]
                    [--wait | --no-wait] [--grace DURATION] [--database URL]
                    [--hold-at-least D] [--once-per WINDOW] [--skip-status N] -- COMMAND [ARGS...]
 
-Takes lease NAME (and/or one of CAPACITY slots of SCOPE; with both, the
-lease first, then a slot), runs COMMAND while renewing it every TTL/3, and
+Takes lease NAME (and/or K units, default 1, of the CAPACITY units of
+slot scope SCOPE, as one slot; with both, the lease first, then the slot), runs COMMAND while renewing it every TTL/3, and
 releases it once COMMAND has exited. COMMAND gets in its environment:
 
   PGLEASE_HOLDER      the holder identity (host/pid/random)
@@ -50,6 +50,7 @@ releases it once COMMAND has exited. COMMAND gets in its environment:
   PGLEASE_SLOT_SCOPE  the slot scope                    (with --slot)
   PGLEASE_SLOT        the slot number, 1 to CAPACITY    (with --slot)
   PGLEASE_SLOT_FENCE  the slot's fence for this tenure  (with --slot)
+  PGLEASE_SLOT_UNITS  the units the slot holds, K       (with --slot)
 
 so that it can fence its own writes (pglease.assert_held(NAME, FENCE) in
 the transaction that writes). The rest of pglease's environment passes
@@ -115,11 +116,13 @@ pglease got signal n while waiting, before COMMAND started).`,
 			o      runOptions
 			db     dbFlag
 			slot   string
+			units  int
 			noWait bool
 		)
 		db.register(fs)
 		fs.StringVar(&o.lease, "lease", "", "lease `NAME` to hold while COMMAND runs")
 		fs.StringVar(&slot, "slot", "", "hold one slot of SCOPE, which admits at most CAPACITY holders at once, while COMMAND runs (`SCOPE:CAPACITY`)")
+		fs.IntVar(&units, "units", 1, "with --slot: hold `K` of the scope's CAPACITY units (a job needing 4 of 8 GPUs: --slot gpu:8 --units 4); 1 to CAPACITY")
 		fs.DurationVar(&o.ttl, "ttl", defaultRunTTL, "time to live of the lease and slot on the server; renewed every TTL/3")
 		fs.BoolVar(&o.wait, "wait", false, "wait until the lease (and slot) can be taken")
 		fs.BoolVar(&noWait, "no-wait", false, "exit with status 75 at once when held elsewhere (the default)")
@@ -141,6 +144,13 @@ pglease got signal n while waiting, before COMMAND started).`,
 			}
 			set := map[string]bool{}
 			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+			if set["units"] && slot == "" {
+				return usagef("run", "--units needs --slot SCOPE:CAPACITY")
+			}
+			if units < 1 || (slot != "" && units > o.capacity) {
+				return usagef("run", "--units must be from 1 to the --slot CAPACITY (%d), got %d", o.capacity, units)
+			}
+			o.units = units
 			switch {
 			case set["lease"] && o.lease == "":
 				return usagef("run", "--lease is empty: give the name of the lease to hold")
@@ -179,6 +189,7 @@ type runOptions struct {
 	lease    string
 	scope    string
 	capacity int
+	units    int // of capacity, with scope
 	ttl      time.Duration
 	grace    time.Duration
 	wait     bool
@@ -367,7 +378,7 @@ func (r *runner) steps() ([]step, error) {
 		})
 	}
 	if r.o.scope != "" {
-		c, err := runslots.New(r.pool, runslots.Config{Holder: r.o.holder, Logger: r.log})
+		c, err := runslots.New(r.pool, runslots.Config{Holder: r.o.holder, Logger: r.log, Units: r.o.units})
 		if err != nil {
 			return nil, usagef("run", "%s", detail(err))
 		}
@@ -394,7 +405,8 @@ func (r *runner) steps() ([]step, error) {
 			env: func(t held) []string {
 				s := t.(*runslots.Slot)
 				return []string{"PGLEASE_SLOT_SCOPE=" + scope, "PGLEASE_SLOT=" + strconv.Itoa(s.Number()),
-					"PGLEASE_SLOT_FENCE=" + strconv.FormatInt(s.Fence(), 10)}
+					"PGLEASE_SLOT_FENCE=" + strconv.FormatInt(s.Fence(), 10),
+					"PGLEASE_SLOT_UNITS=" + strconv.Itoa(s.Units())}
 			},
 			describe: func(t held) string {
 				return fmt.Sprintf("slot %d of scope %s (fence %d)", t.(*runslots.Slot).Number(), quoteName(scope), t.Fence())
@@ -563,7 +575,7 @@ func childEnv(env []string) []string {
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "PGLEASE_HOLDER", "PGLEASE_LEASE", "PGLEASE_FENCE", "PGLEASE_SLOT_SCOPE", "PGLEASE_SLOT", "PGLEASE_SLOT_FENCE":
+		case "PGLEASE_HOLDER", "PGLEASE_LEASE", "PGLEASE_FENCE", "PGLEASE_SLOT_SCOPE", "PGLEASE_SLOT", "PGLEASE_SLOT_FENCE", "PGLEASE_SLOT_UNITS":
 			continue
 		}
 		out = append(out, kv)

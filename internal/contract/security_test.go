@@ -460,6 +460,8 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 		// The cron functions (0.3.0).
 		"release_after(text,text,bigint,interval)", "run_begin(text,text,bigint,interval)",
 		"run_end(text,text,bigint,integer)", "run_history(text,integer)", "run_summary(text,integer)",
+		// Weighted slot claims (0.3.0).
+		"claim_slot(text,text,integer,interval,integer,boolean)", "claim_slots(text,text[],integer[],interval,integer[],boolean)",
 	} {
 		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
 	}

@@ -85,6 +85,18 @@ type PgleaseSlot struct {
 	HolderRole pgtype.Text
 	Capacity   pgtype.Int4
 	Counted    bool
+	Units      int32
+	CheckAt    time.Time
+}
+
+// pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units
+type PgleaseSlotQueue struct {
+	Scope      string
+	Holder     string
+	HolderRole string
+	Units      int32
+	Since      time.Time
+	Until      time.Time
 }
 
 // pglease slot scopes; the row lock serialises claims within one scope
@@ -93,11 +105,12 @@ type PgleaseSlotScope struct {
 	Counted int32
 }
 
-// pglease slot scopes: live holders (in_use) and slot rows ever created (slots)
+// pglease slot scopes: live holders (in_use), slot rows ever created (slots) and units the live holders hold (units_in_use)
 type PgleaseSlotScopeStatus struct {
-	Scope string
-	InUse int32
-	Slots int32
+	Scope      string
+	InUse      int32
+	Slots      int32
+	UnitsInUse int32
 }
 
 // pglease slots as seen now: state is held, expired or free
@@ -109,6 +122,7 @@ type PgleaseSlotStatus struct {
 	State     string
 	ExpiresAt time.Time
 	ExpiresIn interface{}
+	Units     int32
 }
 
 // pglease: refused acquires and claims waiting for a release notification

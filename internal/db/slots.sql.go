@@ -99,6 +99,101 @@ func (q *Queries) SlotClaimMany(ctx context.Context, arg SlotClaimManyParams) (S
 	return i, err
 }
 
+const slotClaimManyUnits = `-- name: SlotClaimManyUnits :one
+SELECT c.claimed::boolean AS claimed, c.slots::integer[] AS slots,
+       c.fences::bigint[] AS fences, c.in_use::integer[] AS in_use,
+       c.refused_scope, c.refused_in_use, c.expires_in, c.retry_in
+FROM pglease.claim_slots($1, $2::text[], $3::integer[], $4, $5::integer[], $6::boolean) AS c
+`
+
+type SlotClaimManyUnitsParams struct {
+	Holder     string
+	Scopes     []string
+	Capacities []int32
+	Ttl        time.Duration
+	Units      []int32
+	Wait       bool
+}
+
+type SlotClaimManyUnitsRow struct {
+	Claimed      bool
+	Slots        []int32
+	Fences       []int64
+	InUse        []int32
+	RefusedScope pgtype.Text
+	RefusedInUse pgtype.Int4
+	ExpiresIn    *time.Duration
+	RetryIn      *time.Duration
+}
+
+func (q *Queries) SlotClaimManyUnits(ctx context.Context, arg SlotClaimManyUnitsParams) (SlotClaimManyUnitsRow, error) {
+	row := q.db.QueryRow(ctx, slotClaimManyUnits,
+		arg.Holder,
+		arg.Scopes,
+		arg.Capacities,
+		arg.Ttl,
+		arg.Units,
+		arg.Wait,
+	)
+	var i SlotClaimManyUnitsRow
+	err := row.Scan(
+		&i.Claimed,
+		&i.Slots,
+		&i.Fences,
+		&i.InUse,
+		&i.RefusedScope,
+		&i.RefusedInUse,
+		&i.ExpiresIn,
+		&i.RetryIn,
+	)
+	return i, err
+}
+
+const slotClaimUnits = `-- name: SlotClaimUnits :one
+SELECT c.claimed::boolean AS claimed, c.slot, c.fence,
+       c.expires_in, c.in_use::integer AS in_use, c.retry_in
+FROM pglease.claim_slot($1, $2, $3, $4, $5::integer, $6::boolean) AS c
+`
+
+type SlotClaimUnitsParams struct {
+	Scope    string
+	Holder   string
+	Capacity int32
+	Ttl      time.Duration
+	Units    int32
+	Wait     bool
+}
+
+type SlotClaimUnitsRow struct {
+	Claimed   bool
+	Slot      pgtype.Int4
+	Fence     pgtype.Int8
+	ExpiresIn *time.Duration
+	InUse     int32
+	RetryIn   *time.Duration
+}
+
+func (q *Queries) SlotClaimUnits(ctx context.Context, arg SlotClaimUnitsParams) (SlotClaimUnitsRow, error) {
+	row := q.db.QueryRow(ctx, slotClaimUnits,
+		arg.Scope,
+		arg.Holder,
+		arg.Capacity,
+		arg.Ttl,
+		arg.Units,
+		arg.Wait,
+	)
+	var i SlotClaimUnitsRow
+	err := row.Scan(
+		&i.Claimed,
+		&i.Slot,
+		&i.Fence,
+		&i.ExpiresIn,
+		&i.InUse,
+		&i.RetryIn,
+	)
+	return i, err
+}
+
 const slotRelease = `-- name: SlotRelease :one
 SELECT r.released::boolean AS released
 FROM pglease.release_slot($1, $2, $3, $4) AS r
@@ -186,15 +281,21 @@ FROM pglease.slot_scope_status
 ORDER BY scope
 `
 
-func (q *Queries) SlotScopeStatusList(ctx context.Context) ([]PgleaseSlotScopeStatus, error) {
+type SlotScopeStatusListRow struct {
+	Scope string
+	InUse int32
+	Slots int32
+}
+
+func (q *Queries) SlotScopeStatusList(ctx context.Context) ([]SlotScopeStatusListRow, error) {
 	rows, err := q.db.Query(ctx, slotScopeStatusList)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []PgleaseSlotScopeStatus
+	var items []SlotScopeStatusListRow
 	for rows.Next() {
-		var i PgleaseSlotScopeStatus
+		var i SlotScopeStatusListRow
 		if err := rows.Scan(&i.Scope, &i.InUse, &i.Slots); err != nil {
 			return nil, err
 		}

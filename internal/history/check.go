@@ -94,8 +94,9 @@ type Report struct {
 	Outcomes map[Outcome]int
 	// Tenures is the number of distinct tenures (lease or slot, fence).
 	Tenures int
-	// MaxLive is, per slot scope, the largest number of holders certainly
-	// live at one instant.
+	// MaxLive is, per slot scope, the largest number of units held by
+	// certainly-live tenures at one instant (live holders, when every claim
+	// takes one unit).
 	MaxLive map[string]int
 	// Unverifiable counts refusals naming a tenure that only an operation
 	// with an unknown outcome can have granted.
@@ -576,9 +577,10 @@ func checkInside(rep *Report, t *tenure, ci *coverIndex, slack time.Duration) {
 	}
 }
 
-// checkScopes: at no instant more certainly-live holders of a scope than
-// its capacity; no claim with capacity c granted while c other holders of
-// the scope were certainly live throughout it.
+// checkScopes: at no instant more units held by certainly-live tenures of
+// a scope than its capacity; no claim of k units with capacity c granted
+// while other tenures of the scope holding more than c - k units were
+// certainly live throughout it.
 func checkScopes(rep *Report, byKey map[key][]*tenure, capacity map[string]int) {
 	scopes := map[string][]*tenure{}
 	for k, ts := range byKey {
@@ -594,8 +596,9 @@ func checkScopes(rep *Report, byKey map[key][]*tenure, capacity map[string]int) 
 		}
 		var edges []edge
 		for _, t := range ts {
+			u := t.grantOp().units()
 			for _, s := range t.certain {
-				edges = append(edges, edge{s.start, +1, t}, edge{s.end, -1, t})
+				edges = append(edges, edge{s.start, +u, t}, edge{s.end, -u, t})
 			}
 		}
 		slices.SortFunc(edges, func(a, b edge) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.delta, b.delta)) })
@@ -605,7 +608,7 @@ func checkScopes(rep *Report, byKey map[key][]*tenure, capacity map[string]int) 
 			if live > top {
 				top = live
 				if c := capacity[scope]; live > c {
-					rep.add(RuleCapacity, fmt.Sprintf("scope %q: %d holders certainly live at %s, capacity %d", scope, live, e.at, c), e.t.grantOp())
+					rep.add(RuleCapacity, fmt.Sprintf("scope %q: %d units held by certainly-live tenures at %s, capacity %d", scope, live, e.at, c), e.t.grantOp())
 				}
 			}
 		}
@@ -614,12 +617,18 @@ func checkScopes(rep *Report, byKey map[key][]*tenure, capacity map[string]int) 
 		ci := newCoverIndex(ts)
 		for _, t := range ts {
 			g := t.grantOp()
-			if others := ci.covering(g.Call, g.Return, t); len(others) >= g.Capacity {
+			others := ci.covering(g.Call, g.Return, t)
+			held := 0
+			for _, o := range others {
+				held += o.grantOp().units()
+			}
+			if held+g.units() > g.Capacity {
 				ops := []*Op{g}
 				for _, o := range others {
 					ops = append(ops, o.grantOp())
 				}
-				rep.add(RuleCapacity, fmt.Sprintf("scope %q: claim with capacity %d granted while %d others were certainly live", scope, g.Capacity, len(others)), ops...)
+				rep.add(RuleCapacity, fmt.Sprintf("scope %q: claim of %d units with capacity %d granted while %d others holding %d units were certainly live",
+					scope, g.units(), g.Capacity, len(others), held), ops...)
 			}
 		}
 	}
@@ -631,7 +640,10 @@ func checkScopes(rep *Report, byKey map[key][]*tenure, capacity map[string]int) 
 // been.
 func checkRefusals(rep *Report, all []*Op, tenures map[tkey]*tenure, byKey map[key][]*tenure, pending map[pkey][]*Op, slack time.Duration) {
 	// Possible intervals per scope, for counting.
-	type bounds struct{ starts, ends []time.Duration }
+	type bounds struct {
+		starts, ends []time.Duration
+		units        int // the most units any claim of the scope asked for
+	}
 	scopeBounds := map[string]*bounds{}
 	for k, ts := range byKey {
 		if !k.slot {
@@ -645,13 +657,16 @@ func checkRefusals(rep *Report, all []*Op, tenures map[tkey]*tenure, byKey map[k
 		for _, t := range ts {
 			b.starts = append(b.starts, t.start)
 			b.ends = append(b.ends, t.endMax)
+			b.units = max(b.units, t.grantOp().units())
 		}
 	}
 	unknownClaims := map[string][]time.Duration{}
+	unknownUnits := map[string]int{}
 	for pk, ops := range pending {
 		if pk.slot {
 			for _, op := range ops {
 				unknownClaims[pk.name] = append(unknownClaims[pk.name], op.Call)
+				unknownUnits[pk.name] = max(unknownUnits[pk.name], op.units())
 			}
 		}
 	}
@@ -696,13 +711,18 @@ func checkRefusals(rep *Report, all []*Op, tenures map[tkey]*tenure, byKey map[k
 		case Claim:
 			b := scopeBounds[op.Name]
 			possible := countBefore(unknownClaims[op.Name], op.Return)
+			units := max(unknownUnits[op.Name], 1)
 			if b != nil {
 				// Tenures with start < Return and endMax > Call; endMax > start
 				// for each, so those with endMax <= Call all start before Return.
 				possible += countBefore(b.starts, op.Return) - countBefore(b.ends, op.Call+1)
+				units = max(units, b.units)
 			}
-			if op.InUse > possible {
-				rep.add(RuleRefusal, fmt.Sprintf("scope %q: claim refused with %d live holders, at most %d can have been live", op.Name, op.InUse, possible), op)
+			// Each possibly-live tenure holds at most the scope's largest
+			// claim in units (exactly one unit each when none asked for more).
+			if op.InUse > possible*units {
+				rep.add(RuleRefusal, fmt.Sprintf("scope %q: claim refused with %d units in use, at most %d can have been (%d tenures of at most %d units)",
+					op.Name, op.InUse, possible*units, possible, units), op)
 			}
 		}
 	}

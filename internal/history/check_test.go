@@ -27,6 +27,12 @@ func slotOp(kind Kind, out Outcome, holder, scope string, slot int, fence int64,
 	return o
 }
 
+// unitsOp is slotOp of a claim of units units.
+func unitsOp(o Op, units int) Op {
+	o.Units = units
+	return o
+}
+
 func refusedAcquire(holder, name, other string, fence int64, call, ret float64) Op {
 	o := op(Acquire, Refused, holder, name, fence, call, ret)
 	o.Other = other
@@ -182,6 +188,14 @@ func TestCheckRejects(t *testing.T) {
 			slotOp(Claim, OK, "a", "S", 1, 1, 2, 0, 1),
 			slotOp(Claim, OK, "b", "S", 2, 1, 1, 5, 6),
 		}},
+		{"units over the capacity: 3 + 2 of 4", RuleCapacity, []Op{
+			unitsOp(slotOp(Claim, OK, "a", "S", 1, 1, 4, 0, 1), 3),
+			unitsOp(slotOp(Claim, OK, "b", "S", 2, 1, 4, 5, 6), 2),
+		}},
+		{"claim of 2 units granted while 3 of 4 were certainly held", RuleCapacity, []Op{
+			unitsOp(slotOp(Claim, OK, "a", "S", 1, 1, 4, 0, 1), 3),
+			unitsOp(slotOp(Claim, OK, "b", "S", 2, 1, 4, 5, 6), 2),
+		}},
 		{"two holders of one slot", RuleOverlap, []Op{
 			slotOp(Claim, OK, "a", "S", 1, 1, 3, 0, 1),
 			slotOp(Claim, OK, "b", "S", 1, 2, 3, 5, 6),
@@ -267,6 +281,18 @@ func TestCheckRejects(t *testing.T) {
 
 // TestCheckCapacityDefault: the capacity bound defaults to the largest any
 // claim of the scope passed, and Config.Capacity overrides it.
+// TestCheckUnits: tenures count their units: 3 + 1 of capacity 4 is
+// within it, and MaxLive counts units.
+func TestCheckUnits(t *testing.T) {
+	ops := []Op{
+		unitsOp(slotOp(Claim, OK, "a", "S", 1, 1, 4, 0, 1), 3),
+		slotOp(Claim, OK, "b", "S", 2, 1, 4, 5, 6),
+	}
+	if rep := Check(ops, Config{}); !rep.OK() || rep.MaxLive["S"] != 4 {
+		t.Fatalf("3 + 1 units of capacity 4: %s %v, MaxLive %d (want 4)", rep.Summary(), rep.Violations, rep.MaxLive["S"])
+	}
+}
+
 func TestCheckCapacityDefault(t *testing.T) {
 	ops := []Op{
 		slotOp(Claim, OK, "a", "S", 1, 1, 3, 0, 1),

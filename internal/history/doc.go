@@ -47,10 +47,11 @@
 //   - RuleOverlap: no two tenures of one lease or one slot have overlapping
 //     certain sets. A takeover needs the row expired by the taker's clock
 //     or released; both are impossible while the certain set lasts.
-//   - RuleCapacity: never more certainly-live tenures of a scope than its
-//     capacity (by default the largest capacity its claims passed); and no
-//     claim with capacity c granted while c other tenures of the scope were
-//     certainly live throughout its call (the claim counts the rows live at
+//   - RuleCapacity: never more units held by certainly-live tenures of a
+//     scope than its capacity (by default the largest capacity its claims
+//     passed; a claim's units are Op.Units, 1 when unset); and no claim of
+//     k units with capacity c granted while other tenures of the scope
+//     holding more than c - k units were certainly live throughout its call (the claim counts the rows live at
 //     its clock reading, which lies inside its call).
 //   - RuleFenceOrder: a tenure whose grant was called after another
 //     tenure's grant returned has a larger fence. The first grant

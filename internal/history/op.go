@@ -108,6 +108,9 @@ type Op struct {
 	TTL time.Duration
 	// Capacity is the capacity a Claim passed.
 	Capacity int
+	// Units is the units a Claim asked for (0: one unit, as claims before
+	// 0.3.0 took).
+	Units int
 	// Other is the holder a refused Acquire named.
 	Other string
 	// ExpiresIn is the expires_in a refused Acquire reported: the named
@@ -115,7 +118,8 @@ type Op struct {
 	// refusal. Zero means not recorded (a refusal reports at least a
 	// microsecond); Check verifies any other value.
 	ExpiresIn time.Duration
-	// InUse is the number of live holders a refused Claim reported.
+	// InUse is the units in use a refused Claim reported (live holders,
+	// when every claim takes one unit).
 	InUse int
 	// Call and Return are when the call was made and answered, on the
 	// recorder's clock.
@@ -134,6 +138,9 @@ func (o Op) String() string {
 	}
 	if o.Kind == Claim {
 		s += fmt.Sprintf(" capacity %d", o.Capacity)
+		if o.Units > 1 {
+			s += fmt.Sprintf(" units %d", o.Units)
+		}
 	}
 	if o.Other != "" {
 		s += fmt.Sprintf(" (held by %s", o.Other)
@@ -184,3 +191,6 @@ func (r *Recorder) Ops() []Op {
 	defer r.mu.Unlock()
 	return append([]Op(nil), r.ops...)
 }
+
+// units is the units a Claim op asked for.
+func (o *Op) units() int { return max(o.Units, 1) }

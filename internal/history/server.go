@@ -56,6 +56,8 @@ type ServerEvent struct {
 	// Capacity is the capacity a slot's tenure was claimed with (0 when
 	// not recorded: the capacity map of CheckServer applies).
 	Capacity int
+	// Units is the units a slot's tenure holds (0 when not recorded: 1).
+	Units int
 }
 
 // ServerReport is what CheckServer found.
@@ -119,8 +121,8 @@ const (
 	// RuleServerCapacity: in commit order (at a grant, the tenures of the
 	// scope the replay has live at its start) or on the server's clock (at
 	// any instant, the tenures whose recorded interval contains it), more
-	// live tenures of a scope than the smallest capacity any of them was
-	// claimed with.
+	// units held by live tenures of a scope than the smallest capacity any
+	// of them was claimed with.
 	RuleServerCapacity = "server-capacity"
 	// RuleAgree: the client history and the server's disagree.
 	RuleAgree = "client-server"
@@ -133,6 +135,7 @@ type state struct {
 	current  time.Time // the row's expiry now (a re-pin may shorten it)
 	acquired time.Time // when the tenure began, on the server's clock
 	capacity int       // the capacity a slot's tenure was claimed with
+	units    int       // the units it holds (1 when not recorded)
 }
 
 // interval is one tenure of a slot on the server's clock: from its grant
@@ -140,6 +143,7 @@ type state struct {
 type interval struct {
 	start, end time.Time
 	capacity   int
+	units      int
 	what       string
 }
 
@@ -163,7 +167,7 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 	// closeTenure records the tenure a row had, once it is over.
 	closeTenure := func(k key, st *state) {
 		if k.slot && st != nil && !st.acquired.IsZero() {
-			tenures[k.name] = append(tenures[k.name], interval{st.acquired, st.current, st.capacity,
+			tenures[k.name] = append(tenures[k.name], interval{st.acquired, st.current, st.capacity, max(st.units, 1),
 				fmt.Sprintf("%s fence %d", k, st.fence)})
 		}
 	}
@@ -229,7 +233,7 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 			if k.slot {
 				checkLive(&rep, rows, k, e, capOf(e))
 			}
-			rows[k] = &state{fence: e.Fence, holder: e.Holder, current: e.ExpiresAt, acquired: e.AcquiredAt, capacity: capOf(e)}
+			rows[k] = &state{fence: e.Fence, holder: e.Holder, current: e.ExpiresAt, acquired: e.AcquiredAt, capacity: capOf(e), units: max(e.Units, 1)}
 			continue
 		}
 		if st == nil || st.fence != e.OldFence || st.holder != e.OldHolder {
@@ -263,7 +267,7 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 				closeTenure(k, st)
 				checkLive(&rep, rows, k, e, capOf(e))
 			}
-			*st = state{fence: e.Fence, holder: e.Holder, current: e.ExpiresAt, acquired: e.AcquiredAt, capacity: capOf(e)}
+			*st = state{fence: e.Fence, holder: e.Holder, current: e.ExpiresAt, acquired: e.AcquiredAt, capacity: capOf(e), units: max(e.Units, 1)}
 		case e.Holder == "" && e.OldHolder != "": // released
 			rep.Releases++
 			st.holder = ""
@@ -286,26 +290,26 @@ func CheckServer(events []ServerEvent, capacity map[string]int) ServerReport {
 
 // checkLive checks a slot grant e in commit order: with the tenures of its
 // scope the replay has live at its start, the scope must not hold more
-// than the smallest capacity any of them (and e) was claimed with.
+// units than the smallest capacity any of them (and e) was claimed with.
 func checkLive(rep *ServerReport, rows map[key]*state, k key, e ServerEvent, capacity int) {
-	live, smallest := 1, capacity
+	live, smallest := max(e.Units, 1), capacity
 	for ok, st := range rows {
 		if ok.slot && ok.name == k.name && ok != k && st.holder != "" && st.current.After(e.AcquiredAt) {
-			live++
+			live += max(st.units, 1)
 			if st.capacity > 0 && (smallest == 0 || st.capacity < smallest) {
 				smallest = st.capacity
 			}
 		}
 	}
 	if smallest > 0 && live > smallest {
-		rep.add(RuleServerCapacity, fmt.Sprintf("%s: fence %d granted at %s with %d tenures of the scope live (commit order), capacity %d (#%d)",
+		rep.add(RuleServerCapacity, fmt.Sprintf("%s: fence %d granted at %s with %d units of the scope held by live tenures (commit order), capacity %d (#%d)",
 			k, e.Fence, e.AcquiredAt.Format(time.StampMicro), live, smallest, e.Seq))
 	}
 }
 
 // checkIntervals sweeps the tenures of one scope on the server's clock: at
-// no instant may more of them be live than the smallest capacity any live
-// one was claimed with. Intervals are half-open, [start, end).
+// no instant may the live ones hold more units than the smallest capacity
+// any live one was claimed with. Intervals are half-open, [start, end).
 func checkIntervals(rep *ServerReport, scope string, ivs []interval) {
 	type point struct {
 		at    time.Time
@@ -337,15 +341,16 @@ func checkIntervals(rep *ServerReport, scope string, ivs []interval) {
 			continue
 		}
 		live[p.i] = true
-		smallest := 0
+		smallest, units := 0, 0
 		for i := range live {
+			units += max(ivs[i].units, 1)
 			if c := ivs[i].capacity; c > 0 && (smallest == 0 || c < smallest) {
 				smallest = c
 			}
 		}
-		if smallest > 0 && len(live) > smallest {
-			rep.add(RuleServerCapacity, fmt.Sprintf("scope %q: %d tenures live at %s on the server's clock (%s began), capacity %d",
-				scope, len(live), p.at.Format(time.StampMicro), ivs[p.i].what, smallest))
+		if smallest > 0 && units > smallest {
+			rep.add(RuleServerCapacity, fmt.Sprintf("scope %q: %d units held by %d tenures live at %s on the server's clock (%s began), capacity %d",
+				scope, units, len(live), p.at.Format(time.StampMicro), ivs[p.i].what, smallest))
 		}
 	}
 }

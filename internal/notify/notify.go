@@ -42,6 +42,11 @@ type Payload struct {
 	Kind  string `json:"kind"`  // "lease" or "slot"
 	Event string `json:"event"` // "released", or "changed" for an observed lease
 	Name  string `json:"name"`  // lease name or slot scope
+	// Free is, for a slot release while the scope has queued claims
+	// (0.3.0), the units the release leaves free as it counts them: a
+	// waiter of more units has no room yet and is not woken. nil: unknown
+	// (any waiter is woken).
+	Free *int `json:"free,omitempty"`
 }
 
 // maxJitter caps the random delay added to each wait, which keeps many
@@ -128,6 +133,7 @@ type link struct {
 // Waiter waits for a release of one lease or slot scope, or for a timeout.
 type Waiter struct {
 	kind, name string
+	units      int // of a slot claim; woken only when a release leaves that many free (0: always)
 	h          *Hub
 	link       *link         // nil while not listening
 	wake       chan struct{} // buffered 1: a release of kind/name, or the link broke
@@ -140,7 +146,15 @@ type Waiter struct {
 // checking whether the lease is free, so that a release in between is not
 // missed, and Close the waiter when done.
 func (h *Hub) Listen(ctx context.Context, kind, name string) *Waiter {
-	w := &Waiter{kind: kind, name: name, h: h, wake: make(chan struct{}, 1)}
+	return h.ListenUnits(ctx, kind, name, 0)
+}
+
+// ListenUnits is Listen for a claim of units units of a slot scope: a
+// release whose notification says it leaves fewer units free does not
+// wake the waiter (there is no room for it yet; a later release will say
+// so, and Wait's timeout still applies).
+func (h *Hub) ListenUnits(ctx context.Context, kind, name string, units int) *Waiter {
+	w := &Waiter{kind: kind, name: name, units: units, h: h, wake: make(chan struct{}, 1)}
 	w.link = h.subscribe(ctx, w)
 	return w
 }
@@ -361,7 +375,7 @@ func (l *link) read(ctx context.Context, stopped chan struct{}) {
 		}
 		l.h.mu.Lock()
 		for w := range l.waiters {
-			if w.kind == p.Kind && w.name == p.Name {
+			if w.kind == p.Kind && w.name == p.Name && (p.Free == nil || w.units <= *p.Free) {
 				w.signal()
 			}
 		}

@@ -88,6 +88,7 @@ CREATE TABLE proof.events (
     acquired_at    timestamptz NOT NULL,
     expires_at     timestamptz NOT NULL,
     capacity       integer,
+    units          integer,
     clock          timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE proof.writes (
     seq    bigint      PRIMARY KEY DEFAULT nextval('proof.seq'),
@@ -120,18 +121,18 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         INSERT INTO proof.events (tbl, name, slot, inserted, deleted, old_holder, old_fence, old_expires_at,
-                                  holder, fence, acquired_at, expires_at, capacity)
+                                  holder, fence, acquired_at, expires_at, capacity, units)
         VALUES ('slot', OLD.scope, OLD.slot, false, true, OLD.holder, OLD.fence, OLD.expires_at,
-                NULL, OLD.fence, OLD.acquired_at, OLD.expires_at, OLD.capacity);
+                NULL, OLD.fence, OLD.acquired_at, OLD.expires_at, OLD.capacity, OLD.units);
         RETURN NULL;
     END IF;
     INSERT INTO proof.events (tbl, name, slot, inserted, old_holder, old_fence, old_expires_at,
-                              holder, fence, acquired_at, expires_at, capacity)
+                              holder, fence, acquired_at, expires_at, capacity, units)
     VALUES ('slot', NEW.scope, NEW.slot, TG_OP = 'INSERT',
             CASE WHEN TG_OP = 'UPDATE' THEN OLD.holder END,
             CASE WHEN TG_OP = 'UPDATE' THEN OLD.fence END,
             CASE WHEN TG_OP = 'UPDATE' THEN OLD.expires_at END,
-            NEW.holder, NEW.fence, NEW.acquired_at, NEW.expires_at, NEW.capacity);
+            NEW.holder, NEW.fence, NEW.acquired_at, NEW.expires_at, NEW.capacity, NEW.units);
     RETURN NULL;
 END $$;
 CREATE TRIGGER proof_audit AFTER INSERT OR UPDATE OR DELETE ON pglease.leases
@@ -175,7 +176,7 @@ func readAudit(t testing.TB, pool *pgxpool.Pool) []history.ServerEvent {
 	rows, err := tx.Query(ctx, `
 		SELECT seq, tbl, name, slot, inserted, deleted, coalesce(old_holder, ''), coalesce(old_fence, 0),
 		       coalesce(old_expires_at, 'epoch'), coalesce(holder, ''), fence, acquired_at, expires_at, clock,
-		       coalesce(capacity, 0)
+		       coalesce(capacity, 0), coalesce(units, 0)
 		FROM proof.events`)
 	if err != nil {
 		t.Fatalf("read audit: %v", err)
@@ -186,7 +187,7 @@ func readAudit(t testing.TB, pool *pgxpool.Pool) []history.ServerEvent {
 			tbl string
 		)
 		if err := rows.Scan(&e.Seq, &tbl, &e.Name, &e.Slot, &e.Inserted, &e.Deleted, &e.OldHolder, &e.OldFence,
-			&e.OldExpiresAt, &e.Holder, &e.Fence, &e.AcquiredAt, &e.ExpiresAt, &e.Clock, &e.Capacity); err != nil {
+			&e.OldExpiresAt, &e.Holder, &e.Fence, &e.AcquiredAt, &e.ExpiresAt, &e.Clock, &e.Capacity, &e.Units); err != nil {
 			t.Fatalf("read audit: %v", err)
 		}
 		e.Row = history.LeaseRow

@@ -221,6 +221,7 @@ type stressClient struct {
 	ended   map[string]int64 // a fence of ours that ended, per lease, for stale writes
 	claimed map[string]*runslots.Slot
 	only    string // when set, the one lease the client uses, and no slots
+	units   int    // of each claim: 2 for every third client, else 1
 }
 
 // overlapping counts the acquires and releases of coalescing holders that
@@ -254,12 +255,15 @@ func newStressClient(t *testing.T, pool *pgxpool.Pool, rec *history.Recorder, i 
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := runslots.New(pool, runslots.Config{Holder: holder, Logger: quiet})
+	// Every third client claims 2 units (weighted claims), so the capacity
+	// sweeps count units, not holders.
+	units := 1 + i%3/2
+	sc, err := runslots.New(pool, runslots.Config{Holder: holder, Logger: quiet, Units: units})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &stressClient{
-		holder: holder, pool: pool, leases: lc, slots: sc, rec: rec,
+		holder: holder, pool: pool, leases: lc, slots: sc, rec: rec, units: units,
 		rng:  rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))),
 		held: map[string]*pglease.Lease{}, ended: map[string]int64{}, claimed: map[string]*runslots.Slot{},
 	}
@@ -428,7 +432,7 @@ func (c *stressClient) slotStep(st *stressStats) {
 		if capacity > 2 && c.rng.IntN(4) == 0 {
 			capacity--
 		}
-		op := history.Op{Kind: history.Claim, Name: scope, TTL: ttl, Capacity: capacity}
+		op := history.Op{Kind: history.Claim, Name: scope, TTL: ttl, Capacity: capacity, Units: c.units}
 		switch c.call(op, func(ctx context.Context, op *history.Op) history.Outcome {
 			ns, err := c.slots.TryClaim(ctx, scope, capacity, ttl)
 			if full, ok := errors.AsType[*runslots.FullError](err); ok {

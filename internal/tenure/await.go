@@ -11,6 +11,9 @@ import (
 type Refusal struct {
 	// Name is the lease name or scope that refused: the one to wait on.
 	Name string
+	// Units is, for a slot claim, the units it asks for in Name: a release
+	// that leaves fewer free does not wake it (0: any release wakes it).
+	Units int
 	// RetryIn is when a retry may succeed without a release: the holder's
 	// expiry, or a backoff after an error the caller retries.
 	RetryIn time.Duration
@@ -62,7 +65,7 @@ func Await[T any](ctx context.Context, c *Core, try func(ctx context.Context) (T
 			if w != nil {
 				w.Close(ctx)
 			}
-			w, listening = c.hub.Listen(ctx, c.kind.Noun, ref.Name), ref.Name
+			w, listening = c.hub.ListenUnits(ctx, c.kind.Noun, ref.Name, ref.Units), ref.Name
 			if !retried {
 				retried = true
 				continue

@@ -602,6 +602,7 @@ func TestUpgradeUnderTraffic(t *testing.T) {
 				// A few more rounds of renewals on the new schema.
 				waitRenewals(ctx, t, tr, 15*(len(tr.leases)+len(tr.slots)))
 				requireSlotCounts(ctx, t, conn)
+				requireUnits(ctx, t, conn)
 				tr.check(ctx, pool)
 				requireVersion(ctx, t, conn, head)
 				requireSame(t, "a fresh install of "+head, u.fresh, "an upgrade from "+from, catalog(ctx, t, conn, true))
@@ -622,12 +623,14 @@ func TestUpgradeUnderTraffic(t *testing.T) {
 
 // endSlotTenures leaves, on the released schema from, a slot tenure that
 // expired in scope "ended-expired" and one that was released in
-// "ended-released".
+// "ended-released", and two live ones of capacity 4 in "units" (see
+// requireUnits).
 func endSlotTenures(ctx context.Context, t *testing.T, conn *pgx.Conn, from string) {
 	t.Helper()
 	if _, err := conn.Exec(ctx, `SELECT pglease.claim_slot('ended-expired', 'old', 1, interval '1 millisecond');
 		SELECT pglease.release_slot('ended-released', r.slot, 'old', r.fence)
-		FROM pglease.claim_slot('ended-released', 'old', 1, interval '1 minute') AS r`); err != nil {
+		FROM pglease.claim_slot('ended-released', 'old', 1, interval '1 minute') AS r;
+		SELECT pglease.claim_slot('units', 'old-' || i, 4, interval '1 hour') FROM generate_series(1, 2) AS i`); err != nil {
 		t.Fatalf("end slot tenures on %s: %v", from, err)
 	}
 }
@@ -664,6 +667,39 @@ func requireSlotCounts(ctx context.Context, t *testing.T, conn *pgx.Conn) {
 			t.Errorf("claim at capacity 1 in %s after the upgrade: got claimed %v, in_use %d; want claimed %v, in_use 1",
 				c.scope, claimed, inUse, c.claimed)
 		}
+	}
+}
+
+// requireUnits checks that the two tenures claimed in scope "units" before
+// the upgrade count one unit each after it: of capacity 4, a claim of 3
+// units is refused with 2 in use, one of 2 units is granted (4 in use),
+// then a 1-unit claim is refused; the two old tenures renew and release.
+func requireUnits(ctx context.Context, t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	for _, c := range []struct {
+		holder  string
+		units   int
+		claimed bool
+		inUse   int32
+	}{{"three", 3, false, 2}, {"two", 2, true, 4}, {"one", 1, false, 4}} {
+		var claimed bool
+		var inUse int32
+		if err := conn.QueryRow(ctx, `SELECT claimed, in_use FROM pglease.claim_slot('units', $1, 4, interval '1 minute', $2)`,
+			c.holder, c.units).Scan(&claimed, &inUse); err != nil {
+			t.Fatal(err)
+		}
+		if claimed != c.claimed || inUse != c.inUse {
+			t.Errorf("claim of %d units of capacity 4 beside 2 tenures from before the upgrade: got claimed %v, in_use %d; want claimed %v, in_use %d",
+				c.units, claimed, inUse, c.claimed, c.inUse)
+		}
+	}
+	var released int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE n.renewed AND r.released)
+		FROM pglease.slots AS s,
+		LATERAL pglease.renew_slot(s.scope, s.slot, s.holder, s.fence, interval '1 minute') AS n,
+		LATERAL pglease.release_slot(s.scope, s.slot, s.holder, s.fence) AS r
+		WHERE s.scope = 'units' AND s.holder LIKE 'old-%'`).Scan(&released); err != nil || released != 2 {
+		t.Errorf("renew and release of the 2 tenures from before the upgrade: %d of 2 (%v)", released, err)
 	}
 }
 

@@ -323,10 +323,11 @@ $$;
 
 -- Source: sql/functions/21_claim_slot.sql (signature), sql/proxy/routes (hash p_scope)
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
-    p_scope text, p_holder text, p_capacity integer, p_ttl interval,
+    p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slot integer, OUT fence bigint,
     OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
-    OUT retry_in interval)
+    OUT retry_in interval, OUT units integer)
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
@@ -335,7 +336,8 @@ $$;
 
 -- Source: sql/functions/22_claim_slots.sql (signature), sql/proxy/routes (scopes p_scopes)
 CREATE OR REPLACE FUNCTION pglease.claim_slots(
-    p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval,
+    p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval, p_units integer[],
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
     OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
     OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
@@ -363,6 +365,30 @@ LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
     RUN ON pglease._route(p_scope);
+$$;
+
+-- Source: sql/functions/25_slot_claim_one_unit.sql (signature), sql/proxy/routes (hash p_scope)
+CREATE OR REPLACE FUNCTION pglease.claim_slot(
+    p_scope text, p_holder text, p_capacity integer, p_ttl interval,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint,
+    OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
+    OUT retry_in interval)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_scope);
+$$;
+
+-- Source: sql/functions/25_slot_claim_one_unit.sql (signature), sql/proxy/routes (scopes p_scopes)
+CREATE OR REPLACE FUNCTION pglease.claim_slots(
+    p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval,
+    OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
+    OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
+    OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route_scopes(p_scopes);
 $$;
 
 -- Source: sql/functions/30_renew_holder.sql (signature), sql/proxy/routes (all)
@@ -743,23 +769,23 @@ $$;
 
 CREATE OR REPLACE FUNCTION pglease._all_slot_status(
     OUT scope text, OUT slot integer, OUT holder text, OUT fence bigint, OUT state text,
-    OUT expires_at timestamptz, OUT expires_in interval)
+    OUT expires_at timestamptz, OUT expires_in interval, OUT units integer)
 RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
     RUN ON ALL;
-    SELECT scope, slot, holder, fence, state, expires_at, expires_in FROM pglease.slot_status;
+    SELECT scope, slot, holder, fence, state, expires_at, expires_in, units FROM pglease.slot_status;
 $$;
 
 CREATE OR REPLACE FUNCTION pglease._all_slot_scope_status(
-    OUT scope text, OUT in_use integer, OUT slots integer)
+    OUT scope text, OUT in_use integer, OUT slots integer, OUT units_in_use integer)
 RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
     RUN ON ALL;
-    SELECT scope, in_use, slots FROM pglease.slot_scope_status;
+    SELECT scope, in_use, slots, units_in_use FROM pglease.slot_scope_status;
 $$;
 
 CREATE OR REPLACE VIEW pglease.lease_status AS
@@ -775,7 +801,7 @@ COMMENT ON VIEW pglease.slot_status IS
 CREATE OR REPLACE VIEW pglease.slot_scope_status AS
 SELECT * FROM pglease._all_slot_scope_status();
 COMMENT ON VIEW pglease.slot_scope_status IS
-    'pglease slot scopes of every partition: live holders (in_use) and slot rows ever created (slots)';
+    'pglease slot scopes of every partition: live holders (in_use), slot rows ever created (slots) and units the live holders hold (units_in_use)';
 
 -- Source: sql/proxy/90_privileges.sql
 
@@ -813,6 +839,8 @@ BEGIN
             pglease.assert_held(text, bigint),
             pglease.claim_slot(text, text, integer, interval),
             pglease.claim_slots(text, text[], integer[], interval),
+            pglease.claim_slot(text, text, integer, interval, integer, boolean),
+            pglease.claim_slots(text, text[], integer[], interval, integer[], boolean),
             pglease.renew_slot(text, integer, text, bigint, interval),
             pglease.release_slot(text, integer, text, bigint),
             pglease.renew_holder(text, interval),

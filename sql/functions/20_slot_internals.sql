@@ -4,23 +4,13 @@
 
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
--- lock, so counting live holders and taking a slot cannot interleave. Then
--- it un-counts (pglease.slots.counted, with the scope's counter) every
--- counted slot whose tenure ended by the clock read after the lock: only
--- those that ended since the previous claim, read by an index range. The
--- un-count is an update of each such row: it waits for any renewal in
--- flight of it (which checked the tenure live before it ended: the row is
--- then re-read, found extended and stays counted), and a renewal that comes
--- later waits for the claim's commit and then, the row having changed,
--- checks it again on the clock read again and finds the tenure over, which
--- it was.
+-- lock, so counting the units in use and taking a slot cannot interleave.
+-- The lock only: the caller counts on the clock it reads once every lock
+-- is granted (see pglease._slot_claim_locked).
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
-DECLARE
-    v_now  timestamptz;
-    v_gone integer;
 BEGIN
     PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
     IF NOT FOUND THEN
@@ -28,93 +18,178 @@ BEGIN
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
     END IF;
-    v_now := clock_timestamp();
-    UPDATE pglease.slots AS s SET counted = false
-    WHERE s.scope = p_scope AND s.counted AND s.expires_at <= v_now;
-    GET DIAGNOSTICS v_gone = ROW_COUNT;
-    IF v_gone > 0 THEN
-        UPDATE pglease.slot_scopes AS sc SET counted = sc.counted - v_gone
-        WHERE sc.scope = p_scope;
-    END IF;
 END
 $$;
 
--- _slot_claim_locked: one claim in a scope whose lock the caller holds, on
--- the clock p_now read after that lock (and every other wait). Returns
--- claimed = true with the slot, its fence and in_use counting this claim;
--- or claimed = false with slot and fence NULL, in_use = slots in use and
--- retry_in = time from p_now until the earliest of them ends (> 0; 0 only
--- when none is counted, a claim refused after ten changed attempts).
+-- _slot_claim_locked: one claim of p_units units in a scope whose lock the
+-- caller holds, on the clock p_now read after that lock (and every other
+-- wait). Returns claimed = true with the slot, its fence, its units and
+-- in_use = units in use counting this claim; or claimed = false with slot,
+-- fence and units NULL, in_use = units in use and retry_in = time from
+-- p_now until the earliest of their tenures ends (> 0; 0 only when none is
+-- counted, a claim refused after ten changed attempts).
 -- A slot is in use at p_now when its tenure ends after p_now (expires_at >
 -- p_now): a release stamps expires_at with its own clock, so a release that
 -- committed after p_now was read still counts as in use for this claim,
 -- and every slot taken starts at or after its previous tenure's end.
--- One capacity per scope: a claim succeeds only while the slots in use are
--- fewer than p_capacity and fewer than the smallest capacity any of their
--- tenures was claimed with (tenures from before 0.2.0 have none). So the
--- scope never has more live holders than the capacity any live holder
--- claimed with, however claims with different capacities race.
+-- One capacity per scope: a claim of k units succeeds only while the units
+-- in use plus k are at most p_capacity and at most the smallest capacity
+-- any of the live tenures was claimed with (tenures from before 0.2.0 have
+-- none). So the scope never has more units in use than the capacity any
+-- live holder claimed with, however claims with different capacities race.
+-- No starvation: while the scope's queue (pglease.slot_queue) has a head
+-- (its oldest refused claim that has not lapsed) other than this holder,
+-- a claim must also leave room for the head's units (unless the head asks
+-- for more than the capacity this claim sees). So a claim of k units that
+-- is head gets in at its first claim after k units are free, and no claim
+-- registered after it takes them; it becomes head once every claim
+-- refused before it has claimed or lapsed.
+-- Raises PGL06 (nothing changes) when p_units exceeds that smallest
+-- capacity: such a claim could never succeed while those holders live.
 -- A holder (p_holder of the caller's role) that already has a live slot gets
--- it back, re-pinned to p_now + p_ttl (same fence, same capacity).
--- Otherwise it reuses the longest-free slot numbered up to p_capacity
--- (fence + 1), else creates the next slot number (fence floor + 1, see
+-- it back, re-pinned to p_now + p_ttl (same fence, capacity and units,
+-- whatever p_units says).
+-- Otherwise it takes a slot numbered up to p_capacity whose tenure is
+-- over (fence + 1): one that ended since the scope was last looked at, in
+-- place (it stays counted: one row written), else the lowest-numbered slot
+-- not counted, else it creates the next slot number (fence floor + 1, see
 -- pglease.purge).
--- The slots in use are counted, not read: first the counted slots that
--- ended by p_now are un-counted (see pglease._scope_lock, which did so on
--- an earlier clock: normally none is left), and then the counted slots are
--- exactly those in use, their number is the scope's counter, their smallest
--- capacity the first entry of slots_counted_capacity_idx. Every step is an
--- index read: the cost grows neither with the slots in use nor with
--- p_capacity.
+-- The units in use are counted, not read: first the counted slots whose
+-- check_at passed and that ended by p_now are un-counted, and then the
+-- counted slots are exactly those in use, their units are the scope's
+-- counter, their smallest capacity the first entry of
+-- slots_counted_capacity_idx. Every step is an index read: the cost grows
+-- neither with the slots in use nor with p_capacity.
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
-    p_scope text, p_holder text, p_capacity integer,
+    p_scope text, p_holder text, p_capacity integer, p_units integer,
     p_now timestamptz, p_ttl interval,
-    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
-    OUT retry_in interval)
+    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT units integer,
+    OUT in_use integer, OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_role text := session_user::text;
-    v_cap  integer;
-    v_gone integer;
+    v_role   text := session_user::text;
+    v_count  integer;
+    v_cap    integer;
+    v_gone   integer;
+    v_take   integer;
+    v_tunits integer;
+    v_best   timestamptz;
+    v_head   integer;
+    v_mine   boolean;
+    v_reserve integer;
+    v_check  timestamptz;
+    v_end    timestamptz;
 BEGIN
-    UPDATE pglease.slots AS s SET counted = false
-    WHERE s.scope = p_scope AND s.counted AND s.expires_at <= p_now;
-    GET DIAGNOSTICS v_gone = ROW_COUNT;
-    SELECT sc.counted - v_gone INTO in_use
-    FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    in_use := v_count;
+    claimed := false;
 
     -- The outer statement finds the slot by its scope, never by the holder
     -- (compared with IS NOT DISTINCT FROM, as in pglease.renew).
     -- Re-entrant: our own live slot comes back (it is counted).
     UPDATE pglease.slots AS s
-    SET expires_at = p_now + p_ttl, holder_role = v_role
+    SET expires_at = p_now + p_ttl, holder_role = v_role,
+        check_at = least(s.check_at, p_now + p_ttl)
     WHERE (s.scope, s.slot) = (
             SELECT o.scope, o.slot FROM pglease.slots AS o
             WHERE o.holder = p_holder AND o.scope = p_scope AND o.expires_at > p_now
               AND coalesce(o.holder_role = v_role, true)
             ORDER BY o.slot LIMIT 1)
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.expires_at > p_now
-    RETURNING s.slot, s.fence INTO slot, fence;
+    RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
     IF FOUND THEN
         claimed := true;
-    ELSE
-        SELECT min(s.capacity) INTO v_cap
-        FROM pglease.slots AS s WHERE s.scope = p_scope AND s.counted;
-        -- A pass fails only when the slot it chose changed under it.
-        FOR attempt IN 1..10 LOOP
-            EXIT WHEN in_use >= least(p_capacity, v_cap);
+        RETURN; -- nothing was un-counted: in_use is the counter
+    END IF;
+
+    -- A counted slot that ended, to take again in place.
+    SELECT s.slot, s.units INTO v_take, v_tunits
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
+      AND s.expires_at <= p_now AND s.slot <= p_capacity
+    ORDER BY s.check_at LIMIT 1;
+    -- Every other counted slot that ended by p_now is un-counted. The
+    -- update waits for a renewal in flight of the row (which checked the
+    -- tenure live before it ended) and then reads the row as renewed and
+    -- leaves it; a renewal that comes later finds the tenure over on its
+    -- own clock, without waiting. A slot that is still live is never
+    -- written here (a claim locks no live tenure, so an open claiming
+    -- transaction delays no renewal): one renewed since its check_at
+    -- passed is only read, until its holder's renewal moves check_at
+    -- (see pglease.renew_slot).
+    WITH gone AS (
+        UPDATE pglease.slots AS s
+        SET counted = false
+        WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
+          AND s.expires_at <= p_now AND s.slot IS DISTINCT FROM v_take
+        RETURNING s.units)
+    SELECT coalesce(sum(g.units), 0)::integer INTO v_gone FROM gone AS g;
+    in_use := in_use - v_gone;
+
+    SELECT min(s.capacity) INTO v_cap
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted AND s.slot IS DISTINCT FROM v_take;
+
+    -- No starvation: the head of the scope's queue (the oldest refused
+    -- claim that has not lapsed, see pglease.slot_queue) keeps room for its
+    -- units against every other claim, unless it could not fit anyway.
+    DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
+    SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
+    FROM pglease.slot_queue AS q
+    WHERE q.scope = p_scope
+    ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+    v_reserve := CASE WHEN v_mine OR v_head > least(p_capacity, v_cap) THEN 0
+                      ELSE coalesce(v_head, 0) END;
+
+    IF v_take IS NOT NULL THEN
+        IF in_use - v_tunits + p_units + v_reserve <= least(p_capacity, v_cap) THEN
             UPDATE pglease.slots AS s
             SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
-                fence = s.fence + 1, acquired_at = p_now, expires_at = p_now + p_ttl,
-                counted = true
+                units = p_units, fence = s.fence + 1, acquired_at = p_now,
+                expires_at = p_now + p_ttl, check_at = p_now + p_ttl
+            WHERE s.scope = p_scope AND s.slot = v_take AND s.counted
+              AND s.expires_at <= p_now
+            RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
+            claimed := FOUND;
+        END IF;
+        IF claimed THEN
+            in_use := in_use - v_tunits + p_units;
+        ELSE
+            -- Not taken: un-count it, or (renewed meanwhile) count it live.
+            UPDATE pglease.slots AS s SET counted = false
+            WHERE s.scope = p_scope AND s.slot = v_take AND s.counted
+              AND s.expires_at <= p_now;
+            IF FOUND THEN
+                in_use := in_use - v_tunits;
+            ELSE
+                SELECT min(s.capacity) INTO v_cap
+                FROM pglease.slots AS s WHERE s.scope = p_scope AND s.counted;
+            END IF;
+        END IF;
+    END IF;
+
+    IF NOT claimed THEN
+        IF p_units > v_cap THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL06',
+                MESSAGE = format('pglease.claim_slot: %s units do not fit in scope %L: its live holders claimed it with capacity %s',
+                                 p_units, p_scope, v_cap),
+                HINT = 'Claim at most that many units, or wait until those holders are gone.';
+        END IF;
+        -- A pass fails only when the slot it chose changed under it.
+        FOR attempt IN 1..10 LOOP
+            EXIT WHEN in_use + p_units + v_reserve > least(p_capacity, v_cap);
+            UPDATE pglease.slots AS s
+            SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
+                units = p_units, fence = s.fence + 1, acquired_at = p_now,
+                expires_at = p_now + p_ttl, check_at = p_now + p_ttl, counted = true
             WHERE (s.scope, s.slot) = (
                     SELECT f.scope, f.slot FROM pglease.slots AS f
-                    WHERE f.scope = p_scope AND f.expires_at <= p_now
-                      AND f.slot <= p_capacity
-                    ORDER BY f.expires_at LIMIT 1)
+                    WHERE f.scope = p_scope AND NOT f.counted
+                      AND f.slot <= p_capacity AND f.expires_at <= p_now
+                    ORDER BY f.slot LIMIT 1)
               AND s.expires_at <= p_now AND NOT s.counted
-            RETURNING s.slot, s.fence INTO slot, fence;
+            RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
             IF NOT FOUND THEN
                 SELECT coalesce(max(s.slot), 0) + 1 INTO slot
                 FROM pglease.slots AS s WHERE s.scope = p_scope;
@@ -123,36 +198,114 @@ BEGIN
                     -- pglease.purge, which takes the scope lock we hold, so
                     -- this statement sees the floor of any purge of the scope).
                     INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at,
-                                                    holder_role, capacity, counted)
+                                                    holder_role, capacity, counted, units, check_at)
                     VALUES (p_scope, slot, p_holder,
                             coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
-                            p_now, p_now + p_ttl, v_role, p_capacity, true)
+                            p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl)
                     ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
-                    RETURNING s.fence INTO fence;
+                    RETURNING s.fence, s.units INTO fence, units;
                 END IF;
             END IF;
             IF fence IS NOT NULL THEN
                 claimed := true;
-                in_use := in_use + 1;
+                in_use := in_use + p_units;
                 EXIT;
             END IF;
         END LOOP;
     END IF;
-    IF claimed OR v_gone > 0 THEN
+    IF in_use IS DISTINCT FROM v_count THEN
         UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
     END IF;
     IF claimed THEN
+        IF v_head IS NOT NULL THEN
+            DELETE FROM pglease.slot_queue AS q
+            WHERE q.scope = p_scope AND q.holder = p_holder AND q.holder_role = v_role;
+        END IF;
         RETURN;
     END IF;
-    claimed := false;
     slot := NULL;
     fence := NULL;
+    units := NULL;
     -- On p_now, the reading that decided: every counted slot ends after it
-    -- (those that ended by then were un-counted above), so retry_in > 0
-    -- when any is counted, and p_now + retry_in is exactly the earliest end.
-    SELECT min(s.expires_at) - p_now INTO retry_in
+    -- (those that ended by then were un-counted above). Read in check_at
+    -- order, which is at most each end: once check_at reaches the earliest
+    -- end seen, no later slot ends earlier. So retry_in > 0 when any is
+    -- counted, and p_now + retry_in is exactly the earliest end; the slots
+    -- read are those renewed since their check_at passed, and the first
+    -- one not renewed since.
+    FOR v_check, v_end IN
+        SELECT s.check_at, s.expires_at FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.counted
+        ORDER BY s.check_at
+    LOOP
+        EXIT WHEN v_check >= v_best;
+        v_best := least(v_best, v_end);
+    END LOOP;
+    retry_in := v_best - p_now;
+    retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
+END
+$$;
+
+-- _slot_queue(p_scope, p_holder, p_units, p_now, p_retry_in): a claim of
+-- p_units refused on the clock p_now joins the scope's queue, or keeps its
+-- place in it (since stays that of its first refusal; the units are those
+-- of this claim). Its entry lapses unless the holder claims again within
+-- p_retry_in or 5 seconds, whichever is less, plus 2 seconds (runslots
+-- claims again at least every 5 seconds while it waits).
+CREATE OR REPLACE FUNCTION pglease._slot_queue(
+    p_scope text, p_holder text, p_units integer, p_now timestamptz, p_retry_in interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    INSERT INTO pglease.slot_queue AS q (scope, holder, holder_role, units, since, until)
+    VALUES (p_scope, p_holder, session_user::text, p_units, p_now,
+            p_now + least(p_retry_in, interval '5 seconds') + interval '2 seconds')
+    ON CONFLICT ON CONSTRAINT slot_queue_pkey
+    DO UPDATE SET units = excluded.units, until = excluded.until;
+END
+$$;
+
+-- _slot_wake(p_scope, p_sure): after a release in p_scope, as
+-- pglease._wake('slot', p_scope, p_sure), with one more field in the
+-- payload while the scope's queue has a waiter (blocking claims of 0.3.0;
+-- the payload is 0.2.0's otherwise): "free", the units the release leaves free as it counts them
+-- (the smallest capacity of the counted tenures, the released one too,
+-- less the units of the tenures live on its clock, read from the scope's
+-- counter and the counted rows whose check_at passed: index ranges). A waiter of k units has room only when k <=
+-- free; clients that ignore the field wake as before.
+CREATE OR REPLACE FUNCTION pglease._slot_wake(p_scope text, p_sure boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now   timestamptz := clock_timestamp();
+    v_used  integer;
+    v_ended integer;
+    v_cap   integer;
+BEGIN
+    IF p_sure THEN
+        PERFORM 1 FROM pglease.waiters AS w
+        WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > v_now;
+        IF NOT FOUND THEN
+            RETURN; -- nobody waits
+        END IF;
+    END IF;
+    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope;
+    IF NOT FOUND THEN
+        PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+            'kind', 'slot', 'event', 'released', 'name', p_scope)::text);
+        RETURN;
+    END IF;
+    SELECT sc.counted INTO v_used FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    SELECT coalesce(sum(s.units), 0)::integer INTO v_ended
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= v_now AND s.expires_at <= v_now;
+    SELECT min(s.capacity) INTO v_cap
     FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.counted;
-    retry_in := greatest(coalesce(retry_in, interval '0'), interval '0');
+    PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+        'kind', 'slot', 'event', 'released', 'name', p_scope,
+        'free', greatest(coalesce(v_cap, 0) - (coalesce(v_used, 0) - v_ended), 0))::text);
 END
 $$;

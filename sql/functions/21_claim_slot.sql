@@ -1,23 +1,33 @@
--- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl): take one of
--- the slots of a scope.
+-- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, p_units,
+-- p_wait): take p_units units of a scope's capacity, all or nothing, as one
+-- slot with one fence. p_wait (default false) says that the caller will
+-- claim again when refused (a blocking claim): a refused claim then joins
+-- the scope's queue (pglease.slot_queue), whose head keeps room for its
+-- units against later claims, so it is not starved by claims of fewer
+-- units; a claim with p_wait false is never queued (a one-shot claim must
+-- not hold room it will not take). The four-argument form (0.2.0) is
+-- p_units 1, p_wait false, without the units column.
 --
 -- A tenure belongs to the pair (p_holder, the caller's database role:
 -- session_user); the same holder string from another role is another
 -- holder. A scope has one capacity at a time: the smallest of the capacities
 -- its live holders claimed with, and of the caller's p_capacity (see
--- pglease._slot_claim_locked). Lowering the capacity takes effect at once
+-- pglease._slot_claim_locked); units in use are the sum of the live
+-- holders' units. Lowering the capacity takes effect at once
 -- for new claims (no live holder is evicted: they keep their slots until
 -- they release or expire); raising it takes effect once no live holder
 -- claimed with a smaller one. Returns one row:
 --   * p_holder of the caller's role already has a live slot in the scope:
 --     claimed = true, that slot and fence, expiry re-pinned to now + p_ttl
 --     (a retry after a lost reply leaks nothing).
---   * fewer slots in use than the scope's capacity: claimed = true, a slot
---     numbered 1..p_capacity with a fence larger than any earlier tenure of
---     that slot, starting at now, at or after that tenure's end,
---     expires_at = now + p_ttl; in_use counts this claim.
---   * as many in use as the capacity, or more: claimed = false, slot,
---     fence, expires_at, expires_in NULL, in_use = slots in use, retry_in =
+--     units = the units that tenure holds (whatever p_units says).
+--   * units in use + p_units at most the scope's capacity: claimed = true,
+--     a slot numbered 1..p_capacity with a fence larger than any earlier
+--     tenure of that slot, starting at now, at or after that tenure's end,
+--     expires_at = now + p_ttl, units = p_units; in_use (units in use)
+--     counts this claim.
+--   * more than the capacity: claimed = false, slot, fence, units,
+--     expires_at, expires_in NULL, in_use = units in use, retry_in =
 --     the earliest of their ends minus now, so > 0 (a refused caller can
 --     sleep that long, or until a release NOTIFY: it is registered as a
 --     waiter until then, see pglease._wake). retry_in is NULL when claimed.
@@ -29,12 +39,15 @@
 -- trip; its cost grows neither with live holders nor with p_capacity (the
 -- scope keeps count of its live holders; see pglease._slot_claim_locked).
 -- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
--- capacity not in 1..1000000, a TTL not in (0, 24 hours]; nothing changes then.
+-- capacity not in 1..1000000, units not in 1..p_capacity, a TTL not in
+-- (0, 24 hours]; PGL06 when p_units is more than the smallest capacity the
+-- scope's live holders claimed with; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
-    p_scope text, p_holder text, p_capacity integer, p_ttl interval,
+    p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slot integer, OUT fence bigint,
     OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
-    OUT retry_in interval)
+    OUT retry_in interval, OUT units integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -46,12 +59,14 @@ BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
         AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_capacity BETWEEN 1 AND 1000000) IS NOT TRUE THEN
+        AND p_capacity BETWEEN 1 AND 1000000
+        AND p_units BETWEEN 1 AND p_capacity) IS NOT TRUE THEN
         PERFORM pglease._check_text('claim_slot', 'p_scope', p_scope);
         PERFORM pglease._check_text('claim_slot', 'p_holder', p_holder);
         PERFORM pglease._check_int('claim_slot', 'p_capacity', p_capacity, 1, 1000000);
+        PERFORM pglease._check_int('claim_slot', 'p_units', p_units, 1, p_capacity);
     END IF;
-    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('claim_slot', p_ttl);
     END IF;
@@ -66,14 +81,17 @@ BEGIN
     -- The clock is read once the scope is ours, after every wait: slots
     -- that expired or were released meanwhile count as free.
     v_now := clock_timestamp();
-    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
-    INTO claimed, slot, fence, in_use, retry_in
-    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, v_now, v_ttl) AS c;
+    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in, c.units
+    INTO claimed, slot, fence, in_use, retry_in, units
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl) AS c;
     IF claimed THEN
         expires_at := v_now + v_ttl;
         expires_in := v_ttl;
     ELSE
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
+        IF p_wait THEN
+            PERFORM pglease._slot_queue(p_scope, p_holder, p_units, v_now, retry_in);
+        END IF;
     END IF;
 END
 $$;

@@ -1,14 +1,19 @@
--- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl): one slot in
--- each of several scopes, all or nothing.
+-- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl, p_units,
+-- p_wait): one slot of p_units[i] units in each scope p_scopes[i], all or
+-- nothing; p_wait as for pglease.claim_slot (the refused scope's queue).
+-- The four-argument form (0.2.0) claims one unit in each scope, p_wait
+-- false.
 --
--- p_scopes[i] is claimed with capacity p_capacities[i], each exactly as by
--- pglease.claim_slot (the same role binding and one capacity per scope),
--- all on the clock read once every scope lock is granted. Returns one row:
+-- p_scopes[i] is claimed with capacity p_capacities[i] and p_units[i]
+-- units, each exactly as by pglease.claim_slot (the same role binding and
+-- one capacity per scope), all on the clock read once every scope lock is
+-- granted. Returns one row:
 --   * every scope admitted the holder: claimed = true, slots[i], fences[i]
---     and in_use[i] per scope in the order given, refused_scope NULL,
+--     and in_use[i] (units in use) per scope in the order given,
+--     refused_scope NULL,
 --     expires_at = now + p_ttl for all of them.
 --   * some scope was full: claimed = false, refused_scope names the first
---     full scope in the order given, refused_in_use its live holders and
+--     full scope in the order given, refused_in_use its units in use and
 --     retry_in its earliest live slot's end minus now (> 0);
 --     slots, fences and in_use are empty arrays, expires_at and expires_in
 --     NULL; nothing is held or changed in any scope (claims already made in
@@ -18,9 +23,11 @@
 -- concurrent multi-scope claims cannot deadlock each other.
 -- Raises 22004 for NULL arrays, elements or arguments; 22023 for arrays of
 -- different lengths, empty or longer than 64, duplicate scopes, or an element
--- out of claim_slot's ranges; nothing changes then.
+-- out of claim_slot's ranges; PGL06 as claim_slot, for the first scope in
+-- the order given where it applies; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slots(
-    p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval,
+    p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval, p_units integer[],
+    p_wait boolean DEFAULT false,
     OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
     OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
     OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
@@ -36,24 +43,31 @@ DECLARE
     v_role  text := session_user::text;
 BEGIN
     PERFORM pglease._check_text('claim_slots', 'p_holder', p_holder);
-    IF p_scopes IS NULL OR p_capacities IS NULL THEN
+    IF p_scopes IS NULL OR p_capacities IS NULL OR p_units IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22004',
             MESSAGE = format('pglease.claim_slots: %s must not be NULL',
-                             CASE WHEN p_scopes IS NULL THEN 'p_scopes' ELSE 'p_capacities' END),
-            HINT = 'Pass one scope and one capacity per slot to claim.';
+                             CASE WHEN p_scopes IS NULL THEN 'p_scopes'
+                                  WHEN p_capacities IS NULL THEN 'p_capacities' ELSE 'p_units' END),
+            HINT = 'Pass one scope, one capacity and one unit count per slot to claim.';
     END IF;
     v_n := coalesce(cardinality(p_scopes), 0);
     IF v_n NOT BETWEEN 1 AND 64 OR v_n <> coalesce(cardinality(p_capacities), 0)
-       OR array_ndims(p_scopes) <> 1 OR array_ndims(p_capacities) <> 1 THEN
+       OR v_n <> coalesce(cardinality(p_units), 0)
+       OR array_ndims(p_scopes) <> 1 OR array_ndims(p_capacities) <> 1
+       OR array_ndims(p_units) <> 1 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.claim_slots: p_scopes and p_capacities must be one-dimensional arrays of the same length, 1 to 64, got %s and %s',
-                             coalesce(cardinality(p_scopes), 0), coalesce(cardinality(p_capacities), 0)),
-            HINT = 'Pass one capacity per scope.';
+            MESSAGE = format('pglease.claim_slots: p_scopes, p_capacities and p_units must be one-dimensional arrays of the same length, 1 to 64, got %s, %s and %s',
+                             coalesce(cardinality(p_scopes), 0), coalesce(cardinality(p_capacities), 0),
+                             coalesce(cardinality(p_units), 0)),
+            HINT = 'Pass one capacity and one unit count per scope.';
     END IF;
     FOR i IN 1..v_n LOOP
         PERFORM pglease._check_text('claim_slots', format('p_scopes[%s]', i), p_scopes[array_lower(p_scopes, 1) + i - 1]);
         PERFORM pglease._check_int('claim_slots', format('p_capacities[%s]', i),
                                    p_capacities[array_lower(p_capacities, 1) + i - 1], 1, 1000000);
+        PERFORM pglease._check_int('claim_slots', format('p_units[%s]', i),
+                                   p_units[array_lower(p_units, 1) + i - 1], 1,
+                                   p_capacities[array_lower(p_capacities, 1) + i - 1]);
     END LOOP;
     IF (SELECT count(DISTINCT s) FROM unnest(p_scopes) AS s) <> v_n THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -81,7 +95,8 @@ BEGIN
             v_scope := p_scopes[array_lower(p_scopes, 1) + i - 1];
             SELECT * INTO v_claim
             FROM pglease._slot_claim_locked(v_scope, p_holder,
-                     p_capacities[array_lower(p_capacities, 1) + i - 1], v_now, v_ttl);
+                     p_capacities[array_lower(p_capacities, 1) + i - 1],
+                     p_units[array_lower(p_units, 1) + i - 1], v_now, v_ttl);
             in_use[i] := v_claim.in_use;
             IF NOT v_claim.claimed THEN
                 refused_scope := v_scope;
@@ -98,6 +113,11 @@ BEGIN
         fences := '{}';
         in_use := '{}';
         PERFORM pglease._wait_register('slot', refused_scope, v_now + retry_in);
+        IF p_wait THEN
+            PERFORM pglease._slot_queue(refused_scope, p_holder,
+                                        p_units[array_lower(p_units, 1) + array_position(p_scopes, refused_scope) - array_lower(p_scopes, 1)],
+                                        v_now, retry_in);
+        END IF;
         RETURN;
     END;
     claimed := true;

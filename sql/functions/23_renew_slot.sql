@@ -6,6 +6,12 @@
 -- renewed = false with expires_at, expires_in NULL when the slot is not live
 -- under (p_holder, p_fence) taken by the caller's role (session_user).
 -- now is the server clock read when the row is checked, after any wait.
+-- It changes expires_at and holder_role, which no index holds: a HOT update
+-- (see pglease.slots); and check_at, indexed, only when it is less than a
+-- quarter of p_ttl ahead or beyond the new end: then to the new end. So a
+-- holder renewing every third of its TTL writes the index once per TTL,
+-- its row is looked at by claims only once its tenure may have ended, and
+-- claims never have to write a live row.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot (1..1000000),
 -- negative fence or TTL; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.renew_slot(
@@ -17,6 +23,8 @@ AS $$
 DECLARE
     v_role text := session_user::text;
     v_ttl  interval;
+    v_tid  tid;
+    v_end  timestamptz;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -28,28 +36,30 @@ BEGIN
         PERFORM pglease._check_text('renew_slot', 'p_holder', p_holder);
         PERFORM pglease._check_fence('renew_slot', p_fence);
     END IF;
-    v_ttl := make_interval(secs => extract(epoch FROM p_ttl));
+    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('renew_slot', p_ttl);
     END IF;
 
     -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
-    -- every statement finds the row by its scope (the primary key, or
-    -- slots_scope_expires_idx when the statistics say the table is empty),
-    -- never by slots_holder_idx.
+    -- every statement finds the row by its primary key, never by
+    -- slots_holder_idx.
     -- As pglease.renew: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait
     -- (see also pglease._scope_lock).
-    PERFORM 1 FROM pglease.slots AS s
+    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
     IF FOUND THEN
+        v_end := clock_timestamp() + v_ttl;
         UPDATE pglease.slots AS s
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE s.scope = p_scope AND s.slot = p_slot
+        SET expires_at = v_end, holder_role = v_role,
+            check_at = CASE WHEN s.check_at BETWEEN v_end - v_ttl * 0.75 AND v_end
+                            THEN s.check_at ELSE v_end END
+        WHERE s.ctid = v_tid -- the locked row version stays where it is
         RETURNING s.expires_at INTO expires_at;
         renewed := true;
         expires_in := v_ttl;
@@ -70,12 +80,15 @@ BEGIN
           AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
         FOR NO KEY UPDATE;
+        v_end := clock_timestamp() + v_ttl;
         UPDATE pglease.slots AS s
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        SET expires_at = v_end, holder_role = v_role,
+            check_at = CASE WHEN s.check_at BETWEEN v_end - v_ttl * 0.75 AND v_end
+                            THEN s.check_at ELSE v_end END
         WHERE s.scope = p_scope AND s.slot = p_slot
           AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > clock_timestamp()
+          AND s.expires_at > v_end - v_ttl
         RETURNING s.expires_at INTO expires_at;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';

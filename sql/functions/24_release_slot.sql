@@ -4,11 +4,12 @@
 -- Compare-and-release, exactly like pglease.release: released = true when
 -- (p_holder, p_fence) of the caller's role (session_user) held the slot
 -- live (the tenure ends at the server clock read after any wait; waiters
--- hear it by a NOTIFY on 'pglease', see pglease._wake); otherwise released
+-- hear it by a NOTIFY on 'pglease', see pglease._slot_wake); otherwise released
 -- = false and nothing changes. The slot row keeps its fence, and stays
--- counted in the scope's live holders until the next claim in the scope,
+-- counted in the scope's units in use until the next claim in the scope,
 -- which takes the scope lock this does not wait for, finds it over on its
--- clock (see pglease._scope_lock).
+-- clock (the release sets check_at to its end, so that the claim looks at
+-- it; see pglease._slot_claim_locked) and un-counts it or takes it again.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
 -- fence; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.release_slot(
@@ -20,6 +21,8 @@ AS $$
 DECLARE
     v_role text := session_user::text;
     v_sure boolean;
+    v_now  timestamptz;
+    v_tid  tid;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -33,21 +36,22 @@ BEGIN
     END IF;
 
     -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
-    -- every statement finds the row by its scope (the primary key, or
-    -- slots_scope_expires_idx when the statistics say the table is empty),
-    -- never by slots_holder_idx.
+    -- every statement finds the row by its primary key, never by
+    -- slots_holder_idx.
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
-    PERFORM 1 FROM pglease.slots AS s
+    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
     IF FOUND THEN
+        v_now := clock_timestamp();
         UPDATE pglease.slots AS s
-        SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
-        WHERE s.scope = p_scope AND s.slot = p_slot;
+        SET holder = NULL, expires_at = least(s.expires_at, v_now),
+            check_at = least(s.check_at, v_now)
+        WHERE s.ctid = v_tid; -- the locked row version stays where it is
         released := true;
     ELSE
         released := false;
@@ -65,12 +69,14 @@ BEGIN
               AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
               AND coalesce(s.holder_role = v_role, true)
             FOR NO KEY UPDATE;
+            v_now := clock_timestamp();
             UPDATE pglease.slots AS s
-            SET holder = NULL, expires_at = least(s.expires_at, clock_timestamp())
+            SET holder = NULL, expires_at = least(s.expires_at, v_now),
+                check_at = least(s.check_at, v_now)
             WHERE s.scope = p_scope AND s.slot = p_slot
               AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
               AND coalesce(s.holder_role = v_role, true)
-              AND s.expires_at > clock_timestamp();
+              AND s.expires_at > v_now;
             IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
             END IF;
@@ -85,7 +91,7 @@ BEGIN
         PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
         FOR UPDATE SKIP LOCKED;
         v_sure := FOUND;
-        PERFORM pglease._wake('slot', p_scope, v_sure);
+        PERFORM pglease._slot_wake(p_scope, v_sure);
     END IF;
 END
 $$;

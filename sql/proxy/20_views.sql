@@ -18,23 +18,23 @@ $$;
 
 CREATE OR REPLACE FUNCTION pglease._all_slot_status(
     OUT scope text, OUT slot integer, OUT holder text, OUT fence bigint, OUT state text,
-    OUT expires_at timestamptz, OUT expires_in interval)
+    OUT expires_at timestamptz, OUT expires_in interval, OUT units integer)
 RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
     RUN ON ALL;
-    SELECT scope, slot, holder, fence, state, expires_at, expires_in FROM pglease.slot_status;
+    SELECT scope, slot, holder, fence, state, expires_at, expires_in, units FROM pglease.slot_status;
 $$;
 
 CREATE OR REPLACE FUNCTION pglease._all_slot_scope_status(
-    OUT scope text, OUT in_use integer, OUT slots integer)
+    OUT scope text, OUT in_use integer, OUT slots integer, OUT units_in_use integer)
 RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
     RUN ON ALL;
-    SELECT scope, in_use, slots FROM pglease.slot_scope_status;
+    SELECT scope, in_use, slots, units_in_use FROM pglease.slot_scope_status;
 $$;
 
 CREATE OR REPLACE VIEW pglease.lease_status AS
@@ -50,4 +50,4 @@ COMMENT ON VIEW pglease.slot_status IS
 CREATE OR REPLACE VIEW pglease.slot_scope_status AS
 SELECT * FROM pglease._all_slot_scope_status();
 COMMENT ON VIEW pglease.slot_scope_status IS
-    'pglease slot scopes of every partition: live holders (in_use) and slot rows ever created (slots)';
+    'pglease slot scopes of every partition: live holders (in_use), slot rows ever created (slots) and units the live holders hold (units_in_use)';

@@ -32,6 +32,8 @@ BEGIN
             pglease.assert_held(text, bigint),
             pglease.claim_slot(text, text, integer, interval),
             pglease.claim_slots(text, text[], integer[], interval),
+            pglease.claim_slot(text, text, integer, interval, integer, boolean),
+            pglease.claim_slots(text, text[], integer[], interval, integer[], boolean),
             pglease.renew_slot(text, integer, text, bigint, interval),
             pglease.release_slot(text, integer, text, bigint),
             pglease.renew_holder(text, interval),

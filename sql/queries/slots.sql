@@ -9,6 +9,17 @@ SELECT c.claimed::boolean AS claimed, c.slots::integer[] AS slots,
        c.refused_scope, c.refused_in_use, c.expires_in, c.retry_in
 FROM pglease.claim_slots(@holder, @scopes::text[], @capacities::integer[], @ttl) AS c;
 
+-- name: SlotClaimUnits :one
+SELECT c.claimed::boolean AS claimed, c.slot, c.fence,
+       c.expires_in, c.in_use::integer AS in_use, c.retry_in
+FROM pglease.claim_slot(@scope, @holder, @capacity, @ttl, @units::integer, @wait::boolean) AS c;
+
+-- name: SlotClaimManyUnits :one
+SELECT c.claimed::boolean AS claimed, c.slots::integer[] AS slots,
+       c.fences::bigint[] AS fences, c.in_use::integer[] AS in_use,
+       c.refused_scope, c.refused_in_use, c.expires_in, c.retry_in
+FROM pglease.claim_slots(@holder, @scopes::text[], @capacities::integer[], @ttl, @units::integer[], @wait::boolean) AS c;
+
 -- name: SlotRenew :one
 SELECT r.renewed::boolean AS renewed, r.expires_in
 FROM pglease.renew_slot(@scope, @slot, @holder, @fence, @ttl) AS r;

@@ -40,10 +40,11 @@ COMMENT ON TABLE pglease.leases IS
 CREATE INDEX leases_holder_idx ON pglease.leases (holder) WHERE holder IS NOT NULL;
 
 -- One row per slot scope; claims lock it so that counting live holders and
--- taking a slot happen as one step per scope. counted is how many of the
--- scope's slot rows are counted (pglease.slots.counted), kept exact by the
--- claims under this lock: a claim first un-counts the rows that ended by
--- its clock, and then counted is the number of slots in use, read in O(1).
+-- taking a slot happen as one step per scope. counted is how many units the
+-- scope's counted slot rows hold (pglease.slots.counted, units), kept exact
+-- by the claims under this lock: a claim first un-counts the rows that
+-- ended by its clock, and then counted is the number of units in use, read
+-- in O(1).
 CREATE TABLE pglease.slot_scopes (
     scope   text    PRIMARY KEY,
     counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0)
@@ -51,17 +52,27 @@ CREATE TABLE pglease.slot_scopes (
 COMMENT ON TABLE pglease.slot_scopes IS
     'pglease slot scopes; the row lock serialises claims within one scope';
 
--- One row per slot of a scope; slot numbers are dense from 1 and created on
--- first use, so a scope never has more rows than the largest capacity it was
--- claimed with. Same states as pglease.leases; holder_role as there;
--- capacity is the capacity the tenure was claimed with (NULL before 0.2.0):
--- a claim succeeds only while the scope has fewer live holders than the
--- smallest capacity of any live holder and its own. counted is true from
--- the claim that takes the slot until a later claim in the scope finds the
--- tenure over on its clock (released or expired) and un-counts it; every
--- change of it happens under the scope lock, with the scope's counter. So
--- after a claim's un-counting, the counted rows are exactly the slots in
--- use (a renewal extends only a live tenure, which is counted).
+-- One row per slot of a scope, that is per tenure that can be live at once;
+-- slot numbers are dense from 1 and created on first use, so a scope never
+-- has more rows than the largest capacity it was claimed with. Same states
+-- as pglease.leases; holder_role as there; capacity is the capacity the
+-- tenure was claimed with (NULL before 0.2.0) and units how many units of
+-- it the tenure holds (1 before 0.3.0): a claim of k units succeeds only
+-- while the units in use plus k fit in the smallest capacity of any live
+-- holder and its own. counted is true from the claim that takes the slot
+-- until a later claim in the scope finds the tenure over on its clock
+-- (released or expired) and un-counts it; every change of it happens under
+-- the scope lock, with the scope's counter. So after a claim's un-counting,
+-- the counted rows are exactly the slots in use (a renewal extends only a
+-- live tenure, which is counted).
+-- check_at (0.3.0) is when a claim looks at a counted row next: the claim
+-- sets it to the tenure's end, a release to the release, and a claim that
+-- finds it passed un-counts the row when the tenure is over, else moves it
+-- to the tenure's end as renewed. check_at <= expires_at while counted, so
+-- the counted rows with check_at <= now include every one that ended (a
+-- row written otherwise gets '-infinity': the next claim looks at it). A
+-- renewal changes only expires_at and holder_role, which no index holds,
+-- so it is a HOT update (fillfactor leaves room on the page for it).
 CREATE TABLE pglease.slots (
     scope       text        NOT NULL,
     slot        integer     NOT NULL CHECK (slot > 0),
@@ -72,18 +83,23 @@ CREATE TABLE pglease.slots (
     holder_role text,
     capacity    integer     CHECK (capacity BETWEEN 1 AND 1000000),
     counted     boolean     NOT NULL DEFAULT false,
+    units       integer     NOT NULL DEFAULT 1 CHECK (units BETWEEN 1 AND 1000000),
+    check_at    timestamptz NOT NULL DEFAULT '-infinity',
     PRIMARY KEY (scope, slot)
 ) WITH (fillfactor = 50, vacuum_truncate = false);
 COMMENT ON TABLE pglease.slots IS
     'pglease slots; change only through the pglease functions';
 
-CREATE INDEX slots_scope_expires_idx ON pglease.slots (scope, expires_at);
+-- No index holds expires_at or holder_role (see check_at above).
 CREATE INDEX slots_holder_idx ON pglease.slots (holder, scope) WHERE holder IS NOT NULL;
--- The counted rows of a scope by end (what a claim un-counts: those that
--- ended since the last claim) and by capacity (the smallest capacity of the
--- live holders), each an index range read whatever the holders' number.
-CREATE INDEX slots_counted_expires_idx ON pglease.slots (scope, expires_at) WHERE counted;
+-- The counted rows of a scope by check_at (what a claim looks at: those
+-- that ended or were renewed since it last looked) and by capacity (the
+-- smallest capacity of the live holders), and the rows not counted by
+-- number (the free slots a claim takes), each an index range read whatever
+-- the holders' number.
+CREATE INDEX slots_counted_check_idx ON pglease.slots (scope, check_at) WHERE counted;
 CREATE INDEX slots_counted_capacity_idx ON pglease.slots (scope, capacity) WHERE counted;
+CREATE INDEX slots_free_idx ON pglease.slots (scope, slot) WHERE NOT counted;
 
 -- Who waits for a release, so that a release NOTIFYs only when someone
 -- listens for it (see pglease._wake). A NOTIFY makes its transaction commit
@@ -100,6 +116,29 @@ CREATE UNLOGGED TABLE pglease.waiters (
 );
 COMMENT ON TABLE pglease.waiters IS
     'pglease: refused acquires and claims waiting for a release notification';
+
+-- The queue of refused slot claims (0.3.0), in the order they were first
+-- refused: one row per waiting (scope, holder, role) with the units it
+-- asks for. The oldest live entry of a scope (until > now) is its head:
+-- a claim by anyone else succeeds only when it leaves room for the head's
+-- units, so a claim of many units is not overtaken forever by claims of
+-- few (see pglease._slot_claim_locked). until is the time by which the
+-- waiter must claim again (its retry_in plus two seconds); one that does
+-- not lapses, and its entry is deleted by the next claim that finds it.
+-- UNLOGGED, as pglease.waiters: it holds no fence and no grant; losing it
+-- (crash, failover) only forgets the order of the waiters.
+CREATE UNLOGGED TABLE pglease.slot_queue (
+    scope       text        NOT NULL,
+    holder      text        NOT NULL,
+    holder_role text        NOT NULL,
+    units       integer     NOT NULL CHECK (units BETWEEN 1 AND 1000000),
+    since       timestamptz NOT NULL,  -- first refused
+    until       timestamptz NOT NULL,  -- lapses unless it claims again by then
+    PRIMARY KEY (scope, holder, holder_role)
+);
+COMMENT ON TABLE pglease.slot_queue IS
+    'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
+CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);
 
 -- The fence floor: one row. pglease.purge raises lease_fence (slot_fence) to
 -- the largest fence of the lease (slot) rows it deletes, in the same

@@ -39,7 +39,8 @@ SELECT s.scope,
             ELSE 'expired' END AS state,
        s.expires_at,
        CASE WHEN s.holder IS NULL THEN interval '0'
-            ELSE greatest(s.expires_at - c.now, interval '0') END AS expires_in
+            ELSE greatest(s.expires_at - c.now, interval '0') END AS expires_in,
+       s.units
 FROM pglease.slots AS s
 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
 COMMENT ON VIEW pglease.slot_status IS
@@ -48,9 +49,11 @@ COMMENT ON VIEW pglease.slot_status IS
 CREATE OR REPLACE VIEW pglease.slot_scope_status AS
 SELECT s.scope,
        count(*) FILTER (WHERE s.holder IS NOT NULL AND s.expires_at > c.now)::integer AS in_use,
-       count(*)::integer AS slots
+       count(*)::integer AS slots,
+       coalesce(sum(s.units) FILTER (WHERE s.holder IS NOT NULL AND s.expires_at > c.now), 0)::integer
+           AS units_in_use
 FROM pglease.slots AS s
 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
 GROUP BY s.scope;
 COMMENT ON VIEW pglease.slot_scope_status IS
-    'pglease slot scopes: live holders (in_use) and slot rows ever created (slots)';
+    'pglease slot scopes: live holders (in_use), slot rows ever created (slots) and units the live holders hold (units_in_use)';

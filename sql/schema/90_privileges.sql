@@ -94,6 +94,11 @@ BEGIN
             pglease.run_history(text, integer),
             pglease.run_summary(text, integer)
             TO pglease_client;
+        -- Weighted slot claims (0.3.0).
+        GRANT EXECUTE ON FUNCTION
+            pglease.claim_slot(text, text, integer, interval, integer, boolean),
+            pglease.claim_slots(text, text[], integer[], interval, integer[], boolean)
+            TO pglease_client;
     END IF;
 END
 $pglease$;

@@ -60,3 +60,38 @@ CREATE UNLOGGED TABLE pglease.candidates (
 );
 COMMENT ON TABLE pglease.candidates IS
     'pglease: refused holders of a lease, which a release request may prefer';
+
+-- Slots (docs/sql.md#claim_slot, sql/schema/10_schema.sql): weighted claims
+-- and HOT renewals. Two columns on pglease.slots: units (every existing
+-- tenure holds 1, as it did) and check_at, '-infinity' for every existing
+-- row, which keeps every tenure, fence and counter as it is: the first
+-- claim in a scope looks at each of its counted rows once (un-counts those
+-- that ended, and sets check_at to the others' ends), and the scopes'
+-- counters, which counted slots, now count units, one per slot. Both
+-- columns have a constant default, so adding them rewrites nothing. The two indexes on expires_at go (a renewal then touches no index
+-- column and is HOT); check_at's and the free slots' come. The table is
+-- locked for the statement's length, which the renewals and claims of the
+-- old functions wait for; they then run the new ones.
+ALTER TABLE pglease.slots
+    ADD COLUMN units integer NOT NULL DEFAULT 1 CHECK (units BETWEEN 1 AND 1000000),
+    ADD COLUMN check_at timestamptz NOT NULL DEFAULT '-infinity';
+DROP INDEX pglease.slots_scope_expires_idx;
+DROP INDEX pglease.slots_counted_expires_idx;
+CREATE INDEX slots_counted_check_idx ON pglease.slots (scope, check_at) WHERE counted;
+CREATE INDEX slots_free_idx ON pglease.slots (scope, slot) WHERE NOT counted;
+
+-- The queue of refused slot claims (no starvation), created empty as in
+-- sql/schema/10_schema.sql: every claim that waits registers again at its
+-- next refusal.
+CREATE UNLOGGED TABLE pglease.slot_queue (
+    scope       text        NOT NULL,
+    holder      text        NOT NULL,
+    holder_role text        NOT NULL,
+    units       integer     NOT NULL CHECK (units BETWEEN 1 AND 1000000),
+    since       timestamptz NOT NULL,
+    until       timestamptz NOT NULL,
+    PRIMARY KEY (scope, holder, holder_role)
+);
+COMMENT ON TABLE pglease.slot_queue IS
+    'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
+CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);

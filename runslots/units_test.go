@@ -1,0 +1,181 @@
+package runslots_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/runslots"
+)
+
+// newUnitsClient returns a client claiming units units of each scope.
+func newUnitsClient(t testing.TB, db pglease.DB, holder string, units int) *runslots.Client {
+	t.Helper()
+	c, err := runslots.New(db, runslots.Config{Holder: holder, Units: units})
+	if err != nil {
+		t.Fatalf("New(Units: %d): %v", units, err)
+	}
+	return c
+}
+
+// TestUnitsInvalid: bad unit counts are refused before any round trip,
+// naming the field, and the server refuses the others with nothing changed.
+func TestUnitsInvalid(t *testing.T) {
+	t.Parallel()
+	_, err := runslots.New(noDB{t}, runslots.Config{Units: -1})
+	if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "Units") {
+		t.Fatalf("New(Units: -1): got %v, want ErrInvalidArgument naming Units", err)
+	}
+	c := newUnitsClient(t, noDB{t}, "big", 5)
+	if _, err := c.TryClaim(context.Background(), "gpu", 4, time.Minute); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "Units") {
+		t.Fatalf("TryClaim of 5 units with capacity 4: got %v, want ErrInvalidArgument naming Units", err)
+	}
+	wants := []runslots.Want{{Scope: "gpu", Capacity: 4, Units: 5}}
+	if _, err := c.TryClaimAll(context.Background(), wants, time.Minute); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "wants[0].Units") {
+		t.Fatalf("TryClaimAll of 5 units with capacity 4: got %v, want ErrInvalidArgument naming wants[0].Units", err)
+	}
+
+	// A live holder claimed with capacity 2: 3 units cannot fit (PGL06).
+	db := newPool(t, 4)
+	mustClaim(t, newClient(t, db, "small"), "gpu", 2, time.Minute)
+	_, err = newUnitsClient(t, db, "big", 3).TryClaim(context.Background(), "gpu", 8, time.Minute)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "PGL06" {
+		t.Fatalf("3 units where a live holder claimed capacity 2: got %v, want SQLSTATE PGL06", err)
+	}
+	if got := inUse(t, db, "gpu"); got != 1 {
+		t.Fatalf("after the refused claim: %d live holders, want 1 (nothing changed)", got)
+	}
+}
+
+// TestUnits: claims of k units of capacity N never hold more than N units.
+func TestUnits(t *testing.T) {
+	t.Parallel()
+	db := newPool(t, 4)
+	ctx := context.Background()
+	four := mustClaimUnits(t, newUnitsClient(t, db, "four", 4), "gpu", 8)
+	if four.Units() != 4 {
+		t.Fatalf("Units: got %d, want 4", four.Units())
+	}
+	mustClaimUnits(t, newUnitsClient(t, db, "three", 3), "gpu", 8)
+	// 7 of 8 in use: 2 units do not fit, 1 does.
+	_, err := newUnitsClient(t, db, "two", 2).TryClaim(ctx, "gpu", 8, time.Minute)
+	var full *runslots.FullError
+	if !errors.As(err, &full) || full.InUse != 7 {
+		t.Fatalf("2 units with 7 of 8 in use: got %v, want a *FullError with InUse 7", err)
+	}
+	one := mustClaimUnits(t, newUnitsClient(t, db, "one", 1), "gpu", 8)
+	var units int
+	if err := db.QueryRow(ctx, `SELECT units_in_use FROM pglease.slot_scope_status WHERE scope = 'gpu'`).Scan(&units); err != nil || units != 8 {
+		t.Fatalf("slot_scope_status.units_in_use: got %d (%v), want 8", units, err)
+	}
+	mustRelease(t, four)
+	mustRelease(t, one)
+	// 5 free: the 2-unit claim fits now.
+	mustClaimUnits(t, newUnitsClient(t, db, "two", 2), "gpu", 8)
+}
+
+func mustClaimUnits(t testing.TB, c *runslots.Client, scope string, capacity int) *runslots.Slot {
+	t.Helper()
+	s, err := c.TryClaim(context.Background(), scope, capacity, time.Minute)
+	if err != nil {
+		t.Fatalf("TryClaim(%q, %d) as %s: %v", scope, capacity, c.Holder(), err)
+	}
+	return s
+}
+
+// starvationHold is how long each 1-unit claimer of TestNoStarvation holds
+// its slot; starvationBound is the bound the 4-unit claim must meet: it is
+// the head of the queue from its first refusal, so no later claim takes
+// the units it needs, and the three units held then are free within one
+// hold (each of their holders releases after starvationHold).
+const (
+	starvationHold  = 100 * time.Millisecond
+	starvationBound = 30 * starvationHold // one hold, and room for a loaded machine
+)
+
+// TestNoStarvation: a stream of 1-unit claimers keeps a scope of capacity
+// 4 busy (three of them hold a unit at every moment, each claiming again
+// as soon as it released); a blocking claim of 4 units still gets in
+// within starvationBound of its first refusal, while the stream goes on.
+func TestNoStarvation(t *testing.T) {
+	t.Parallel()
+	db := newPool(t, 8)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	started := make(chan struct{}, 3)
+	for i := range 3 {
+		c := newClient(t, db, "small-"+string(rune('a'+i)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			for ctx.Err() == nil {
+				s, err := c.Claim(ctx, "pool", 4, time.Minute)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				if first {
+					started <- struct{}{}
+					first = false
+				}
+				select {
+				case <-time.After(starvationHold):
+				case <-ctx.Done():
+				}
+				if err := s.Release(context.Background()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for range 3 {
+		<-started
+	}
+	var refused time.Time
+	big, err := runslots.New(db, runslots.Config{Holder: "big", Units: 4, OnWait: func(error) {
+		if refused.IsZero() {
+			refused = time.Now()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, bcancel := context.WithTimeout(ctx, 10*starvationBound)
+	defer bcancel()
+	s, err := big.Claim(bctx, "pool", 4, time.Minute)
+	got := time.Now()
+	if err != nil {
+		t.Fatalf("Claim of 4 units: %v (starved by the 1-unit claims)", err)
+	}
+	if refused.IsZero() {
+		t.Fatal("the 4-unit claim was never refused: the stream did not keep the scope busy")
+	}
+	if d := got.Sub(refused); d > starvationBound {
+		t.Fatalf("the 4-unit claim got in %v after its first refusal, want at most %v", d, starvationBound)
+	}
+	if units := s.Units(); units != 4 {
+		t.Fatalf("Units: got %d, want 4", units)
+	}
+	if err := s.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("1-unit claimer: %v", err)
+	}
+}

@@ -1,0 +1,52 @@
+-- The 0.2.0 forms of the slot claims, which claim one unit (0.3.0 added
+-- the unit count as a fifth argument). Apart so that each file holds one
+-- form of a function, as the proxy generator reads them.
+
+-- pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl): the 0.2.0 form,
+-- one unit: pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, 1)
+-- without its units column.
+CREATE OR REPLACE FUNCTION pglease.claim_slot(
+    p_scope text, p_holder text, p_capacity integer, p_ttl interval,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint,
+    OUT expires_at timestamptz, OUT expires_in interval, OUT in_use integer,
+    OUT retry_in interval)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.claimed, c.slot, c.fence, c.expires_at, c.expires_in, c.in_use, c.retry_in
+    FROM pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, 1, false) AS c;
+$$;
+
+-- pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl): the 0.2.0
+-- form, one unit in each scope: pglease.claim_slots(p_holder, p_scopes,
+-- p_capacities, p_ttl, units) with every unit count 1.
+CREATE OR REPLACE FUNCTION pglease.claim_slots(
+    p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval,
+    OUT claimed boolean, OUT slots integer[], OUT fences bigint[],
+    OUT in_use integer[], OUT refused_scope text, OUT refused_in_use integer,
+    OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.claimed, c.slots, c.fences, c.in_use, c.refused_scope, c.refused_in_use,
+           c.expires_at, c.expires_in, c.retry_in
+    FROM pglease.claim_slots(p_holder, p_scopes, p_capacities, p_ttl,
+                             CASE WHEN p_capacities IS NOT NULL
+                                  THEN array_fill(1, ARRAY[coalesce(cardinality(p_capacities), 0)]) END,
+                             false) AS c;
+$$;
+
+-- _slot_claim_locked(p_scope, p_holder, p_capacity, p_now, p_ttl): the
+-- 0.2.0 form of the claims' building block, one unit, never queued; kept
+-- so that the catalog of 0.2.0's functions stays whole (internal: granted
+-- to no client, as the 0.2.0 contract checks).
+CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
+    p_scope text, p_holder text, p_capacity integer,
+    p_now timestamptz, p_ttl interval,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT in_use integer,
+    OUT retry_in interval)
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, 1, p_now, p_ttl) AS c;
+$$;
