@@ -194,7 +194,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		reap()
 		sent := time.Now()
-		callCtx, cancel := context.WithTimeout(ctx, w.cfg.Interval)
+		// The call may take until the shards' deadline (then they are
+		// stopped as lost), or TTL - SafetyMargin before the first success.
+		callDeadline := sent.Add(w.cfg.TTL - w.cfg.SafetyMargin)
+		if validUntil.After(sent) {
+			callDeadline = validUntil
+		}
+		callCtx, cancel := context.WithDeadline(ctx, callDeadline)
 		res, err := w.q.GroupSync(callCtx, db.GroupSyncParams{
 			GroupName: w.cfg.Group, Member: w.cfg.Member, Ttl: w.cfg.TTL, MaxShards: maxShards,
 		})
