@@ -108,6 +108,9 @@ stress: ## Long history-checked stress run (PGLEASE_STRESS_DURATION, default 5m)
 chaos-groups: ## History-checked chaos run of a shard group: 8 worker processes, M=64, joins, leaves, kill -9, backend kills (PGLEASE_GROUPS_DURATION, default 2m)
 	PGLEASE_GROUPS_DURATION=$${PGLEASE_GROUPS_DURATION:-2m} $(GO) test -tags proof -race -count=1 -timeout 30m -run '^TestGroupChaos$$' -v ./internal/proof/
 
+model: ## Check the Promela model of shard groups with spin (model/shards.pml): safety and convergence (~1.5 min; needs make deps)
+	./scripts/check-model.sh
+
 fuzz: ## Fuzz every SQL function's arguments, FUZZTIME (30s) per target
 	@for f in $(FUZZ_TARGETS); do \
 		$(GO) test -tags proof -count=1 -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 1 ./internal/proof/ || exit 1; \
