@@ -3120,7 +3120,8 @@ $$;
 --   1. renews every live shard lease p_member holds in the group to at
 --      least now + p_ttl (as pglease.renew_holder does: waiting for a
 --      fenced transaction in flight on a shard, never moving an end
---      earlier);
+--      earlier), before the group lock, so that such a wait delays only
+--      this member;
 --   2. locks the group row (the group's syncs are taken one at a time),
 --      drops members whose heartbeat has lapsed, and records p_member as a
 --      live member until now + p_ttl with maximum p_max_shards (NULL: no
@@ -3130,7 +3131,8 @@ $$;
 --      share of what is left gets exactly its maximum; the others share the
 --      rest, floor or ceiling of it (share_min, share_max). So with no
 --      maxima every member's share is floor(M/N) or ceil(M/N);
---   4. takes unowned shards (no live lease, none reserved) with
+--   4. takes unowned shards (no live lease, none reserved; a free lease
+--      row locked by a call in flight is skipped until the next sync) with
 --      pglease.acquire, each a new tenure with the next fence: up to
 --      share_min, and beyond it, up to share_max, only the unowned shards
 --      no other member needs to reach its share_min;
@@ -3302,21 +3304,41 @@ BEGIN
     v_take := least(v_free, v_need + greatest(0, least(
         v_hi[v_me] - greatest(v_cnt[v_me], v_lo[v_me]),
         v_free - v_deficit)));
+    -- A free lease row another member's renewal has locked (it renewed
+    -- before waiting for the group lock, on an earlier clock) is skipped,
+    -- not waited for: that wait would close a cycle with the group lock.
+    -- Shards never taken yet have no row to lock.
     IF v_take > 0 THEN
         FOR v_name IN
-            SELECT v_prefix || s.shard
+            SELECT l.name
             FROM pglease.group_shards AS s
-            LEFT JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
+            JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
             WHERE s.group_name = p_group
-              AND (l.name IS NULL OR l.holder IS NULL OR l.expires_at <= v_now)
+              AND (l.holder IS NULL OR l.expires_at <= v_now)
               AND NOT coalesce(l.release_to IS NOT NULL AND l.release_to <> p_member
                                AND l.expires_at + l.release_for > v_now, false)
             ORDER BY s.ord
+            FOR NO KEY UPDATE OF l SKIP LOCKED
         LOOP
+            EXIT WHEN v_taken >= v_take;
             SELECT a.acquired INTO v_ok FROM pglease.acquire(v_name, p_member, v_ttl) AS a;
             IF v_ok THEN
                 v_taken := v_taken + 1;
-                EXIT WHEN v_taken >= v_take;
+            END IF;
+        END LOOP;
+    END IF;
+    IF v_taken < v_take THEN
+        FOR v_name IN
+            SELECT v_prefix || s.shard
+            FROM pglease.group_shards AS s
+            WHERE s.group_name = p_group
+              AND NOT EXISTS (SELECT 1 FROM pglease.leases AS l WHERE l.name = v_prefix || s.shard)
+            ORDER BY s.ord
+        LOOP
+            EXIT WHEN v_taken >= v_take;
+            SELECT a.acquired INTO v_ok FROM pglease.acquire(v_name, p_member, v_ttl) AS a;
+            IF v_ok THEN
+                v_taken := v_taken + 1;
             END IF;
         END LOOP;
     END IF;

@@ -413,3 +413,39 @@ func TestOtherRoleRefused(t *testing.T) {
 		t.Fatalf("another role as 'owner': released %v, renewed %v, acquired %v; want all false", released, renewed, acquired)
 	}
 }
+
+// TestFloodingMember: a member of the group's role that joins and leaves
+// 50 times in a row (straight in SQL) makes the others hand over some
+// shards, but no shard is lost and balance comes back; the moves it cost
+// are reported (docs/security.md).
+func TestFloodingMember(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewDirectPool(t)
+	ctx := context.Background()
+	const m = 32
+	f := newFleet(t, m)
+	names := []string{"a", "b"}
+	for _, n := range names {
+		join(t, pool, f, shardgroup.Config{Group: "flood", Member: n, TTL: 3 * time.Second, Interval: time.Second})
+	}
+	f.await("2 workers balanced", 20*time.Second, func() bool { return f.balanced(names) })
+	before := f.startCount()
+	start := time.Now()
+	const floods = 50
+	for i := range floods {
+		if _, err := pool.Exec(ctx, `SELECT pglease.group_sync('flood', 'flooder', '3 seconds', NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `SELECT pglease.group_leave('flood', 'flooder')`); err != nil {
+			t.Fatal(err)
+		}
+		_ = i
+	}
+	flooded := time.Since(start)
+	// The flooder may still hold shards it took: it releases nothing, so
+	// they come back at its tenures' expiry (TTL) at the latest.
+	took := f.await("balanced again after the flood", 20*time.Second, func() bool { return f.balanced(names) })
+	t.Logf("%d joins and leaves in %s by one member: %d moves, balanced again %s after the flood (M=%d, 2 workers)",
+		floods, flooded.Round(time.Millisecond), f.startCount()-before, took.Round(time.Millisecond), m)
+	f.check()
+}
