@@ -12,10 +12,11 @@ for tool in spin gcc; do
     command -v "$tool" >/dev/null 2>&1 ||
         { echo "check-model: $tool is missing: make deps (as root or with sudo), or apt-get install $tool" >&2; exit 1; }
 done
-model=$(pwd)/model/shards.pml
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+cp model/shards.pml "$dir/"
 cd "$dir"
+model=shards.pml
 
 # check NAME EVENTS PAN_FLAGS...: verify one ltl property.
 check() {
@@ -32,7 +33,7 @@ check() {
     else
         echo "check-model: $name with $events events FAILED:" >&2
         grep -E 'error|violated|cycle|errors:' pan.log >&2 || cat pan.log >&2
-        spin -DEVENTS="$events" -t -N "$name" "$model" 2>&1 | grep -vE '^Never claim' | tail -60 >&2 || true
+        spin -DEVENTS="$events" -t "$model" 2>&1 | grep -vE '^Never claim' | tail -60 >&2 || true
         exit 1
     fi
 }
