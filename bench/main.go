@@ -72,6 +72,8 @@ type config struct {
 	cronRuns int
 	// leaderOnly runs only the leadership section (leader.go).
 	leaderOnly bool
+	// groupsOnly runs only the shard-group section (groups.go).
+	groupsOnly bool
 }
 
 func main() {
@@ -129,6 +131,7 @@ func parseFlags(args []string) (config, error) {
 	cronOnly := fs.Bool("cron-only", false, "run only the cron comparison (the run ledger's cost per run against acquire + release) and print its section")
 	cronRuns := fs.Int("cron-runs", 4000, "cycles of each kind in the cron comparison")
 	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, renew_lease, acquire with a value, observing at C=8) and print it")
+	fs.BoolVar(&cfg.groupsOnly, "groups-only", false, "run only the shard-group section (M=1024 with N=1, 4, 16: intervals and time to converge after a join and a kill, moves against the minimum, server time per interval; M=10000 with N=16) and print it")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -221,6 +224,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if cfg.leaderOnly {
 		return runLeaderBench(ctx, cfg)
+	}
+	if cfg.groupsOnly {
+		return runGroupsBench(ctx, cfg)
 	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {
