@@ -3253,7 +3253,7 @@ BEGIN
         SELECT l.name, l.fence FROM pglease.leases AS l
         WHERE l.holder = p_member AND l.holder_role = v_role
           AND starts_with(l.name, v_prefix)
-          AND l.expires_at > clock_timestamp() AND l.expires_at < clock_timestamp() + v_ttl
+          AND l.expires_at > clock_timestamp() AND l.expires_at < v_start + v_ttl -- not renewed above
     LOOP
         PERFORM 1 FROM pglease.leases AS l
         WHERE l.name = v_name AND l.holder = p_member AND l.fence = v_fence
@@ -3289,7 +3289,8 @@ BEGIN
     -- its end).
     SELECT count(*)::integer INTO v_pending
     FROM pglease.group_shards AS s
-    JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
+    JOIN pglease.leases AS l
+      ON l.name = v_prefix || s.shard AND s.shard = substr(l.name, length(v_prefix) + 1)
     LEFT JOIN pglease.group_members AS m
            ON m.group_name = p_group AND m.member = l.holder AND l.holder_role = v_role
     WHERE s.group_name = p_group AND l.holder IS NOT NULL AND l.expires_at > v_now
@@ -3302,7 +3303,8 @@ BEGIN
     FROM pglease.group_members AS m
     LEFT JOIN (SELECT l.holder, count(*)::integer AS kept
                FROM pglease.group_shards AS s
-               JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
+               JOIN pglease.leases AS l
+      ON l.name = v_prefix || s.shard AND s.shard = substr(l.name, length(v_prefix) + 1)
                WHERE s.group_name = p_group AND l.holder IS NOT NULL AND l.expires_at > v_now
                  AND l.holder_role = v_role AND l.release_requested_at IS NULL
                GROUP BY l.holder) AS c ON c.holder = m.member
@@ -3344,7 +3346,8 @@ BEGIN
         FOR v_name IN
             SELECT l.name
             FROM pglease.group_shards AS s
-            JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
+            JOIN pglease.leases AS l
+      ON l.name = v_prefix || s.shard AND s.shard = substr(l.name, length(v_prefix) + 1)
             WHERE s.group_name = p_group
               AND (l.holder IS NULL OR l.expires_at <= v_now)
               AND NOT coalesce(l.release_to IS NOT NULL AND l.release_to <> p_member
@@ -3387,7 +3390,8 @@ BEGIN
         UPDATE pglease.leases AS l SET release_requested_at = v_now
         WHERE l.name IN (SELECT l2.name
                          FROM pglease.group_shards AS s
-                         JOIN pglease.leases AS l2 ON l2.name = v_prefix || s.shard
+                         JOIN pglease.leases AS l2
+      ON l2.name = v_prefix || s.shard AND s.shard = substr(l2.name, length(v_prefix) + 1)
                          WHERE s.group_name = p_group AND l2.holder = p_member
                            AND l2.holder_role = v_role AND l2.expires_at > v_now
                            AND l2.release_requested_at IS NULL
@@ -3405,7 +3409,8 @@ BEGIN
                     FILTER (WHERE l.release_requested_at IS NOT NULL), '{}')
     INTO shards, fences, release
     FROM pglease.group_shards AS s
-    JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
+    JOIN pglease.leases AS l
+      ON l.name = v_prefix || s.shard AND s.shard = substr(l.name, length(v_prefix) + 1)
     WHERE s.group_name = p_group AND l.holder = p_member AND l.holder_role = v_role
       AND l.expires_at > clock_timestamp();
     members := v_n;
@@ -3527,7 +3532,8 @@ BEGIN
                       count(*)::integer AS owned,
                       (count(*) FILTER (WHERE l.release_requested_at IS NOT NULL))::integer AS asked
                FROM pglease.group_shards AS s
-               JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
+               JOIN pglease.leases AS l
+      ON l.name = v_prefix || s.shard AND s.shard = substr(l.name, length(v_prefix) + 1)
                WHERE s.group_name = p_group AND l.holder IS NOT NULL AND l.expires_at > v_now
                  AND l.holder_role = v_role
                GROUP BY l.holder) AS c ON c.holder = m.member
