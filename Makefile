@@ -11,7 +11,8 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 .DEFAULT_GOAL := help
 .PHONY: help demo generate freeze verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
 	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover \
-	test-clients test-sharded test-run-margins test-rules test-observability test-cron
+	test-clients test-sharded test-run-margins test-rules test-observability test-cron \
+	chaos-groups model
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -103,6 +104,12 @@ proof: ## Reliability tests at CI size, with their figures: history checker, str
 
 stress: ## Long history-checked stress run (PGLEASE_STRESS_DURATION, default 5m)
 	PGLEASE_STRESS_DURATION=$${PGLEASE_STRESS_DURATION:-5m} $(GO) test -tags proof -race -count=1 -timeout 60m -run '^TestStress$$' -v ./internal/proof/
+
+chaos-groups: ## History-checked chaos run of a shard group: 8 worker processes, M=64, joins, leaves, kill -9, backend kills (PGLEASE_GROUPS_DURATION, default 2m)
+	PGLEASE_GROUPS_DURATION=$${PGLEASE_GROUPS_DURATION:-2m} $(GO) test -tags proof -race -count=1 -timeout 30m -run '^TestGroupChaos$$' -v ./internal/proof/
+
+model: ## Check the Promela model of shard groups with spin (model/shards.pml): safety and convergence (~1.5 min; needs make deps)
+	./scripts/check-model.sh
 
 fuzz: ## Fuzz every SQL function's arguments, FUZZTIME (30s) per target
 	@for f in $(FUZZ_TARGETS); do \

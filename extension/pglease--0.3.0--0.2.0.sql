@@ -78,6 +78,23 @@ CREATE INDEX slots_counted_expires_idx ON pglease.slots (scope, expires_at) WHER
 UPDATE pglease.slot_scopes AS sc
 SET counted = (SELECT count(*) FROM pglease.slots AS s WHERE s.scope = sc.scope AND s.counted);
 
+-- Shard groups go: their functions and tables (the groups, their shard
+-- names and members). The shards' leases ('{group}/shard' rows of
+-- pglease.leases) stay, with their fences, as any lease does.
+DROP FUNCTION pglease.group_create(text, integer, text[]);
+DROP FUNCTION pglease.group_sync(text, text, interval, integer);
+DROP FUNCTION pglease.group_release(text, text, text, bigint);
+DROP FUNCTION pglease.group_leave(text, text);
+DROP FUNCTION pglease.group_status(text);
+DROP FUNCTION pglease.group_list();
+DROP FUNCTION pglease._group_of(text, text, boolean);
+DROP FUNCTION pglease._check_group(text, text);
+DROP FUNCTION pglease._group_lease(text, text);
+DROP FUNCTION pglease._group_max_shards();
+DROP TABLE pglease.group_members;
+DROP TABLE pglease.group_shards;
+DROP TABLE pglease.groups;
+
 -- Views of sql/schema/10_schema.sql
 
 

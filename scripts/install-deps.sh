@@ -7,7 +7,8 @@
 # prometheus-postgres-exporter (make test-rules, make test-observability;
 # the package may start Debian's own prometheus service on :9090, which the
 # tests leave alone: they start their own on a free loopback port), and
-# redis-server (make bench starts its own, on a free port, to compare). The only
+# redis-server (make bench starts its own, on a free port, to compare), and spin
+# with gcc (make model checks model/shards.pml). The only
 # target that installs packages (make deps; .ci/run calls it first): the
 # others check for what they need and name the package. Idempotent; needs
 # root (or sudo) only when something is missing.
@@ -24,6 +25,7 @@ dpkg -s "postgresql-$major-plproxy" >/dev/null 2>&1 || need="$need postgresql-$m
 dpkg -s prometheus >/dev/null 2>&1 || need="$need prometheus"                                  # prometheus, promtool
 dpkg -s prometheus-postgres-exporter >/dev/null 2>&1 || need="$need prometheus-postgres-exporter"
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"                          # make bench
+command -v spin >/dev/null 2>&1 || need="$need spin gcc"                                    # make model
 [ -z "$need" ] && exit 0
 
 sudo=""

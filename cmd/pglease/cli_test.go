@@ -184,7 +184,20 @@ type statusOutput struct {
 		InUse int    `json:"in_use"`
 		Slots int    `json:"slots"`
 	} `json:"scopes"`
-	Jobs []json.RawMessage `json:"jobs"`
+	Jobs   []json.RawMessage `json:"jobs"`
+	Groups []struct {
+		Name    string `json:"name"`
+		Role    string `json:"role"`
+		Shards  int    `json:"shards"`
+		Unowned int    `json:"unowned"`
+		Members []struct {
+			Member      string    `json:"member"`
+			Shards      int       `json:"shards"`
+			HandingOver int       `json:"handing_over"`
+			MaxShards   *int      `json:"max_shards"`
+			ExpiresAt   time.Time `json:"expires_at"`
+		} `json:"members"`
+	} `json:"groups"`
 }
 
 // readStatus runs status --json and decodes it strictly.
@@ -270,6 +283,19 @@ func testStatus(t *testing.T, c cli) {
 
 	r = c.mustRun(0, "status")
 	requireContains(t, "status", r.stdout, "LEASE", "EXPIRES IN", "held-lease", "test-holder", "held", "freed-lease", "free", "scope-a", "IN USE")
+
+	// A shard group: its member with the shards it owns, and the unowned.
+	if _, err := pool.Exec(ctx, `SELECT pglease.group_create('outbox', 4, NULL), pglease.group_sync('outbox', 'w1', '1 minute', 3)`); err != nil {
+		t.Fatal(err)
+	}
+	st = readStatus(t, c)
+	if len(st.Groups) != 1 || st.Groups[0].Name != "outbox" || st.Groups[0].Shards != 4 || st.Groups[0].Unowned != 1 ||
+		len(st.Groups[0].Members) != 1 || st.Groups[0].Members[0].Member != "w1" || st.Groups[0].Members[0].Shards != 3 ||
+		st.Groups[0].Members[0].MaxShards == nil || *st.Groups[0].Members[0].MaxShards != 3 {
+		t.Fatalf("groups: got %+v, want outbox (4 shards) with w1 owning 3 (max 3) and 1 unowned", st.Groups)
+	}
+	r = c.mustRun(0, "status")
+	requireContains(t, "status", r.stdout, "GROUP", "outbox", "w1", "(unowned)")
 }
 
 // leaseState reads a lease's state from the server.

@@ -77,9 +77,28 @@ type statusJSON struct {
 	Slots  []slotJSON  `json:"slots"`
 	Scopes []scopeJSON `json:"scopes"`
 	Jobs   []jobJSON   `json:"jobs"`
+	Groups []groupJSON `json:"groups"`
 }
 
 // jobJSON is a job of the run ledger: its last run and last success.
+// groupJSON is one shard group (docs/groups.md): its live members and the
+// shards each owns, and the shards no live member owns.
+type groupJSON struct {
+	Name    string            `json:"name"`
+	Role    string            `json:"role"`
+	Shards  int               `json:"shards"`
+	Unowned int               `json:"unowned"`
+	Members []groupMemberJSON `json:"members"`
+}
+
+type groupMemberJSON struct {
+	Member      string    `json:"member"`
+	Shards      int       `json:"shards"`
+	HandingOver int       `json:"handing_over"`
+	MaxShards   *int      `json:"max_shards"`
+	ExpiresAt   time.Time `json:"expires_at"`
+}
+
 type jobJSON struct {
 	Name        string     `json:"name"`
 	LastRun     runJSON    `json:"last_run"`
@@ -152,7 +171,25 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 	if err != nil {
 		return a.queryError(ctx, "list the jobs of the run ledger", err)
 	}
-	out := statusJSON{Leases: []leaseJSON{}, Slots: []slotJSON{}, Scopes: []scopeJSON{}, Jobs: []jobJSON{}}
+	groups, err := pgleaseadmin.Groups(ctx, pool)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == undefinedFunction {
+		groups, err = nil, nil // a schema before 0.3.0 has no groups
+	}
+	if err != nil {
+		return a.queryError(ctx, "list the shard groups", err)
+	}
+	out := statusJSON{Leases: []leaseJSON{}, Slots: []slotJSON{}, Scopes: []scopeJSON{}, Jobs: []jobJSON{}, Groups: []groupJSON{}}
+	for _, g := range groups {
+		gj := groupJSON{Name: g.Name, Role: g.Role, Shards: g.Shards, Unowned: g.Unowned, Members: []groupMemberJSON{}}
+		for _, m := range g.Members {
+			mj := groupMemberJSON{Member: m.Name, Shards: m.Shards, HandingOver: m.HandingOver, ExpiresAt: m.ExpiresAt.UTC()}
+			if m.MaxShards > 0 {
+				mj.MaxShards = &m.MaxShards
+			}
+			gj.Members = append(gj.Members, mj)
+		}
+		out.Groups = append(out.Groups, gj)
+	}
 	for _, j := range jobs {
 		jj := jobJSON{Name: j.Name, LastRun: newRunJSON(j.Last)}
 		if !j.LastSuccess.IsZero() {
@@ -227,6 +264,20 @@ func printStatus(w io.Writer, s statusJSON) error {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(j.Name), j.LastRun.StartedAt.Format(time.RFC3339),
 				cell(j.LastRun.Holder), took(j.LastRun), exitText(j.LastRun.ExitStatus), j.LastRun.Outcome, success)
+		}
+	}
+	if len(s.Groups) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "GROUP\tMEMBER\tSHARDS\tHANDING OVER\tMAX")
+		for _, g := range s.Groups {
+			for _, m := range g.Members {
+				maxShards := "-"
+				if m.MaxShards != nil {
+					maxShards = strconv.Itoa(*m.MaxShards)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", cell(g.Name), cell(m.Member), m.Shards, m.HandingOver, maxShards)
+			}
+			fmt.Fprintf(tw, "%s\t(unowned)\t%d\t-\t-\n", cell(g.Name), g.Unowned)
 		}
 	}
 	return tw.Flush()

@@ -474,6 +474,14 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 	} {
 		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
 	}
+	// Shard groups (0.3.0, docs/groups.md).
+	for _, f := range []string{
+		"group_create(text,integer,text[])", "group_sync(text,text,interval,integer)",
+		"group_release(text,text,text,bigint)", "group_leave(text,text)",
+		"group_status(text)", "group_list()",
+	} {
+		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
+	}
 	want = append(want, "schema pglease pglease_operator USAGE", "relation lease_status pglease_operator SELECT",
 		"function pglease.request_release(text,text,interval) pglease_operator EXECUTE")
 	slices.Sort(want)

@@ -26,6 +26,30 @@ type PgleaseFenceFloor struct {
 	LastPurge  *time.Time
 }
 
+// pglease shard groups; change only through the pglease functions
+type PgleaseGroup struct {
+	Name      string
+	GroupRole string
+	Shards    int32
+	CreatedAt time.Time
+}
+
+// pglease: the members of each group; change only through the pglease functions
+type PgleaseGroupMember struct {
+	GroupName string
+	Member    string
+	MaxShards pgtype.Int4
+	JoinedAt  time.Time
+	ExpiresAt time.Time
+}
+
+// pglease: the shards of each group; change only through the pglease functions
+type PgleaseGroupShard struct {
+	GroupName string
+	Shard     string
+	Ord       int32
+}
+
 // pglease leases; change only through the pglease functions
 type PgleaseLease struct {
 	Name               string

@@ -147,6 +147,7 @@ func (e *Exporter) scrape(ctx context.Context, budget time.Duration) []byte {
 	if err == nil {
 		writeMetrics(&w, m)
 		e.writeJobs(ctx, &w)
+		e.writeGroups(ctx, &w)
 	}
 	return w.b.Bytes()
 }
@@ -234,6 +235,39 @@ func (e *Exporter) writeJobs(ctx context.Context, w *textWriter) {
 	w.family("pglease_job_last_run_timestamp_seconds", "gauge", "When the job's newest run started (Unix seconds, server clock).")
 	for _, j := range jobs {
 		w.sample("pglease_job_last_run_timestamp_seconds", unixSeconds(j.Last.StartedAt), label{"name", j.Name})
+	}
+}
+
+// writeGroups writes the shard groups' series (docs/groups.md): per group
+// its shards, live members and unowned shards, and per live member the
+// shards it owns (members are a fleet's workers: as many series as
+// workers). A schema before 0.3.0 has no groups: no series then. A failed
+// read is logged and leaves the series out.
+func (e *Exporter) writeGroups(ctx context.Context, w *textWriter) {
+	groups, err := pgleaseadmin.Groups(ctx, e.db)
+	if err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "42883" { // undefined_function: no groups before 0.3.0
+			e.opts.Log.Warn("pglease exporter: read the shard groups", "err", err)
+		}
+		return
+	}
+	w.family("pglease_group_shards", "gauge", "The shard group's number of shards.")
+	for _, g := range groups {
+		w.sampleInt("pglease_group_shards", int64(g.Shards), label{"group", g.Name})
+	}
+	w.family("pglease_group_members", "gauge", "The shard group's live members.")
+	for _, g := range groups {
+		w.sampleInt("pglease_group_members", int64(len(g.Members)), label{"group", g.Name})
+	}
+	w.family("pglease_group_unowned_shards", "gauge", "The shard group's shards that no live member owns.")
+	for _, g := range groups {
+		w.sampleInt("pglease_group_unowned_shards", int64(g.Unowned), label{"group", g.Name})
+	}
+	w.family("pglease_group_member_shards", "gauge", "The shards a live member of the group owns (those it is handing over included).")
+	for _, g := range groups {
+		for _, m := range g.Members {
+			w.sampleInt("pglease_group_member_shards", int64(m.Shards), label{"group", g.Name}, label{"member", m.Name})
+		}
 	}
 }
 

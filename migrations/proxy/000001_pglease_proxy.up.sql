@@ -747,6 +747,84 @@ BEGIN
 END
 $$;
 
+-- Source: sql/functions/70_groups.sql (signature), sql/proxy/routes (hash p_group)
+CREATE OR REPLACE FUNCTION pglease.group_create(
+    p_group text, p_count integer, p_names text[],
+    OUT created boolean, OUT shards integer)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_group);
+$$;
+
+-- Source: sql/functions/70_groups.sql (signature), sql/proxy/routes (hash p_group)
+CREATE OR REPLACE FUNCTION pglease.group_sync(
+    p_group text, p_member text, p_ttl interval, p_max_shards integer,
+    OUT shards text[], OUT fences bigint[], OUT release text[],
+    OUT members integer, OUT share_min integer, OUT share_max integer,
+    OUT unowned integer, OUT expires_at timestamptz, OUT expires_in interval)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_group);
+$$;
+
+-- Source: sql/functions/70_groups.sql (signature), sql/proxy/routes (hash p_group)
+CREATE OR REPLACE FUNCTION pglease.group_release(
+    p_group text, p_shard text, p_member text, p_fence bigint,
+    OUT released boolean)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_group);
+$$;
+
+-- Source: sql/functions/70_groups.sql (signature), sql/proxy/routes (hash p_group)
+CREATE OR REPLACE FUNCTION pglease.group_leave(
+    p_group text, p_member text,
+    OUT left_group boolean)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_group);
+$$;
+
+-- Source: sql/functions/70_groups.sql (signature), sql/proxy/routes (hash p_group)
+CREATE OR REPLACE FUNCTION pglease.group_status(
+    p_group text,
+    OUT member text, OUT max_shards integer, OUT shards integer,
+    OUT handing_over integer, OUT expires_at timestamptz)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_group);
+$$;
+
+-- Source: sql/functions/70_groups.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_group_list(
+    OUT names text[], OUT group_roles text[], OUT shards integer[], OUT members integer[])
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.group_list;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.group_list(
+    OUT names text[], OUT group_roles text[], OUT shards integer[], OUT members integer[])
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(g.name ORDER BY g.name), '{}'),
+           coalesce(array_agg(g.group_role ORDER BY g.name), '{}'),
+           coalesce(array_agg(g.shards ORDER BY g.name), '{}'),
+           coalesce(array_agg(g.members ORDER BY g.name), '{}')
+    FROM pglease._all_group_list() AS a,
+         unnest(a.names, a.group_roles, a.shards, a.members) AS g(name, group_role, shards, members);
+$$;
+
 -- Source: sql/proxy/20_views.sql
 
 -- Status views: the union of every partition's view (RUN ON ALL), read
@@ -917,6 +995,24 @@ BEGIN
             pglease._route(text),
             pglease._all_lease_status()
             TO pglease_operator;
+    END IF;
+END
+$pglease$;
+
+-- Shard groups (0.3.0, docs/groups.md): routed by group name, so a group
+-- and its shards' leases ('{group}/shard') live on one partition.
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.group_create(text, integer, text[]),
+            pglease.group_sync(text, text, interval, integer),
+            pglease.group_release(text, text, text, bigint),
+            pglease.group_leave(text, text),
+            pglease.group_status(text),
+            pglease.group_list(),
+            pglease._all_group_list()
+            TO pglease_client;
     END IF;
 END
 $pglease$;

@@ -113,3 +113,21 @@ BEGIN
     END IF;
 END
 $pglease$;
+
+-- Shard groups (0.3.0, docs/groups.md): routed by group name, so a group
+-- and its shards' leases ('{group}/shard') live on one partition.
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.group_create(text, integer, text[]),
+            pglease.group_sync(text, text, interval, integer),
+            pglease.group_release(text, text, text, bigint),
+            pglease.group_leave(text, text),
+            pglease.group_status(text),
+            pglease.group_list(),
+            pglease._all_group_list()
+            TO pglease_client;
+    END IF;
+END
+$pglease$;

@@ -233,3 +233,43 @@ CREATE UNLOGGED TABLE pglease.candidates (
 );
 COMMENT ON TABLE pglease.candidates IS
     'pglease: refused holders of a lease, which a release request may prefer';
+
+-- Shard groups (0.3.0, sql/functions/70_groups.sql, docs/groups.md). A
+-- group's shards are leases named '{group}/shard' in pglease.leases; these
+-- tables hold only the group, its shard names and its live members.
+-- pglease.groups: one row per group; group_role is the role (session_user)
+-- that created it, the only one that may take part in it; the row lock
+-- serialises the group's decisions (pglease.group_sync).
+CREATE TABLE pglease.groups (
+    name       text        PRIMARY KEY,
+    group_role text        NOT NULL,
+    shards     integer     NOT NULL CHECK (shards BETWEEN 1 AND 100000),
+    created_at timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.groups IS
+    'pglease shard groups; change only through the pglease functions';
+
+-- The shards of a group, named, in order (ord from 1). They never change.
+CREATE TABLE pglease.group_shards (
+    group_name text    NOT NULL REFERENCES pglease.groups (name) ON DELETE CASCADE,
+    shard      text    NOT NULL CHECK (octet_length(shard) BETWEEN 1 AND 128),
+    ord        integer NOT NULL,
+    PRIMARY KEY (group_name, shard)
+);
+COMMENT ON TABLE pglease.group_shards IS
+    'pglease: the shards of each group; change only through the pglease functions';
+CREATE UNIQUE INDEX group_shards_ord_idx ON pglease.group_shards (group_name, ord);
+
+-- The members of a group: live until expires_at (each pglease.group_sync
+-- moves it to now + TTL); a lapsed row is deleted by the next sync.
+-- max_shards NULL: no maximum.
+CREATE TABLE pglease.group_members (
+    group_name text        NOT NULL REFERENCES pglease.groups (name) ON DELETE CASCADE,
+    member     text        NOT NULL,
+    max_shards integer     CHECK (max_shards BETWEEN 1 AND 100000),
+    joined_at  timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (group_name, member)
+);
+COMMENT ON TABLE pglease.group_members IS
+    'pglease: the members of each group; change only through the pglease functions';

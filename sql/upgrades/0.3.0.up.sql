@@ -95,3 +95,40 @@ CREATE UNLOGGED TABLE pglease.slot_queue (
 COMMENT ON TABLE pglease.slot_queue IS
     'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
 CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);
+
+-- Shard groups (docs/groups.md, sql/functions/70_groups.sql): three new
+-- tables, empty; created here as in sql/schema/10_schema.sql. No existing
+-- row changes.
+CREATE TABLE pglease.groups (
+    name       text        PRIMARY KEY,
+    group_role text        NOT NULL,
+    shards     integer     NOT NULL CHECK (shards BETWEEN 1 AND 100000),
+    created_at timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.groups IS
+    'pglease shard groups; change only through the pglease functions';
+
+-- The shards of a group, named, in order (ord from 1). They never change.
+CREATE TABLE pglease.group_shards (
+    group_name text    NOT NULL REFERENCES pglease.groups (name) ON DELETE CASCADE,
+    shard      text    NOT NULL CHECK (octet_length(shard) BETWEEN 1 AND 128),
+    ord        integer NOT NULL,
+    PRIMARY KEY (group_name, shard)
+);
+COMMENT ON TABLE pglease.group_shards IS
+    'pglease: the shards of each group; change only through the pglease functions';
+CREATE UNIQUE INDEX group_shards_ord_idx ON pglease.group_shards (group_name, ord);
+
+-- The members of a group: live until expires_at (each pglease.group_sync
+-- moves it to now + TTL); a lapsed row is deleted by the next sync.
+-- max_shards NULL: no maximum.
+CREATE TABLE pglease.group_members (
+    group_name text        NOT NULL REFERENCES pglease.groups (name) ON DELETE CASCADE,
+    member     text        NOT NULL,
+    max_shards integer     CHECK (max_shards BETWEEN 1 AND 100000),
+    joined_at  timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (group_name, member)
+);
+COMMENT ON TABLE pglease.group_members IS
+    'pglease: the members of each group; change only through the pglease functions';
