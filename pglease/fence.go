@@ -45,8 +45,9 @@ func (l *Lease) WithFence(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // the holder's own renewals and any takeover wait for it. When pgx gives up
 // on the transaction's connection (a context cancelled mid-statement) while
 // its server session is still idle in the transaction, WithFence ends that
-// session from another connection of database (a pool), so that the lease
-// row is not left locked until the transaction's idle timeout.
+// session from another connection of database (a pool), in the background,
+// so that the lease row is not left locked until the transaction's idle
+// timeout.
 func WithFence(ctx context.Context, database Beginner, name string, fence int64, fn func(tx pgx.Tx) error) error {
 	return withFence(ctx, database, name, fence, 0, fn)
 }
@@ -138,8 +139,9 @@ const strandedSessionSQL = `SELECT pg_catalog.pg_terminate_backend(a.pid)
 // the background, and until the server reads its goodbye the session keeps
 // the lease row locked: the holder's release and any takeover wait, for as
 // long as the transaction's idle timeout (up to the tenure's end); seen in
-// about one handover on request in 300 under load. Best effort, on another
-// connection of database (a pool; nothing happens when database was that
+// about one handover on request in 300 under load. Best effort, in the
+// background and for at most rollbackTimeout, on another connection of
+// database (a pool; nothing happens when database was that
 // very connection or a transaction on it): only a backend of the caller's
 // role that is idle in a transaction is ended, so that one at work, or one
 // of another role, is never mistaken for it.
@@ -147,6 +149,8 @@ func endStrandedSession(ctx context.Context, database Beginner, pid uint32) {
 	if pid == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, rollbackTimeout)
+	defer cancel()
 	tx, err := database.Begin(ctx)
 	if err != nil {
 		return
@@ -183,7 +187,9 @@ func withFence(ctx context.Context, database Beginner, name string, fence int64,
 			stranded := tx.Conn().IsClosed()
 			_ = tx.Rollback(rctx)
 			if stranded {
-				endStrandedSession(rctx, database, pid)
+				// In the background: the workload returns at once (with
+				// the network cut, the call itself would wait).
+				go endStrandedSession(context.WithoutCancel(ctx), database, pid)
 			}
 		}
 	}()
