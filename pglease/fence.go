@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/internal/tenure"
@@ -151,6 +152,12 @@ func endStrandedSession(ctx context.Context, database Beginner, pid uint32) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, rollbackTimeout)
 	defer cancel()
+	if q, ok := database.(interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}); ok { // a pool: one statement, one round trip
+		_, _ = q.Exec(ctx, strandedSessionSQL, int64(pid))
+		return
+	}
 	tx, err := database.Begin(ctx)
 	if err != nil {
 		return
