@@ -248,3 +248,72 @@ func TestNotifyRelistens(t *testing.T) {
 		t.Fatal("the waiter did not take the released lease within 30s (the holder's TTL is a minute): it stopped trying to listen")
 	}
 }
+
+// directListener is a pool (through a pooler, when the run uses one) whose
+// LISTEN connections go straight to the server: what docs/compatibility.md
+// tells users behind transaction pooling to give a client.
+type directListener struct {
+	*pgxpool.Pool
+	direct string // the server's URL, not the pooler's
+}
+
+func (l directListener) ListenConn(ctx context.Context) (*pgx.Conn, error) {
+	return pgx.Connect(ctx, l.direct)
+}
+
+// TestNotifyThroughPooler: a client does not LISTEN through a pooler (a
+// LISTEN left on a pooled server connection reaches no client, and
+// PgBouncer 1.18 aborts when a cancel request meets its notification). It
+// says so once at warn, and its blocked Acquire wakes at the holder's
+// expiry. Given a Listener that connects directly, the same client wakes
+// at the release. Directly connected, neither case warns and both wake at
+// the release.
+func TestNotifyThroughPooler(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewMigrated(t)
+	pool := pgtest.Pool(t, url)
+	pooled := pgtest.ThroughPooler(t)
+	const ttl = 6 * time.Second
+	for _, tc := range []struct {
+		name string
+		db   pglease.DB
+		late bool // wakes at the expiry rather than at the release
+	}{
+		{"pool", pool, pooled},
+		{"direct listener", directListener{Pool: pool, direct: url}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var warnings []string
+			logger := slog.New(handlerFunc(func(r slog.Record) {
+				if r.Level == slog.LevelWarn {
+					mu.Lock()
+					warnings = append(warnings, r.Message)
+					mu.Unlock()
+				}
+			}))
+			owner := newClient(t, tc.db, "owner")
+			waiter, err := pglease.New(tc.db, pglease.Config{Holder: "waiter", Logger: logger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting := waitingHook(waiter)
+			for range 2 {
+				after := blockedAcquire(t, owner, waiter, waiting, "jobs-"+tc.name, ttl)
+				if tc.late && after < ttl/2 || !tc.late && after >= ttl/2 {
+					t.Fatalf("through pooler %v: the blocked Acquire took %v after the release of a %v tenure, want it to wake at the %s",
+						pooled, after, ttl, map[bool]string{true: "expiry", false: "release"}[tc.late])
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := 0
+			if tc.late {
+				want = 1
+			}
+			if len(warnings) != want {
+				t.Fatalf("through pooler %v: warnings %q, want %d", pooled, warnings, want)
+			}
+		})
+	}
+}

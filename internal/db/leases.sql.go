@@ -502,6 +502,20 @@ func (q *Queries) LeaseStatusList(ctx context.Context) ([]LeaseStatusListRow, er
 	return items, nil
 }
 
+const notifyBackendPID = `-- name: NotifyBackendPID :one
+SELECT pg_backend_pid()
+`
+
+// The server's process ID for this session: a connection whose startup
+// reported another one goes through a pooler, where a LISTEN stays behind
+// on whichever server connection ran it.
+func (q *Queries) NotifyBackendPID(ctx context.Context) (int32, error) {
+	row := q.db.QueryRow(ctx, notifyBackendPID)
+	var pg_backend_pid int32
+	err := row.Scan(&pg_backend_pid)
+	return pg_backend_pid, err
+}
+
 const notifyListen = `-- name: NotifyListen :exec
 LISTEN pglease
 `

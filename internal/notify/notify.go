@@ -12,11 +12,20 @@
 // for the expiry the server reported, looking again at a backoff capped at
 // maxRelisten while they try to listen anew, and the hub logs that once at
 // warn.
+//
+// A connection that goes through a pooler (its startup reported a backend
+// PID that is not the server's) is closed before it LISTENs, and the hub
+// stops listening for good, logging that once at warn: behind transaction
+// pooling a LISTEN stays on whichever server connection ran it, which the
+// pooler lends to others and whose notifications then reach no client
+// (PgBouncer 1.18 logs each one, and can abort when a cancel request meets
+// one). Waiters then wake at the expiry the server reported.
 package notify
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -96,12 +105,17 @@ func DialPool(pool *pgxpool.Pool) Dial {
 	}
 }
 
+// errPooled is what connect returns for a connection that goes through a pooler:
+// the backend PID its startup reported is not the server's.
+var errPooled = errors.New("the connection goes through a pooler (its backend PID is not the server's), where LISTEN does not reach the client")
+
 // Hub shares one LISTEN connection among the waiters of one client.
 type Hub struct {
 	dial   Dial // nil: no notifications, expiry waits only
 	linger time.Duration
 	log    *slog.Logger
 	warned atomic.Bool
+	pooled atomic.Bool // a connection went through a pooler: never listen
 
 	mu      sync.Mutex
 	link    *link // the current connection; nil when none
@@ -115,8 +129,9 @@ func NewHub(dial Dial, linger time.Duration, log *slog.Logger) *Hub {
 	return &Hub{dial: dial, linger: linger, log: log}
 }
 
-// Listens reports whether the hub can listen at all (it has a Dial).
-func (h *Hub) Listens() bool { return h.dial != nil }
+// Listens reports whether the hub can listen at all: it has a Dial, and
+// no connection of it went through a pooler.
+func (h *Hub) Listens() bool { return h.dial != nil && !h.pooled.Load() }
 
 // link is one LISTEN connection. Its fields other than conn and dead are
 // guarded by the hub's mu.
@@ -168,7 +183,7 @@ func (h *Hub) ListenUnits(ctx context.Context, kind, name string, units int) *Wa
 // that is shorter than d, so that the caller looks again and Wait tries to
 // listen again. It returns ctx.Err() unchanged when ctx ends first.
 func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
-	if w.h.dial != nil && (w.link == nil || w.link.dead.Load()) {
+	if w.h.Listens() && (w.link == nil || w.link.dead.Load()) {
 		w.Close(ctx)
 		if w.link = w.h.subscribe(ctx, w); w.link != nil {
 			w.relisten = 0
@@ -205,7 +220,7 @@ func (w *Waiter) Close(context.Context) {
 // holding the hub's lock, so a hanging network delays only the waiter that
 // opens it.
 func (h *Hub) subscribe(ctx context.Context, w *Waiter) *link {
-	if h.dial == nil {
+	if !h.Listens() {
 		return nil
 	}
 	for {
@@ -229,7 +244,13 @@ func (h *Hub) subscribe(ctx context.Context, w *Waiter) *link {
 	h.dialing = false
 	if err != nil {
 		h.mu.Unlock()
-		if ctx.Err() == nil && h.warned.CompareAndSwap(false, true) {
+		switch {
+		case errors.Is(err, errPooled):
+			if !h.pooled.Swap(true) {
+				h.log.Warn("pglease: not listening for release notifications through a pooler; blocked calls wait for the holder's expiry instead (give the client a direct connection to LISTEN on with a pglease.Listener to wake at releases)",
+					"err", err)
+			}
+		case ctx.Err() == nil && h.warned.CompareAndSwap(false, true):
 			h.log.Warn("pglease: cannot LISTEN for release notifications; blocked calls wait for the holder's expiry instead (logged once)",
 				"err", err)
 		}
@@ -242,7 +263,9 @@ func (h *Hub) subscribe(ctx context.Context, w *Waiter) *link {
 	return l
 }
 
-// connect opens and LISTENs on a new connection.
+// connect opens a new connection and LISTENs on it, unless it goes
+// through a pooler (errPooled): the check comes first, so that no LISTEN
+// is left behind on a pooled server connection.
 func (h *Hub) connect(ctx context.Context) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
@@ -250,7 +273,15 @@ func (h *Hub) connect(ctx context.Context) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := db.New(conn).NotifyListen(cctx); err != nil {
+	q := db.New(conn)
+	pid, err := q.NotifyBackendPID(cctx)
+	if err == nil && uint32(pid) != conn.PgConn().PID() {
+		err = errPooled
+	}
+	if err == nil {
+		err = q.NotifyListen(cctx)
+	}
+	if err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}

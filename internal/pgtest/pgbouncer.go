@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,6 +78,7 @@ type pgBouncer struct {
 	cmd     *exec.Cmd      // sh running and watching pgbouncer
 	stdin   io.WriteCloser // closing it stops pgbouncer
 	exited  chan struct{}  // closed when cmd has exited
+	halting atomic.Bool    // halt is stopping it
 }
 
 // bouncerState is the PgBouncer of this process, started once.
@@ -243,6 +245,9 @@ func (b *pgBouncer) start(ctx context.Context, bin string, server *pgconn.Config
 	go func() {
 		defer close(b.exited)
 		_ = cmd.Wait()
+		if !b.halting.Load() { // say so now: the tests only see refused connections
+			fmt.Fprintf(os.Stderr, "pgtest: pgbouncer on port %d exited during the tests (%v)%s\n", b.port, cmd.ProcessState, logTail(logPath))
+		}
 	}()
 
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port))
@@ -289,9 +294,21 @@ func (b *pgBouncer) check(ctx context.Context, adminURL string) error {
 // logPath is pgbouncer's log: its standard output and error.
 func (b *pgBouncer) logPath() string { return filepath.Join(b.dir, "pgbouncer.log") }
 
-// stop stops pgbouncer and removes its directory.
+// strayNotify is what PgBouncer logs when a notification reaches a server
+// connection that no client holds: a LISTEN was left on it, which no
+// client hears (and which PgBouncer 1.18 can abort on, when a cancel
+// request meets such a packet).
+const strayNotify = "got packet 'A' from server when not linked"
+
+// stop stops pgbouncer and removes its directory. It fails when the log
+// shows a stray notification (strayNotify): a LISTEN went through the
+// pooler.
 func (b *pgBouncer) stop() error {
+	log, _ := os.ReadFile(b.logPath())
 	err := b.halt()
+	if n := bytes.Count(log, []byte(strayNotify)); n > 0 && err == nil {
+		err = fmt.Errorf("pgbouncer logged %d notifications that reached no client (%q): something ran LISTEN through the pooler", n, strayNotify)
+	}
 	if rmErr := os.RemoveAll(b.dir); rmErr != nil && err == nil {
 		err = fmt.Errorf("remove pgbouncer directory: %w", rmErr)
 	}
@@ -306,6 +323,7 @@ func (b *pgBouncer) halt() error {
 		return nil
 	}
 	defer func() { b.cmd = nil }()
+	b.halting.Store(true)
 	select {
 	case <-b.exited:
 		_ = b.stdin.Close()

@@ -50,6 +50,12 @@ FROM pglease.renew_holder(@holder, @ttl) AS r;
 -- name: NotifyListen :exec
 LISTEN pglease;
 
+-- name: NotifyBackendPID :one
+-- The server's process ID for this session: a connection whose startup
+-- reported another one goes through a pooler, where a LISTEN stays behind
+-- on whichever server connection ran it.
+SELECT pg_backend_pid();
+
 -- name: LeaseAssertHeldIdleTimeout :exec
 -- The transaction's idle timeout first (a FROM item is read before the
 -- select list), then the check: from 0.2.0 on, assert_held lowers it
