@@ -38,7 +38,10 @@ const (
 // release. When it cannot be opened (the server's connection limit, say;
 // logged once at warn), they try again to open it, and look again, after a
 // backoff from 100ms doubling to 2s, each wait ending at the expiry at the
-// latest.
+// latest. A LISTEN connection that goes through a pooler (its backend PID
+// is not the server's) is closed without a LISTEN, and the client stops
+// trying (logged once at warn): there, give a Listener that connects to
+// the server directly.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

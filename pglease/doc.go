@@ -100,7 +100,10 @@
 //
 // Behind PgBouncer in transaction pooling mode, use pgx's
 // QueryExecModeExec or QueryExecModeSimpleProtocol. LISTEN does not work
-// there, so Acquire wakes at the holder's expiry instead of at its release.
+// there: a client whose LISTEN connection goes through a pooler (its
+// backend PID is not the server's) does not LISTEN, and Acquire wakes at
+// the holder's expiry instead of at its release, unless the DB is a
+// Listener whose connections go straight to the server.
 //
 // # Metrics
 //
