@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,6 +75,7 @@ func ClientURL(t testing.TB, url string) string {
 type pgBouncer struct {
 	dir     string         // temporary directory: configuration and log
 	port    int            // listening port on 127.0.0.1
+	admin   string         // the role its admin console accepts (admin_users)
 	version string         // first line of pgbouncer --version
 	cmd     *exec.Cmd      // sh running and watching pgbouncer
 	stdin   io.WriteCloser // closing it stops pgbouncer
@@ -181,7 +183,7 @@ func launch(ctx context.Context, bin string, server *pgconn.Config) (*pgBouncer,
 	if err != nil {
 		return nil, fmt.Errorf("create pgbouncer directory: %w", err)
 	}
-	b := &pgBouncer{dir: dir}
+	b := &pgBouncer{dir: dir, admin: server.User}
 	if b.port, err = freePort(); err == nil {
 		err = b.start(ctx, bin, server)
 	}
@@ -291,6 +293,35 @@ func (b *pgBouncer) check(ctx context.Context, adminURL string) error {
 	return nil
 }
 
+// closeServers closes the pooler's server connections to database name,
+// if this process runs a pooler, before the database is dropped: dropped
+// under them, each would get the server's FATAL while lent to no client,
+// and PgBouncer 1.18 aborts when such a message meets a server whose
+// cancel request is in flight (pgbouncer issue 822, fixed in 1.20). KILL
+// closes them from the pooler's side; RESUME lets the name be used again.
+func closeServers(ctx context.Context, name string) error {
+	b := bouncerState.b
+	if b == nil || b.halting.Load() {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://%s@127.0.0.1:%d/pgbouncer?default_query_exec_mode=simple_protocol",
+		url.PathEscape(b.admin), b.port))
+	if err != nil {
+		return fmt.Errorf("pgbouncer admin console: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "KILL "+pgx.Identifier{name}.Sanitize()); err != nil {
+		if strings.Contains(err.Error(), "no such database") { // never used through the pooler
+			return nil
+		}
+		return fmt.Errorf("pgbouncer KILL %s: %w", name, err)
+	}
+	if _, err := conn.Exec(ctx, "RESUME "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("pgbouncer RESUME %s: %w", name, err)
+	}
+	return nil
+}
+
 // logPath is pgbouncer's log: its standard output and error.
 func (b *pgBouncer) logPath() string { return filepath.Join(b.dir, "pgbouncer.log") }
 
@@ -357,6 +388,7 @@ unix_socket_dir =
 auth_type = trust
 auth_file = %s
 auth_user = %s
+admin_users = %[5]s
 pool_mode = transaction
 max_client_conn = 500
 default_pool_size = 20

@@ -138,6 +138,9 @@ func NewDatabase(t testing.TB) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 		defer cancel()
+		if err := closeServers(ctx, name); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
 		if err := pgserver.DropDatabase(ctx, s.URL, name); err != nil {
 			t.Errorf("pgtest: on %s: %v", s.Source, err)
 		}
