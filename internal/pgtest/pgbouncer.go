@@ -297,8 +297,12 @@ func (b *pgBouncer) check(ctx context.Context, adminURL string) error {
 // if this process runs a pooler, before the database is dropped: dropped
 // under them, each would get the server's FATAL while lent to no client,
 // and PgBouncer 1.18 aborts when such a message meets a server whose
-// cancel request is in flight (pgbouncer issue 822, fixed in 1.20). KILL
-// closes them from the pooler's side; RESUME lets the name be used again.
+// cancel request is in flight (pgbouncer issue 822, fixed in 1.20; pgx
+// sends one whenever a context ends during a query). RECONNECT closes
+// each server connection once it is released (a cancel in flight
+// included); KILL would be at once, but 1.18 aborts on it too when a
+// cancel request is in flight. It waits until SHOW SERVERS lists none for
+// the database, or ctx ends.
 func closeServers(ctx context.Context, name string) error {
 	b := bouncerState.b
 	if b == nil || b.halting.Load() {
@@ -310,16 +314,55 @@ func closeServers(ctx context.Context, name string) error {
 		return fmt.Errorf("pgbouncer admin console: %w", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "KILL "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "RECONNECT "+pgx.Identifier{name}.Sanitize()); err != nil {
 		if strings.Contains(err.Error(), "no such database") { // never used through the pooler
 			return nil
 		}
-		return fmt.Errorf("pgbouncer KILL %s: %w", name, err)
+		return fmt.Errorf("pgbouncer RECONNECT %s: %w", name, err)
 	}
-	if _, err := conn.Exec(ctx, "RESUME "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return fmt.Errorf("pgbouncer RESUME %s: %w", name, err)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n, err := serversOf(ctx, conn, name)
+		if err != nil || n == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgbouncer still has %d server connections to %s: %w", n, name, ctx.Err())
+		case <-tick.C:
+		}
 	}
-	return nil
+}
+
+// serversOf returns how many server connections SHOW SERVERS lists for
+// database name.
+func serversOf(ctx context.Context, conn *pgx.Conn, name string) (int, error) {
+	rows, err := conn.Query(ctx, "SHOW SERVERS")
+	if err != nil {
+		return 0, fmt.Errorf("pgbouncer SHOW SERVERS: %w", err)
+	}
+	defer rows.Close()
+	col := -1
+	for i, f := range rows.FieldDescriptions() {
+		if f.Name == "database" {
+			col = i
+		}
+	}
+	if col < 0 {
+		return 0, errors.New("pgbouncer SHOW SERVERS: no database column")
+	}
+	n := 0
+	for rows.Next() {
+		v, err := rows.Values()
+		if err != nil {
+			return 0, fmt.Errorf("pgbouncer SHOW SERVERS: %w", err)
+		}
+		if v[col] == name {
+			n++
+		}
+	}
+	return n, rows.Err()
 }
 
 // logPath is pgbouncer's log: its standard output and error.
