@@ -2834,12 +2834,13 @@ BEGIN
     -- A candidate a release request may prefer. Written only when no
     -- registration of the caller lasts that long yet (the holder renewed
     -- since the last refusal), so that a caller polling a busy lease reads
-    -- instead of writing; stale candidates of the lease go then too.
+    -- instead of writing. Only the caller's own row: lapsed rows are
+    -- pglease.purge's (a refusal that deleted others' rows would lock rows
+    -- that their holders' refusals then wait for, and two transactions
+    -- refused on two leases in opposite order deadlocked).
     PERFORM 1 FROM pglease.candidates AS c
     WHERE c.name = p_name AND c.holder = p_holder AND c.until >= expires_at + p_ttl;
     IF NOT FOUND THEN
-        DELETE FROM pglease.candidates AS c
-        WHERE c.name = p_name AND c.until < clock_timestamp() AND c.holder <> p_holder;
         INSERT INTO pglease.candidates AS c (name, holder, until)
         VALUES (p_name, p_holder, expires_at + p_ttl)
         ON CONFLICT ON CONSTRAINT candidates_pkey
