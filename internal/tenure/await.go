@@ -2,7 +2,11 @@ package tenure
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/notify"
 )
@@ -39,17 +43,35 @@ func (r *Refusal) wait() time.Duration {
 	return max(time.Until(r.Sent.Add(r.RetryIn))+retryPad, 0)
 }
 
+// transient reports whether err is a failure the SQL functions document
+// as "retry the call", having changed nothing: a serialization failure
+// (40001: the row changed under every attempt) or a deadlock the server
+// broke (40P01).
+func transient(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// Backoff between transient failures of a blocking call: from
+// minTransient, doubling to maxTransient, each with jitter.
+const (
+	minTransient = 5 * time.Millisecond
+	maxTransient = 500 * time.Millisecond
+)
+
 // Await calls try until it grants or fails, waiting between refusals for a
 // release NOTIFY of the refusing name or its RetryIn, whichever comes
 // first. It listens only once refused (a free lease or slot needs no LISTEN
 // connection), and after starting to listen to a name it tries again before
 // waiting, so that a release between the refusal and the LISTEN is not
-// missed. It returns ctx.Err() unchanged when ctx ends first.
+// missed. A transient failure is tried again after a backoff, as the
+// functions ask. It returns ctx.Err() unchanged when ctx ends first.
 func Await[T any](ctx context.Context, c *Core, try func(ctx context.Context) (T, *Refusal, error)) (T, error) {
 	var (
 		w         *notify.Waiter
 		listening string // the name w waits on
 		retried   bool
+		backoff   time.Duration
 	)
 	defer func() {
 		if w != nil {
@@ -58,6 +80,18 @@ func Await[T any](ctx context.Context, c *Core, try func(ctx context.Context) (T
 	}()
 	for {
 		got, ref, err := try(ctx)
+		if ref == nil && transient(err) {
+			backoff = min(max(2*backoff, minTransient), maxTransient)
+			t := time.NewTimer(backoff/2 + rand.N(backoff/2))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				var zero T
+				return zero, ctx.Err()
+			case <-t.C:
+			}
+			continue
+		}
 		if ref == nil {
 			return got, err
 		}
