@@ -45,8 +45,10 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration,
 // It wakes as soon as the holder releases (a NOTIFY, when the client was
 // built on a *pgxpool.Pool) and otherwise sleeps until the holder's reported
 // expiry, then tries again. It returns ctx.Err() unchanged when ctx ends
-// first. Errors other than the lease being held (connection failures, bad
-// arguments) are returned at once. Options as for TryAcquire.
+// first. A serialization failure or deadlock the server broke (SQLSTATE
+// 40001, 40P01: nothing changed) is tried again after a backoff from 5ms
+// doubling to 500ms; other errors (connection failures, bad arguments) are
+// returned at once. Options as for TryAcquire.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	o, err := c.check(name, ttl, opts)
 	if err != nil {
