@@ -60,7 +60,7 @@ func testUnitsAllOrNothing(t *testing.T, db *testDB) {
 func testBadUnitsChangeNothing(t *testing.T, db *testDB) {
 	n := namer(t)
 	mustClaimSlot(t, db.pool, n("s"), "small", 2, time.Hour, 1, 1)
-	before := tablesSnapshot(t, db.pool)
+	before := scopeSnapshot(t, db.pool, n("s"))
 	for _, c := range []struct {
 		sql   string
 		code  string
@@ -78,9 +78,23 @@ func testBadUnitsChangeNothing(t *testing.T, db *testDB) {
 			t.Fatalf("%s with %d units: got %v, want SQLSTATE %s", c.sql, c.units, err, c.code)
 		}
 	}
-	if after := tablesSnapshot(t, db.pool); after != before {
+	if after := scopeSnapshot(t, db.pool, n("s")); after != before {
 		t.Fatalf("a refused claim changed the tables:\nbefore %s\nafter  %s", before, after)
 	}
+}
+
+// scopeSnapshot returns the rows of scope in the slot tables, for a subtest
+// that shares its database with parallel ones (tablesSnapshot would see
+// theirs change).
+func scopeSnapshot(t testing.TB, q querier, scope string) string {
+	t.Helper()
+	var s string
+	mustScan(t, q, `SELECT concat_ws(E'\n',
+		(SELECT jsonb_agg(to_jsonb(s) ORDER BY s.slot) FROM pglease.slots AS s WHERE s.scope = $1),
+		(SELECT jsonb_agg(to_jsonb(c)) FROM pglease.slot_scopes AS c WHERE c.scope = $1),
+		(SELECT jsonb_agg(to_jsonb(w) ORDER BY w.holder) FROM pglease.slot_queue AS w WHERE w.scope = $1))`,
+		[]any{scope}, &s)
+	return s
 }
 
 // testHeadKeepsItsRoom: a blocking 4-unit claim refused first keeps the
