@@ -47,8 +47,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration,
 // expiry, then tries again. It returns ctx.Err() unchanged when ctx ends
 // first. A serialization failure or deadlock the server broke (SQLSTATE
 // 40001, 40P01: nothing changed) is tried again after a backoff from 5ms
-// doubling to 500ms; other errors (connection failures, bad arguments) are
-// returned at once. Options as for TryAcquire.
+// doubling to 500ms, except in a pgx.Tx (the server aborted it); other
+// errors (connection failures, bad arguments) are returned at once.
+// Options as for TryAcquire.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	o, err := c.check(name, ttl, opts)
 	if err != nil {

@@ -55,9 +55,10 @@ func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl t
 // the earliest live slot would expire, then tries again. It returns
 // ctx.Err() unchanged when ctx ends first. A serialization failure or
 // deadlock the server broke (SQLSTATE 40001, 40P01: nothing changed) is
-// tried again after a backoff from 5ms doubling to 500ms; other errors
-// (connection failures, bad arguments) are returned at once. Like TryClaim, it returns the client's own live slot of scope if it has
-// one.
+// tried again after a backoff from 5ms doubling to 500ms, except in a
+// pgx.Tx; other errors (connection failures, bad arguments) are returned
+// at once. Like TryClaim, it returns the client's own live slot of scope
+// if it has one.
 func (c *Client) Claim(ctx context.Context, scope string, capacity int, ttl time.Duration) (*Slot, error) {
 	if err := c.checkClaim(scope, capacity, ttl); err != nil {
 		return nil, err
@@ -138,7 +139,8 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 // (woken by its release NOTIFY, or when its earliest live slot would
 // expire) and then tries all of them again; in between it holds nothing.
 // It returns ctx.Err() unchanged when ctx ends first; 40001 and 40P01 are
-// tried again as by Claim, other errors returned at once. While it waits it is queued in the scope that refused it, as Claim is.
+// tried again as by Claim, other errors returned at once. While it waits
+// it is queued in the scope that refused it, as Claim is.
 func (c *Client) ClaimAll(ctx context.Context, wants []Want, ttl time.Duration) ([]*Slot, error) {
 	if err := c.checkWants(wants, ttl); err != nil {
 		return nil, err

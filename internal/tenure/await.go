@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/notify"
@@ -65,7 +66,9 @@ const (
 // connection), and after starting to listen to a name it tries again before
 // waiting, so that a release between the refusal and the LISTEN is not
 // missed. A transient failure is tried again after a backoff, as the
-// functions ask. It returns ctx.Err() unchanged when ctx ends first.
+// functions ask, unless the client runs in the caller's transaction (a
+// pgx.Tx): the server aborted it, so a retry could only fail with 25P02 and
+// hide the cause. It returns ctx.Err() unchanged when ctx ends first.
 func Await[T any](ctx context.Context, c *Core, try func(ctx context.Context) (T, *Refusal, error)) (T, error) {
 	var (
 		w         *notify.Waiter
@@ -73,6 +76,7 @@ func Await[T any](ctx context.Context, c *Core, try func(ctx context.Context) (T
 		retried   bool
 		backoff   time.Duration
 	)
+	_, inTx := c.db.(pgx.Tx)
 	defer func() {
 		if w != nil {
 			w.Close(ctx)
@@ -80,7 +84,7 @@ func Await[T any](ctx context.Context, c *Core, try func(ctx context.Context) (T
 	}()
 	for {
 		got, ref, err := try(ctx)
-		if ref == nil && transient(err) {
+		if ref == nil && !inTx && transient(err) {
 			backoff = min(max(2*backoff, minTransient), maxTransient)
 			t := time.NewTimer(backoff/2 + rand.N(backoff/2))
 			select {

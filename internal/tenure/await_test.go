@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/notify"
@@ -42,7 +43,8 @@ func TestRefusalWait(t *testing.T) {
 // 40P01 (which the functions document as "retry the call", nothing
 // changed) tries again after a backoff, and returns what a later try
 // decides; any other error returns at once; a context that ends during
-// the backoff returns ctx.Err().
+// the backoff returns ctx.Err(); in the caller's transaction, which the
+// server aborted, the failure is returned at once.
 func TestAwaitRetriesTransient(t *testing.T) {
 	c := &Core{hub: notify.NewHub(nil, 0, slog.New(slog.DiscardHandler))}
 	synctest.Test(t, func(t *testing.T) {
@@ -81,5 +83,19 @@ func TestAwaitRetriesTransient(t *testing.T) {
 		}); err != context.DeadlineExceeded {
 			t.Fatalf("Await with transient failures until the deadline = %v, want context.DeadlineExceeded", err)
 		}
+
+		inTx := &Core{db: callerTx{}, hub: c.hub}
+		deadlock := &pgconn.PgError{Code: "40P01"}
+		tries = 0
+		if _, err := Await(t.Context(), inTx, func(context.Context) (int, *Refusal, error) {
+			tries++
+			return 0, nil, deadlock
+		}); !errors.Is(err, deadlock) || tries != 1 {
+			t.Fatalf("Await in the caller's transaction = %v after %d tries, want the 40P01 after 1", err, tries)
+		}
 	})
 }
+
+// callerTx stands for a caller's pgx.Tx as a Core's database; Await only
+// looks at its type.
+type callerTx struct{ pgx.Tx }
