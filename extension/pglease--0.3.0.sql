@@ -2737,7 +2737,7 @@ END
 $$;
 
 -- _observed_wake(p_name): after a change of lease p_name (a new tenure, a
--- value, a release, a release request), NOTIFYs channel 'pglease' when
+-- value, a release), NOTIFYs channel 'pglease' when
 -- someone observes it (pglease.observe registered it and the registration
 -- has not lapsed). Payload (JSON): {"kind": "lease", "event": "changed",
 -- "name": <lease name>}; no holder, value or fence (anyone may LISTEN): an
@@ -2953,9 +2953,12 @@ $$;
 -- p_name to hand over. An operator's call: granted to pglease_operator.
 --
 -- Marks the live tenure of p_name as asked to release
--- (release_requested_at); its holder learns it at its next renewal
--- (pglease.renew_lease) or at once when it observes the lease (observers
--- are notified). pglease only asks: the holder releases when its work has
+-- (release_requested_at) and NOTIFYs channel 'pglease' with event
+-- 'changed' (the payload of pglease._observed_wake), whether or not the
+-- lease is observed: its holder learns it at its next renewal
+-- (pglease.renew_lease), or at once when it LISTENs and renews on a
+-- notification of its lease (registering nothing, so that the lease's
+-- other changes keep sending nothing). pglease only asks: the holder releases when its work has
 -- stopped, and a holder that never does keeps the lease until it stops
 -- renewing (pglease.force_release cuts it off). With p_to, the next grant
 -- after this tenure ends is reserved for holder p_to for p_for after the
@@ -3018,7 +3021,10 @@ BEGIN
         release_for = CASE WHEN p_to IS NULL THEN NULL ELSE v_for END
     WHERE l.name = p_name;
     requested := true;
-    PERFORM pglease._observed_wake(p_name);
+    -- Unconditional, unlike pglease._observed_wake: the holder listens
+    -- without registering. Requests are an operator's, and rare.
+    PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
+        'kind', 'lease', 'event', 'changed', 'name', p_name)::text);
 END
 $$;
 

@@ -20,6 +20,24 @@ type AcquireOption func(*acquireOptions)
 
 type acquireOptions struct {
 	value string
+	watch bool
+}
+
+// WatchReleaseRequests makes the tenure learn a release request
+// (ReleaseRequested) as soon as it is made, instead of at its next renewal
+// (a Keeper's rounds do not report requests at all). The acquire listens
+// for notifications of the lease before it is sent, on the client's
+// notification connection (see DB; shared with its other waiters), and
+// the tenure keeps listening until it ends; every release request
+// notifies, and at each notification the tenure renews once, a renewal
+// reporting the request. Unlike Observe it registers nothing on the
+// server, so the lease's other changes (the next holder's grant among
+// them) send nothing, and their commits do not queue on the NOTIFY lock.
+// Where the client cannot listen (a pooler), a tenure kept by a Keeper is
+// renewed every third of its TTL to look instead, and others learn it at
+// their own renewals.
+func WatchReleaseRequests() AcquireOption {
+	return func(o *acquireOptions) { o.watch = true }
 }
 
 // WithValue publishes value with the tenure: who leads and where (an
@@ -90,7 +108,8 @@ func (l *Lease) SetValue(ctx context.Context, value string) error {
 // asked this tenure's holder to hand over (pgleaseadmin.RequestRelease,
 // `pglease release --request`). The tenure learns it at its next renewal
 // (Renew, or Run's renewals; a Keeper's rounds do not report it), or at
-// once from an Observe of the lease that sees the request (the supervisor
-// does both). pglease only asks: stop the work, then Release; until then
-// the tenure stays yours and is renewed as before.
+// once when it was acquired WatchReleaseRequests (the supervisor does
+// both). pglease
+// only asks: stop the work, then Release; until then the tenure stays
+// yours and is renewed as before.
 func (l *Lease) ReleaseRequested() <-chan struct{} { return l.t.Asked() }

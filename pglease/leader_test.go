@@ -204,3 +204,68 @@ func TestReleaseRequested(t *testing.T) {
 		t.Fatalf("b's TryAcquire: %v", err)
 	}
 }
+
+// TestWatchReleaseRequests: a tenure acquired with WatchReleaseRequests
+// learns a release request without renewing on its own schedule (a TTL of
+// an hour: no renewal is due), also when a Keeper keeps it, and registers
+// no observation. Behind a pooler, where the client cannot listen, the
+// Keeper's tenure looks every third of its TTL and the other learns it at
+// its next renewal, as documented.
+func TestWatchReleaseRequests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	pooled := pgtest.ThroughPooler(t)
+	keeperTTL := time.Hour
+	if pooled {
+		keeperTTL = 3 * time.Second
+	}
+	_, kept, _ := startKeeper(t, pool, keeperTTL)
+	for _, tc := range []struct {
+		name   string
+		c      *pglease.Client
+		ttl    time.Duration
+		learns bool // without a renewal of its own
+	}{
+		{"own renewals", newClient(t, pool, "a"), time.Hour, !pooled},
+		{"kept by a Keeper", kept, keeperTTL, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "watched/" + tc.name
+			l, err := tc.c.TryAcquire(ctx, name, tc.ttl, pglease.WatchReleaseRequests())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+			if _, err := pgleaseadmin.RequestRelease(ctx, pool, name, pgleaseadmin.ReleaseRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.learns {
+				select {
+				case <-l.ReleaseRequested():
+					t.Fatal("ReleaseRequested closed without a renewal behind a pooler")
+				case <-time.After(200 * time.Millisecond):
+				}
+				if err := l.Renew(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case <-l.ReleaseRequested():
+			case <-time.After(30 * time.Second):
+				t.Fatal("ReleaseRequested still open 30s after the request")
+			}
+			var observers int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pglease.observers WHERE name = $1`, name).Scan(&observers); err != nil {
+				t.Fatal(err)
+			}
+			if observers != 0 {
+				t.Fatalf("%d observer registrations of the watched lease, want none: watching must not make its changes NOTIFY", observers)
+			}
+		})
+	}
+}

@@ -82,23 +82,34 @@ func (c *Client) try(ctx context.Context, name string, ttl time.Duration, o acqu
 	var (
 		res acquired
 		err error
+		w   *notify.Waiter
 	)
+	if o.watch {
+		w = c.c.Listen(ctx, name) // before the grant: no request is missed
+	}
 	if c.batch != nil {
 		res, err = c.batch.acquires.Do(ctx, acquireCall{name: name, ttl: ttl, value: o.value})
 	} else {
 		res.sent = time.Now()
 		res.row, err = c.acquire(ctx, name, ttl, o)
 	}
+	if err == nil && res.row.Acquired {
+		l := &Lease{t: c.c.Grant(name, 0, res.row.Fence, ttl, res.sent), db: c.db}
+		if w != nil {
+			l.t.WatchAsked(w)
+		}
+		return l, nil, nil
+	}
+	if w != nil {
+		w.Close(ctx)
+	}
 	if err != nil {
 		return nil, nil, c.c.Interpret(ctx, err)
 	}
-	row, sent := res.row, res.sent
-	if !row.Acquired {
-		held := &HeldError{Name: name, Holder: row.Holder, Fence: row.Fence, ExpiresIn: row.ExpiresIn, Value: row.Value}
-		c.c.Refused(ctx, name)
-		return nil, &tenure.Refusal{Name: name, RetryIn: held.ExpiresIn, Sent: sent}, held
-	}
-	return &Lease{t: c.c.Grant(name, 0, row.Fence, ttl, sent), db: c.db}, nil, nil
+	row := res.row
+	held := &HeldError{Name: name, Holder: row.Holder, Fence: row.Fence, ExpiresIn: row.ExpiresIn, Value: row.Value}
+	c.c.Refused(ctx, name)
+	return nil, &tenure.Refusal{Name: name, RetryIn: held.ExpiresIn, Sent: res.sent}, held
 }
 
 // Name returns the lease name.

@@ -17,11 +17,12 @@ var ErrReleaseRequested = errors.New("pglease: release requested: handing over")
 
 // onRequest returns workload cancelled with ErrReleaseRequested, and
 // *asked set, once a release of the lease tenure t is requested: seen by a
-// renewal (Lease.ReleaseRequested) or, at once, by observing the lease
-// while it runs. A slot's workload is returned as it is.
+// renewal or, at once, by the tenure's watch (pglease.WatchReleaseRequests,
+// with which the supervisor acquires). A slot's workload is returned as
+// it is.
 func (s *Supervisor) onRequest(t held, workload func(context.Context) error, asked *atomic.Bool) func(context.Context) error {
 	l, ok := t.(*pglease.Lease)
-	if !ok || s.client == nil {
+	if !ok {
 		return workload
 	}
 	return func(ctx context.Context) error {
@@ -34,44 +35,16 @@ func (s *Supervisor) onRequest(t held, workload func(context.Context) error, ask
 			wg.Wait()
 		}()
 		e := s.event(EventReleaseRequested, ErrReleaseRequested)
-		// The observation starts beside the workload, not before it: the
-		// workload starts at once (Observe is a round trip and a commit).
-		// A request made before the observation is registered is in the
-		// state Observe reads first, or in the next renewal's reply.
 		wg.Go(func() {
-			states, err := s.client.Observe(wctx, s.name)
-			if states != nil {
-				defer func() {
-					for range states { // closed once Observe let go of its LISTEN connection
-					}
-				}()
-			}
-			switch {
-			case err == nil || wctx.Err() != nil:
-			case errors.Is(err, pglease.ErrNotMigrated): // a schema before 0.3.0: nothing to request
-				s.log.Debug("cannot observe the lease before schema 0.3.0", "err", err)
-			default:
-				s.log.Warn("cannot observe the lease; a release request is seen at the next renewal", "err", err)
-			}
-			for {
-				select {
-				case <-wctx.Done():
-					return
-				case <-l.ReleaseRequested():
-				case st, ok := <-states: // nil, blocking, when Observe failed
-					if !ok {
-						return
-					}
-					if st.Fence != l.Fence() || !st.ReleaseRequested {
-						continue
-					}
-				}
-				asked.Store(true)
-				s.log.Info("release requested; stopping the workload to hand over", "fence", l.Fence())
-				s.cfg.observe(e)
-				cancel(ErrReleaseRequested)
+			select {
+			case <-wctx.Done():
 				return
+			case <-l.ReleaseRequested():
 			}
+			asked.Store(true)
+			s.log.Info("release requested; stopping the workload to hand over", "fence", l.Fence())
+			s.cfg.observe(e)
+			cancel(ErrReleaseRequested)
 		})
 		return workload(ctx)
 	}

@@ -16,39 +16,50 @@ import (
 	"github.com/pglease/pglease/supervisor"
 )
 
-// trackingListener is a pool that keeps the LISTEN connections it opened.
+// trackingListener is a pool that keeps the backend PIDs of the LISTEN
+// connections it opened: whether they are open is asked of the server,
+// not of the connections, which their readers use meanwhile.
 type trackingListener struct {
 	*pgxpool.Pool
-	mu    sync.Mutex
-	conns []*pgx.Conn
+	mu   sync.Mutex
+	pids []uint32
 }
 
 func (l *trackingListener) ListenConn(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, l.Config().ConnConfig.Copy())
 	if err == nil {
 		l.mu.Lock()
-		l.conns = append(l.conns, conn)
+		l.pids = append(l.pids, conn.PgConn().PID())
 		l.mu.Unlock()
 	}
 	return conn, err
 }
 
-// open returns how many of the connections are open.
-func (l *trackingListener) open() (open, all int) {
+// open returns how many of the connections the server still has, waiting
+// up to 10s for it to become want (a closed connection's backend exits
+// after the client closed it); open < 0 asks for no wait.
+func (l *trackingListener) open(t *testing.T, want int) (open, all int) {
+	t.Helper()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, c := range l.conns {
-		if !c.IsClosed() {
-			open++
+	pids := append([]uint32(nil), l.pids...)
+	l.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := l.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&open); err != nil {
+			t.Fatal(err)
 		}
+		if want < 0 || open == want || time.Now().After(deadline) {
+			return open, len(pids)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return open, len(l.conns)
 }
 
-// TestListenConnectionClosed: a standby's LISTEN connection is closed as
-// soon as it leads (a leader waits for nothing but release requests, on
-// at most one connection), and when Run returns
-// while standing by, instead of lingering for DefaultNotifyLinger.
+// TestListenConnectionClosed: a leader listens on at most one connection
+// (the standby's: its tenure listens for release requests from before
+// the grant), and its LISTEN connection is closed when Run returns,
+// leading or standing by, instead of lingering for DefaultNotifyLinger.
 func TestListenConnectionClosed(t *testing.T) {
 	t.Parallel()
 	db := &trackingListener{Pool: pgtest.NewDirectPool(t)}
@@ -75,9 +86,9 @@ func TestListenConnectionClosed(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- s.Run(rctx, func(wctx context.Context) error {
-				// The standby's is closed; a leader of a lease opens one to
-				// observe its lease for release requests (docs/leadership.md).
-				if open, all := db.open(); open > 1 {
+				// A leader of a lease listens for release requests
+				// (docs/leadership.md), on the standby's connection.
+				if open, all := db.open(t, -1); open > 1 {
 					t.Errorf("leading with %d of %d LISTEN connections open, want at most 1", open, all)
 				}
 				close(leading)
@@ -90,7 +101,7 @@ func TestListenConnectionClosed(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the supervisor did not stand by within 30s")
 		}
-		if open, _ := db.open(); open != 1 {
+		if open, _ := db.open(t, 1); open != 1 {
 			t.Fatalf("standing by with %d LISTEN connections open, want 1", open)
 		}
 		if leads {
@@ -107,7 +118,7 @@ func TestListenConnectionClosed(t *testing.T) {
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("Run = %v, want context.Canceled", err)
 		}
-		if open, all := db.open(); open != 0 {
+		if open, all := db.open(t, 0); open != 0 {
 			t.Fatalf("after Run returned (led: %v): %d of %d LISTEN connections open, want 0", leads, open, all)
 		}
 	}

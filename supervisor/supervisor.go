@@ -30,8 +30,7 @@ type Supervisor struct {
 	fence  atomic.Int64
 	pool   *pgxpool.Pool // non-nil when the database is a pool: purges run on it
 	take   func(ctx context.Context) (held, error)
-	idle   func()          // closes the client's idle LISTEN connection
-	client *pglease.Client // the lease variant's client; nil for a slot
+	idle   func() // closes the client's idle LISTEN connection
 	m      *meters
 
 	hmu  sync.Mutex
@@ -139,9 +138,8 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 			return nil, err
 		}
 		s.take = func(ctx context.Context) (held, error) {
-			return c.Acquire(ctx, cfg.Name, cfg.TTL, pglease.WithValue(cfg.Value))
+			return c.Acquire(ctx, cfg.Name, cfg.TTL, pglease.WithValue(cfg.Value), pglease.WatchReleaseRequests())
 		}
-		s.client = c
 		s.idle = c.CloseIdle
 	}
 	s.log = cfg.Logger.With(s.kind, s.name, "holder", cfg.Holder)
@@ -202,7 +200,7 @@ func (s *Supervisor) Run(ctx context.Context, workload func(ctx context.Context)
 		if err != nil {
 			return err
 		}
-		s.idle() // a leader listens for nothing
+		s.idle() // a leader listens only for release requests, from before its grant
 		if done, err := s.hold(ctx, t, workload); done {
 			return err
 		}

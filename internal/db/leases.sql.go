@@ -289,6 +289,27 @@ func (q *Queries) LeaseRelease(ctx context.Context, arg LeaseReleaseParams) (boo
 	return released, err
 }
 
+const leaseReleaseAsked = `-- name: LeaseReleaseAsked :one
+SELECT coalesce((SELECT s.release_requested_at IS NOT NULL
+                 FROM pglease.lease_status AS s
+                 WHERE s.name = $1 AND s.fence = $2::bigint AND s.state = 'held'),
+                false)::boolean AS release_requested
+`
+
+type LeaseReleaseAskedParams struct {
+	Name  string
+	Fence int64
+}
+
+// Whether a release of the live tenure name/fence was requested: a read,
+// for a tenure that looks without renewing (a Keeper's rounds do not say).
+func (q *Queries) LeaseReleaseAsked(ctx context.Context, arg LeaseReleaseAskedParams) (bool, error) {
+	row := q.db.QueryRow(ctx, leaseReleaseAsked, arg.Name, arg.Fence)
+	var release_requested bool
+	err := row.Scan(&release_requested)
+	return release_requested, err
+}
+
 const leaseReleaseAsync = `-- name: LeaseReleaseAsync :one
 SELECT r.released::boolean AS released
 FROM pglease.release($1, $2, $3) AS r

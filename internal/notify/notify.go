@@ -183,11 +183,19 @@ func (h *Hub) ListenUnits(ctx context.Context, kind, name string, units int) *Wa
 // that is shorter than d, so that the caller looks again and Wait tries to
 // listen again. It returns ctx.Err() unchanged when ctx ends first.
 func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
+	_, err := w.WaitNotified(ctx, d)
+	return err
+}
+
+// WaitNotified is Wait, and reports whether it returned before d for a
+// reason other than ctx: a notification, a broken connection, or listening
+// again after one (each worth a look, as a change may have been missed).
+func (w *Waiter) WaitNotified(ctx context.Context, d time.Duration) (bool, error) {
 	if w.h.Listens() && (w.link == nil || w.link.dead.Load()) {
 		w.Close(ctx)
 		if w.link = w.h.subscribe(ctx, w); w.link != nil {
 			w.relisten = 0
-			return ctx.Err()
+			return true, ctx.Err()
 		}
 		w.relisten = min(max(2*w.relisten, minRelisten), maxRelisten)
 		d = min(d, w.relisten)
@@ -196,11 +204,11 @@ func (w *Waiter) Wait(ctx context.Context, d time.Duration) error {
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-t.C:
-		return nil
+		return false, nil
 	case <-w.wake:
-		return nil
+		return true, nil
 	}
 }
 

@@ -46,6 +46,7 @@ const (
 	invalidSchema    = "3F000" // schema pglease missing
 	undefinedFunc    = "42883" // a pglease function missing
 	undefinedTable   = "42P01" // a pglease view missing
+	undefinedColumn  = "42703" // a column of a later schema missing
 	insufficientPriv = "42501" // no pglease_client grant
 )
 

@@ -32,3 +32,10 @@ func (c *Core) Missing(err error) bool {
 	c.legacyUntil.Store(time.Now().Add(retryModern).UnixNano())
 	return true
 }
+
+// undefinedColumn reports whether err is the server's 42703: a view of a
+// schema before the column's.
+func isUndefinedColumn(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == undefinedColumn
+}

@@ -20,6 +20,7 @@ func (t *Tenure) Run(ctx context.Context, fn func(ctx context.Context) error) er
 	if fn == nil {
 		return Invalidf("fn must not be nil")
 	}
+	defer t.unwatched()
 	c := t.c
 	logger := c.cfg.Logger.With(c.kind.Noun, t.name, "fence", t.fence, "holder", c.cfg.Holder)
 	if t.slot != 0 {

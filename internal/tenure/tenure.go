@@ -9,6 +9,7 @@ import (
 
 	"github.com/pglease/pglease/internal/asyncrelease"
 	"github.com/pglease/pglease/internal/db"
+	"github.com/pglease/pglease/internal/notify"
 )
 
 // Tenure is one tenure of a lease, or of one slot of a scope, identified
@@ -37,6 +38,7 @@ type Tenure struct {
 
 	asked     chan struct{} // closed once a release was requested (leases)
 	askedOnce sync.Once
+	watchers  sync.WaitGroup // WatchAsked's goroutine
 }
 
 // Grant returns the tenure granted by a request sent at sent: its deadline
@@ -64,6 +66,75 @@ func (t *Tenure) Asked() <-chan struct{} { return t.asked }
 
 // Ask closes Asked's channel, once.
 func (t *Tenure) Ask() { t.askedOnce.Do(func() { close(t.asked) }) }
+
+// WatchAsked closes Asked as soon as a release of this lease tenure is
+// requested, instead of at its next renewal, and closes w when the tenure
+// ends or Asked is closed. w listened for notifications of the lease from
+// before the grant (pglease.request_release always sends one), so that no
+// request can come between the grant and the listening unnoticed. At each
+// notification, and after listening anew (one may have been missed), it
+// reads whether a release was requested (a read: no renewal, no commit to
+// wait for). A tenure kept by a Keeper, whose rounds do not report
+// requests, reads so every third of its TTL instead while the client
+// cannot listen (through a pooler); other tenures then learn it at their
+// own renewals.
+func (t *Tenure) WatchAsked(w *notify.Waiter) {
+	t.watchers.Go(func() { t.watchAsked(w) })
+}
+
+// unwatched waits for WatchAsked's goroutine once the tenure has ended
+// (it returns promptly then), so that its LISTEN subscription is gone
+// when Release or Run returns: a caller may close the idle connection.
+func (t *Tenure) unwatched() {
+	select {
+	case <-t.done:
+		t.watchers.Wait()
+	default:
+	}
+}
+
+func (t *Tenure) watchAsked(w *notify.Waiter) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer w.Close(ctx)
+	go func() {
+		select {
+		case <-t.done:
+		case <-t.asked:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	for {
+		listens := t.c.hub.Listens()
+		poll := t.k != nil && !listens
+		if !listens && !poll {
+			return
+		}
+		d := t.ttl
+		if poll {
+			d = t.ttl / 3
+		}
+		notified, err := w.WaitNotified(ctx, d)
+		if err != nil {
+			return
+		}
+		if !notified && !poll {
+			continue
+		}
+		asked, err := t.c.q.LeaseReleaseAsked(ctx, db.LeaseReleaseAskedParams{Name: t.name, Fence: t.fence})
+		switch {
+		case err == nil && asked:
+			t.Ask()
+			return
+		case err == nil || ctx.Err() != nil:
+		case isUndefinedColumn(err): // a schema before 0.3.0: nothing to request
+			return
+		default:
+			t.c.cfg.Logger.Debug("pglease: could not look for a release request", "name", t.name, "fence", t.fence, "err", err)
+		}
+	}
+}
 
 // Name returns the lease name or slot scope.
 func (t *Tenure) Name() string { return t.name }
@@ -246,6 +317,7 @@ func (t *Tenure) renewLease(ctx context.Context) (bool, error) {
 // and ends even when the release failed: the keeper releases it after any
 // later round that still renewed it.
 func (t *Tenure) Release(ctx context.Context) error {
+	defer t.unwatched()
 	released, err := t.release(ctx, asyncrelease.OK(t.c.db))
 	if t.k != nil {
 		if err != nil {

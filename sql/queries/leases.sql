@@ -71,6 +71,14 @@ SELECT r.renewed::boolean AS renewed, r.expires_in,
        r.release_requested::boolean AS release_requested
 FROM pglease.renew_lease(@name, @holder, @fence, @ttl) AS r;
 
+-- name: LeaseReleaseAsked :one
+-- Whether a release of the live tenure name/fence was requested: a read,
+-- for a tenure that looks without renewing (a Keeper's rounds do not say).
+SELECT coalesce((SELECT s.release_requested_at IS NOT NULL
+                 FROM pglease.lease_status AS s
+                 WHERE s.name = @name AND s.fence = @fence::bigint AND s.state = 'held'),
+                false)::boolean AS release_requested;
+
 -- name: LeaseAcquireValue :one
 SELECT a.acquired::boolean AS acquired, a.fence::bigint AS fence,
        a.holder::text AS holder, a.expires_at::timestamptz AS expires_at,
