@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/pgleaseadmin"
@@ -267,5 +270,87 @@ func TestWatchReleaseRequests(t *testing.T) {
 				t.Fatalf("%d observer registrations of the watched lease, want none: watching must not make its changes NOTIFY", observers)
 			}
 		})
+	}
+}
+
+// lookCounter is a direct pool that tells each read of a release request
+// (the watch's look) once its row was scanned.
+type lookCounter struct {
+	*pgxpool.Pool
+	looked chan bool // the value read
+}
+
+func (d *lookCounter) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	row := d.Pool.QueryRow(ctx, sql, args...)
+	if !strings.Contains(sql, "name: LeaseReleaseAsked") {
+		return row
+	}
+	return lookRow{row, d.looked}
+}
+
+func (d *lookCounter) ListenConn(ctx context.Context) (*pgx.Conn, error) {
+	return pgx.ConnectConfig(ctx, d.Config().ConnConfig.Copy())
+}
+
+type lookRow struct {
+	pgx.Row
+	looked chan bool
+}
+
+func (r lookRow) Scan(dest ...any) error {
+	err := r.Row.Scan(dest...)
+	if err == nil {
+		r.looked <- *dest[0].(*bool)
+	}
+	return err
+}
+
+// TestWatchForgedNotification: anyone may NOTIFY channel pglease (see
+// docs/security.md). A forged 'changed' notification of a watched lease
+// costs its tenure one read, which finds no request: ReleaseRequested
+// stays open, and the real request after it closes it.
+func TestWatchForgedNotification(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewDirectPool(t)
+	db := &lookCounter{Pool: pool, looked: make(chan bool, 8)}
+	c, err := pglease.New(db, pglease.Config{Holder: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.TryAcquire(ctx, "lead", time.Hour, pglease.WatchReleaseRequests())
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string) bool {
+		t.Helper()
+		select {
+		case v := <-db.looked:
+			return v
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no look for a release request within 30s of %s", what)
+			return false
+		}
+	}
+	if _, err := pool.Exec(ctx, `SELECT pg_notify('pglease', '{"kind": "lease", "event": "changed", "name": "lead"}')`); err != nil {
+		t.Fatal(err)
+	}
+	if next("a forged notification") {
+		t.Fatal("the look after a forged notification read a request")
+	}
+	select {
+	case <-l.ReleaseRequested():
+		t.Fatal("ReleaseRequested closed by a forged notification")
+	default:
+	}
+	if _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if !next("the request") {
+		t.Fatal("the look after the request read none")
+	}
+	<-l.ReleaseRequested()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -85,7 +85,7 @@ func (c *Client) try(ctx context.Context, name string, ttl time.Duration, o acqu
 		w   *notify.Waiter
 	)
 	if o.watch {
-		w = c.c.Listen(ctx, name) // before the grant: no request is missed
+		w = c.c.ListenChanges(ctx, name) // before the grant: no request is missed
 	}
 	if c.batch != nil {
 		res, err = c.batch.acquires.Do(ctx, acquireCall{name: name, ttl: ttl, value: o.value})

@@ -148,7 +148,8 @@ type link struct {
 // Waiter waits for a release of one lease or slot scope, or for a timeout.
 type Waiter struct {
 	kind, name string
-	units      int // of a slot claim; woken only when a release leaves that many free (0: always)
+	units      int  // of a slot claim; woken only when a release leaves that many free (0: always)
+	changes    bool // woken only by 'changed' events (ListenChanges)
 	h          *Hub
 	link       *link         // nil while not listening
 	wake       chan struct{} // buffered 1: a release of kind/name, or the link broke
@@ -170,6 +171,15 @@ func (h *Hub) Listen(ctx context.Context, kind, name string) *Waiter {
 // so, and Wait's timeout still applies).
 func (h *Hub) ListenUnits(ctx context.Context, kind, name string, units int) *Waiter {
 	w := &Waiter{kind: kind, name: name, units: units, h: h, wake: make(chan struct{}, 1)}
+	w.link = h.subscribe(ctx, w)
+	return w
+}
+
+// ListenChanges is Listen for 'changed' events of lease name only (a
+// release request, a change of an observed lease): a release does not
+// wake it.
+func (h *Hub) ListenChanges(ctx context.Context, name string) *Waiter {
+	w := &Waiter{kind: "lease", name: name, changes: true, wake: make(chan struct{}, 1), h: h}
 	w.link = h.subscribe(ctx, w)
 	return w
 }
@@ -414,7 +424,7 @@ func (l *link) read(ctx context.Context, stopped chan struct{}) {
 		}
 		l.h.mu.Lock()
 		for w := range l.waiters {
-			if w.kind == p.Kind && w.name == p.Name && (p.Free == nil || w.units <= *p.Free) {
+			if w.kind == p.Kind && w.name == p.Name && (p.Free == nil || w.units <= *p.Free) && (!w.changes || p.Event == "changed") {
 				w.signal()
 			}
 		}

@@ -139,6 +139,12 @@ func (c *Core) Listen(ctx context.Context, name string) *notify.Waiter {
 	return c.hub.Listen(ctx, c.kind.Noun, name)
 }
 
+// ListenChanges subscribes to 'changed' events of lease name (a release
+// request among them), not to its releases.
+func (c *Core) ListenChanges(ctx context.Context, name string) *notify.Waiter {
+	return c.hub.ListenChanges(ctx, name)
+}
+
 // Logger returns the core's logger.
 func (c *Core) Logger() *slog.Logger { return c.cfg.Logger }
 

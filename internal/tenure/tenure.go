@@ -122,7 +122,12 @@ func (t *Tenure) watchAsked(w *notify.Waiter) {
 		if !notified && !poll {
 			continue
 		}
-		asked, err := t.c.q.LeaseReleaseAsked(ctx, db.LeaseReleaseAskedParams{Name: t.name, Fence: t.fence})
+		// Not cancelled when the tenure ends: pgx closes a connection
+		// whose query was cancelled, and a pool's would be lost to its
+		// other callers meanwhile. The read is short; unwatched waits.
+		rctx, stop := context.WithTimeout(context.Background(), t.ttl/3)
+		asked, err := t.c.q.LeaseReleaseAsked(rctx, db.LeaseReleaseAskedParams{Name: t.name, Fence: t.fence})
+		stop()
 		switch {
 		case err == nil && asked:
 			t.Ask()
