@@ -29,13 +29,13 @@ type acquireOptions struct {
 // for notifications of the lease before it is sent, on the client's
 // notification connection (see DB; shared with its other waiters), and
 // the tenure keeps listening until it ends; every release request
-// notifies, and at each notification the tenure renews once, a renewal
-// reporting the request. Unlike Observe it registers nothing on the
-// server, so the lease's other changes (the next holder's grant among
-// them) send nothing, and their commits do not queue on the NOTIFY lock.
-// Where the client cannot listen (a pooler), a tenure kept by a Keeper is
-// renewed every third of its TTL to look instead, and others learn it at
-// their own renewals.
+// notifies, and at each notification the tenure reads whether one was
+// made (a read of pglease.lease_status, no commit). Unlike Observe it
+// registers nothing on the server, so the lease's other changes (the next
+// holder's grant among them) send nothing, and their commits do not queue
+// on the NOTIFY lock. Where the client cannot listen (a pooler), a tenure
+// kept by a Keeper reads every third of its TTL instead, and others learn
+// it at their own renewals.
 func WatchReleaseRequests() AcquireOption {
 	return func(o *acquireOptions) { o.watch = true }
 }
@@ -108,8 +108,7 @@ func (l *Lease) SetValue(ctx context.Context, value string) error {
 // asked this tenure's holder to hand over (pgleaseadmin.RequestRelease,
 // `pglease release --request`). The tenure learns it at its next renewal
 // (Renew, or Run's renewals; a Keeper's rounds do not report it), or at
-// once when it was acquired WatchReleaseRequests (the supervisor does
-// both). pglease
-// only asks: stop the work, then Release; until then the tenure stays
-// yours and is renewed as before.
+// once when it was acquired with WatchReleaseRequests (the supervisor
+// does both). pglease only asks: stop the work, then Release; until then
+// the tenure stays yours and is renewed as before.
 func (l *Lease) ReleaseRequested() <-chan struct{} { return l.t.Asked() }

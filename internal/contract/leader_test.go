@@ -332,7 +332,7 @@ func testStrangerCannotRequestRelease(t *testing.T, db *testDB) {
 // (a new tenure, a value, a request, a release), those of a lease nobody
 // observes send nothing, except a release request: that one always
 // notifies, since its holder listens without observing
-// (Lease.WatchReleaseRequest).
+// (pglease.WatchReleaseRequests).
 func testObservedChangesNotify(t *testing.T, db *testDB) {
 	n := namer(t)
 	ctx := testContext(t)

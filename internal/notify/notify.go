@@ -170,16 +170,19 @@ func (h *Hub) Listen(ctx context.Context, kind, name string) *Waiter {
 // wake the waiter (there is no room for it yet; a later release will say
 // so, and Wait's timeout still applies).
 func (h *Hub) ListenUnits(ctx context.Context, kind, name string, units int) *Waiter {
-	w := &Waiter{kind: kind, name: name, units: units, h: h, wake: make(chan struct{}, 1)}
-	w.link = h.subscribe(ctx, w)
-	return w
+	return h.listen(ctx, &Waiter{kind: kind, name: name, units: units})
 }
 
 // ListenChanges is Listen for 'changed' events of lease name only (a
 // release request, a change of an observed lease): a release does not
 // wake it.
 func (h *Hub) ListenChanges(ctx context.Context, name string) *Waiter {
-	w := &Waiter{kind: "lease", name: name, changes: true, wake: make(chan struct{}, 1), h: h}
+	return h.listen(ctx, &Waiter{kind: "lease", name: name, changes: true})
+}
+
+// listen subscribes w, made by Listen's variants, to the hub.
+func (h *Hub) listen(ctx context.Context, w *Waiter) *Waiter {
+	w.h, w.wake = h, make(chan struct{}, 1)
 	w.link = h.subscribe(ctx, w)
 	return w
 }

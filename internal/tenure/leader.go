@@ -33,7 +33,7 @@ func (c *Core) Missing(err error) bool {
 	return true
 }
 
-// undefinedColumn reports whether err is the server's 42703: a view of a
+// isUndefinedColumn reports whether err is the server's 42703: a view of a
 // schema before the column's.
 func isUndefinedColumn(err error) bool {
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)

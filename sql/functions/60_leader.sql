@@ -242,9 +242,10 @@ $$;
 -- (release_requested_at) and NOTIFYs channel 'pglease' with event
 -- 'changed' (the payload of pglease._observed_wake), whether or not the
 -- lease is observed: its holder learns it at its next renewal
--- (pglease.renew_lease), or at once when it LISTENs and renews on a
--- notification of its lease (registering nothing, so that the lease's
--- other changes keep sending nothing). pglease only asks: the holder releases when its work has
+-- (pglease.renew_lease), or at once when it LISTENs and reads
+-- pglease.lease_status at a notification of its lease (registering
+-- nothing, so that the lease's other changes keep sending nothing).
+-- pglease only asks: the holder releases when its work has
 -- stopped, and a holder that never does keeps the lease until it stops
 -- renewing (pglease.force_release cuts it off). With p_to, the next grant
 -- after this tenure ends is reserved for holder p_to for p_for after the
