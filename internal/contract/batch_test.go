@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ func TestBatch(t *testing.T) {
 		{"WholeCallErrors", testBatchWholeCallErrors},
 		{"Release", testBatchRelease},
 		{"OtherRoleBatchIsAnotherHolder", testBatchOtherRole},
+		{"InlineGrantLikeSingleCall", testBatchInlineGrantLikeSingle},
 	})
 }
 
@@ -221,5 +223,101 @@ func testBatchOtherRole(t *testing.T, db *testDB) {
 	released, _, err = releaseBatch(t, a, []string{n("v1"), n("v2")}, holder, []int64{1, 1})
 	if err != nil || !slices.Equal(released, []bool{true, true}) {
 		t.Fatalf("release_batch from role A: got %v, %v; want [true true]", released, err)
+	}
+}
+
+// testBatchInlineGrantLikeSingle: acquire_batch grants a name that is ours
+// to take and not locked by pglease.acquire's fast path, inline. On twin
+// leases set up alike, that grant must leave the row and return what the
+// four-argument single call does: a released lease, an expired tenure of
+// another holder, and the caller's own live tenure with a new value (which
+// observers hear of).
+func testBatchInlineGrantLikeSingle(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	type twin struct{ batch, single string }
+	released := twin{n("released-b"), n("released-s")}
+	expired := twin{n("expired-b"), n("expired-s")}
+	mine := twin{n("mine-b"), n("mine-s")}
+	for _, name := range []string{released.batch, released.single} {
+		ok, fence, _ := acquireValue(t, db.pool, name, "me", time.Hour, "v0")
+		if !ok || !release(t, db.pool, name, "me", fence) {
+			t.Fatalf("setting up %s: acquire then release failed", name)
+		}
+	}
+	for _, name := range []string{expired.batch, expired.single} {
+		acquireValue(t, db.pool, name, "other", time.Hour, "theirs")
+		mustExec(t, db.pool, `UPDATE pglease.leases SET expires_at = clock_timestamp() - interval '1 second' WHERE name = $1`, name)
+	}
+	for _, name := range []string{mine.batch, mine.single} {
+		acquireValue(t, db.pool, name, "me", time.Hour, "v0")
+	}
+	listener := connect(t, db.url)
+	mustExec(t, listener, `LISTEN pglease`)
+	mustExec(t, db.pool, `SELECT pglease.observe($1, '1 minute')`, mine.batch)
+
+	type result struct {
+		Acquired  bool
+		Fence     int64
+		Holder    string
+		Value     *string
+		ExpiresIn time.Duration
+	}
+	var (
+		acquired, fresh []bool
+		fences          []int64
+		holders, values []*string
+		expiresIn       []time.Duration
+	)
+	err := db.pool.QueryRow(ctx, `SELECT acquired, fences, holders, lease_values, expires_in, fresh
+		FROM pglease.acquire_batch($1, 'me', '{90 s,90 s,90 s}', '{v1,v1,v2}')`,
+		[]string{released.batch, expired.batch, mine.batch}).Scan(&acquired, &fences, &holders, &values, &expiresIn, &fresh)
+	if err != nil {
+		t.Fatalf("acquire_batch: %v", err)
+	}
+	for i, tw := range []twin{released, expired, mine} {
+		value := []string{"v1", "v1", "v2"}[i]
+		var single result
+		err := db.pool.QueryRow(ctx, `SELECT acquired, fence, holder, value, expires_in FROM pglease.acquire($1, 'me', '90 s', $2)`,
+			tw.single, value).Scan(&single.Acquired, &single.Fence, &single.Holder, &single.Value, &single.ExpiresIn)
+		if err != nil {
+			t.Fatalf("single acquire of %s: %v", tw.single, err)
+		}
+		got := result{acquired[i], fences[i], deref(holders[i], ""), values[i], expiresIn[i]}
+		if got.Acquired != single.Acquired || got.Fence != single.Fence || got.Holder != single.Holder ||
+			deref(got.Value, "<null>") != deref(single.Value, "<null>") || got.ExpiresIn != single.ExpiresIn {
+			t.Fatalf("%s: batch element %+v, single call %+v", tw.batch, got, single)
+		}
+		if wantFresh := i < 2; fresh[i] != wantFresh {
+			t.Fatalf("%s: fresh = %v, want %v", tw.batch, fresh[i], wantFresh)
+		}
+		// The rows agree in every column but the name and the clock.
+		const cols = `SELECT holder, holder_role, fence, value, expires_at - acquired_at > interval '0',
+			release_requested_at IS NULL AND release_to IS NULL AND release_for IS NULL FROM pglease.leases WHERE name = $1`
+		var rows [2][6]any
+		for j, name := range []string{tw.batch, tw.single} {
+			vals := make([]any, 6)
+			ptrs := make([]any, 6)
+			for k := range ptrs {
+				ptrs[k] = &vals[k]
+			}
+			mustScan(t, db.pool, cols, []any{name}, ptrs...)
+			copy(rows[j][:], vals)
+		}
+		if rows[0] != rows[1] {
+			t.Fatalf("%s: row after the batch %v, after the single call %v", tw.batch, rows[0], rows[1])
+		}
+	}
+	// The observed lease's new value was notified.
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for {
+		nt, err := listener.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("waiting for the notification of the batch's new value of %s: %v", mine.batch, err)
+		}
+		if strings.Contains(nt.Payload, `"event" : "changed"`) && strings.Contains(nt.Payload, `"`+mine.batch+`"`) {
+			return
+		}
 	}
 }
