@@ -132,5 +132,5 @@ test-run-margins: ## pglease run: margin between the command's last process dyin
 	@out=$$(mktemp); $(GO) test -race -count=$${RUNS:-10} -run 'TestCLI/Run(Kill9|Crash|Stopped|LeaseLostBlackhole)$$' -v \
 		./cmd/pglease/ >$$out 2>&1; rc=$$?; grep -E 'before the server|dead .* later|^(ok|FAIL)|--- FAIL' $$out; rm -f $$out; exit $$rc
 
-test-cron: ## pglease run's fleet test at full size: three hosts, 20 ticks of 8 s, skewed starts, kill -9, --once-per and --hold-at-least (~3 min)
+test-cron: ## pglease run's fleet test at full size: three hosts, 20 ticks of 12 s, skewed starts, kill -9, --once-per and --hold-at-least (~4 min)
 	PGLEASE_CRON_TICKS=20 $(GO) test -race -count=1 -run '^TestCronFleet$$' -v ./cmd/pglease/

@@ -45,15 +45,21 @@ type batching struct {
 	releases coalesce.Group[releaseCall, bool]
 }
 
-// newBatching returns the coalescing of c's calls on pool. As many calls
-// as the pool has connections go out singly, at once; only calls made
-// while that many are in flight, which would wait for a connection anyway,
-// queue and go out together. (With one call in flight at a time, as group
-// commit is usually drawn, eight goroutines sharing a Client made fewer
-// cycles per second than eight calls on eight connections: 0.6 to 1.0x in
-// six runs of bench -batch-only.)
+// batchSpill is how long a call or batch in flight holds back the calls
+// queued behind it (coalesce.Group.Spill): some 20 times a batch's round
+// trip on the bench machine, so that only a call that waits on the server
+// (a row lock of a fenced transaction, say) spills.
+const batchSpill = 20 * time.Millisecond
+
+// newBatching returns the coalescing of c's calls on pool: group commit.
+// An idle client sends a call at once; calls made while one is in flight
+// queue and go out together when it returns, or when it has been out for
+// batchSpill. (One in flight at a time made 1.13 to 1.30 times pglock's
+// cycles per second with eight goroutines sharing a Client in bench
+// -batch-only, where as many in flight as the pool has connections made
+// 0.94 to 1.02 times: those calls went out singly, at a single call's
+// server time each.)
 func newBatching(c *Client, pool *pgxpool.Pool) *batching {
-	inFlight := int(pool.Config().MaxConns)
 	b := &batching{}
 	b.acquires = coalesce.Group[acquireCall, acquired]{
 		One: func(ctx context.Context, a acquireCall) (acquired, error) {
@@ -64,7 +70,8 @@ func newBatching(c *Client, pool *pgxpool.Pool) *batching {
 		Many:     c.acquireMany,
 		Left:     c.releaseLeft,
 		Max:      MaxBatch,
-		InFlight: inFlight,
+		InFlight: 1,
+		Spill:    batchSpill,
 	}
 	q := db.New(pool)
 	b.releases = coalesce.Group[releaseCall, bool]{
@@ -73,7 +80,8 @@ func newBatching(c *Client, pool *pgxpool.Pool) *batching {
 		},
 		Many:     c.releaseMany,
 		Max:      MaxBatch,
-		InFlight: inFlight,
+		InFlight: 1,
+		Spill:    batchSpill,
 	}
 	return b
 }

@@ -29,10 +29,11 @@
 // round trip per interval, however many it holds.
 //
 // A Client on a *pgxpool.Pool coalesces its goroutines' concurrent
-// acquires and releases (group commit): a call goes out at once while
-// fewer are in flight than the pool has connections; calls made while
-// that many are go out together, in one pglease.acquire_batch or
-// release_batch, when one returns. Each name is
+// acquires and releases (group commit): a call goes out at once when none
+// of its kind is in flight; calls made while one is go out together, in
+// one pglease.acquire_batch or release_batch, when it returns (or once it
+// has been out for 20 ms, so that a call waiting on the server does not
+// hold back the others). Each name is
 // still decided on its own, each Lease has its own Deadline from its
 // batch's send time, and a caller's cancellation ends only its own wait
 // (docs/go.md#batched-calls).

@@ -20,6 +20,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Result is one call's outcome in a batch.
@@ -48,6 +49,12 @@ type Group[Req, Res any] struct {
 	// a call made while fewer are goes at once, through One; otherwise it
 	// queues. Defaults to 1 (group commit: one round trip at a time).
 	InFlight int
+	// Spill, when positive, is how long a call or batch holds its place
+	// in flight: one still out after Spill (waiting on the server, say,
+	// for a row lock) stops counting against InFlight, so that the calls
+	// queued behind it go out without it. It still delivers its results
+	// when it returns.
+	Spill time.Duration
 
 	// Queued, when set, is called after a call queued, with the number of
 	// calls queued then (tests wait on it).
@@ -57,8 +64,14 @@ type Group[Req, Res any] struct {
 	Sending func(n int)
 
 	mu     sync.Mutex
-	flying int // calls and batches in flight
+	flying int // calls and batches in flight that hold their place
 	queue  []*call[Req, Res]
+}
+
+// flight is one call or batch in flight.
+type flight struct {
+	timer *time.Timer // Spill's, when set
+	gone  bool        // it no longer holds its place: landed or spilled (g.mu)
 }
 
 // The states of a queued call.
@@ -83,13 +96,13 @@ type call[Req, Res any] struct {
 func (g *Group[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	g.mu.Lock()
 	if g.flying < max(g.InFlight, 1) {
-		g.flying++
+		f := g.flyLocked()
 		g.mu.Unlock()
 		if g.Sending != nil {
 			g.Sending(1)
 		}
 		res, err := g.One(ctx, req)
-		g.next()
+		g.land(f)
 		return res, err
 	}
 	c := &call[Req, Res]{ctx: ctx, req: req, done: make(chan struct{})}
@@ -112,33 +125,42 @@ func (g *Group[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	}
 }
 
-// next sends what queued while the caller's call was in flight, on a
-// goroutine of its own, or frees the call's place in flight.
-func (g *Group[Req, Res]) next() {
-	g.mu.Lock()
-	if len(g.queue) == 0 {
-		g.flying--
-		g.mu.Unlock()
-		return
+// flyLocked takes a place in flight for a call or batch about to go out.
+// g.mu is held.
+func (g *Group[Req, Res]) flyLocked() *flight {
+	g.flying++
+	f := &flight{}
+	if g.Spill > 0 {
+		f.timer = time.AfterFunc(g.Spill, func() { g.leave(f) })
 	}
-	batch := g.takeLocked()
-	g.mu.Unlock()
-	go g.run(batch)
+	return f
 }
 
-// run sends batch, then every batch that queued meanwhile, until the queue
-// is empty.
-func (g *Group[Req, Res]) run(batch []*call[Req, Res]) {
-	for {
-		g.send(batch)
-		g.mu.Lock()
-		if len(g.queue) == 0 {
-			g.flying--
-			g.mu.Unlock()
-			return
-		}
-		batch = g.takeLocked()
-		g.mu.Unlock()
+// land ends f, which returned.
+func (g *Group[Req, Res]) land(f *flight) {
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	g.leave(f)
+}
+
+// leave gives up f's place in flight, once (it landed, or it spilled:
+// still out after Spill), and sends what queued, while places are free.
+func (g *Group[Req, Res]) leave(f *flight) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if f.gone {
+		return
+	}
+	f.gone = true
+	g.flying--
+	for len(g.queue) > 0 && g.flying < max(g.InFlight, 1) {
+		batch := g.takeLocked()
+		next := g.flyLocked()
+		go func() {
+			g.send(batch)
+			g.land(next)
+		}()
 	}
 }
 

@@ -3,8 +3,10 @@ package coalesce
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -176,4 +178,59 @@ func TestCoalesceAllLeft(t *testing.T) {
 	f.release <- struct{}{}
 	f.left.Await(t, "Left")
 	f.left.Await(t, "Left")
+}
+
+// A call still in flight after Spill stops holding back the calls queued
+// behind it: they go out without it, and it still delivers its result
+// when it returns.
+func TestCoalesceSpill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		f.g.Spill = 20 * time.Millisecond
+		out := make(chan outcome, 8)
+		f.do(t.Context(), 1, out)
+		f.batches.Await(t, "the first call")
+		f.do(t.Context(), 2, out)
+		f.queued.Await(t, "call 2 queued")
+		f.do(t.Context(), 3, out)
+		f.queued.Await(t, "call 3 queued")
+		start := time.Now()
+		if got := f.batches.Await(t, "the batch behind the stuck call"); !slices.Equal(got, []int{2, 3}) {
+			t.Fatalf("batch: got %v, want [2 3]", got)
+		}
+		if waited := time.Since(start); waited != 20*time.Millisecond {
+			t.Fatalf("the queued calls went out after %v, want Spill (20ms)", waited)
+		}
+		// Call 1 spilled and the batch holds the one place in flight: a
+		// new call queues (and leaves: it would race call 1 for a release).
+		ctx4, cancel4 := context.WithCancel(t.Context())
+		f.do(ctx4, 4, out)
+		if n := f.queued.Await(t, "call 4 queued"); n != 1 {
+			t.Fatalf("queue length: got %d, want 1", n)
+		}
+		cancel4()
+		if o := <-out; o.req != 4 || !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("call 4: got %+v, want context.Canceled", o)
+		}
+		f.release <- struct{}{} // one of call 1 and the batch returns
+		f.release <- struct{}{} // the other
+		got := map[int]int{}
+		for range 3 {
+			o := <-out
+			if o.err != nil {
+				t.Fatalf("call %d: %v", o.req, o.err)
+			}
+			got[o.req] = o.res
+		}
+		if want := map[int]int{1: 10, 2: 20, 3: 30}; !maps.Equal(got, want) {
+			t.Fatalf("results: got %v, want %v", got, want)
+		}
+		// Landed calls do not spill: idle again, with its one place free.
+		f.do(t.Context(), 5, out)
+		if b := f.batches.Await(t, "call 5"); !slices.Equal(b, []int{5}) {
+			t.Fatalf("call 5: got %v, want [5] through One", b)
+		}
+		f.release <- struct{}{}
+		<-out
+	})
 }

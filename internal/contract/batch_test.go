@@ -20,7 +20,8 @@ func TestBatch(t *testing.T) {
 		{"WholeCallErrors", testBatchWholeCallErrors},
 		{"Release", testBatchRelease},
 		{"OtherRoleBatchIsAnotherHolder", testBatchOtherRole},
-		{"InlineGrantLikeSingleCall", testBatchInlineGrantLikeSingle},
+		{"GrantLikeSingleCall", testBatchGrantLikeSingle},
+		{"SetBasedWaitsForLockedRow", testBatchSetBasedWaits},
 	})
 }
 
@@ -226,13 +227,20 @@ func testBatchOtherRole(t *testing.T, db *testDB) {
 	}
 }
 
-// testBatchInlineGrantLikeSingle: acquire_batch grants a name that is ours
-// to take and not locked by pglease.acquire's fast path, inline. On twin
-// leases set up alike, that grant must leave the row and return what the
-// four-argument single call does: a released lease, an expired tenure of
-// another holder, and the caller's own live tenure with a new value (which
-// observers hear of).
-func testBatchInlineGrantLikeSingle(t *testing.T, db *testDB) {
+// testBatchGrantLikeSingle: acquire_batch's grants of names that are ours
+// to take must leave the row and return what the four-argument single
+// call does, on twin leases set up alike: a released lease, an expired
+// tenure of another holder, and the caller's own live tenure with a new
+// value (which observers hear of). Once on the set-based path (a batch of
+// only such names), once on the per-element path (a refused name in the
+// batch sends every element there).
+func testBatchGrantLikeSingle(t *testing.T, db *testDB) {
+	for _, path := range []string{"set-based", "per-element"} {
+		t.Run(path, func(t *testing.T) { batchGrantLikeSingle(t, db, path == "per-element") })
+	}
+}
+
+func batchGrantLikeSingle(t *testing.T, db *testDB, refusal bool) {
 	n := namer(t)
 	ctx := testContext(t)
 	type twin struct{ batch, single string }
@@ -269,11 +277,20 @@ func testBatchInlineGrantLikeSingle(t *testing.T, db *testDB) {
 		holders, values []*string
 		expiresIn       []time.Duration
 	)
+	names := []string{released.batch, expired.batch, mine.batch}
+	if refusal {
+		mustAcquire(t, db.pool, n("theirs"), "other", time.Hour, 1)
+		names = append(names, n("theirs"))
+	}
 	err := db.pool.QueryRow(ctx, `SELECT acquired, fences, holders, lease_values, expires_in, fresh
-		FROM pglease.acquire_batch($1, 'me', '{90 s,90 s,90 s}', '{v1,v1,v2}')`,
-		[]string{released.batch, expired.batch, mine.batch}).Scan(&acquired, &fences, &holders, &values, &expiresIn, &fresh)
+		FROM pglease.acquire_batch($1, 'me', array_fill('90 s'::interval, ARRAY[cardinality($1::text[])]),
+			($2::text[])[1:cardinality($1::text[])])`,
+		names, []string{"v1", "v1", "v2", "v3"}).Scan(&acquired, &fences, &holders, &values, &expiresIn, &fresh)
 	if err != nil {
 		t.Fatalf("acquire_batch: %v", err)
+	}
+	if refusal && (acquired[3] || fresh[3]) {
+		t.Fatalf("%s, another holder's live tenure: acquired %v, fresh %v; want refused", names[3], acquired[3], fresh[3])
 	}
 	for i, tw := range []twin{released, expired, mine} {
 		value := []string{"v1", "v1", "v2"}[i]
@@ -319,5 +336,65 @@ func testBatchInlineGrantLikeSingle(t *testing.T, db *testDB) {
 		if strings.Contains(nt.Payload, `"event" : "changed"`) && strings.Contains(nt.Payload, `"`+mine.batch+`"`) {
 			return
 		}
+	}
+}
+
+// testBatchSetBasedWaits: a set-based batch (only names ours to take)
+// that finds one of its rows locked by another transaction neither fails
+// (its NOWAIT attempt is rolled back) nor skips the name: it waits for the
+// lock as the single call would, then decides every element: granted the
+// free name, refused the one the other transaction took. Likewise a
+// set-based release waits for a locked row and then releases.
+func testBatchSetBasedWaits(t *testing.T, db *testDB) {
+	n := namer(t)
+	for _, name := range []string{n("p"), n("q")} {
+		if !release(t, db.pool, name, "me", mustAcquire(t, db.pool, name, "me", time.Hour, 1).Fence) {
+			t.Fatalf("setting up %s: release failed", name)
+		}
+	}
+	other := connect(t, db.url)
+	otherPID := backendPID(t, other)
+	mustExec(t, other, `BEGIN`)
+	mustExec(t, other, `SELECT pglease.acquire($1, 'other', '1 hour')`, n("q"))
+	type batchResult struct {
+		r   batchRow
+		err error
+	}
+	done := make(chan batchResult, 1)
+	batcher := connect(t, db.url)
+	pid := backendPID(t, batcher)
+	go func() {
+		r, err := acquireBatch(t, batcher, strs(n("q"), n("p")), "me", []string{"1 min", "1 min"}, nil)
+		done <- batchResult{r, err}
+	}()
+	waitBlockedBy(t, db.pool, pid, otherPID)
+	mustExec(t, other, `COMMIT`)
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("acquire_batch with a row locked by another transaction: %v (want it to wait, then decide)", res.err)
+	}
+	if !slices.Equal(res.r.Acquired, []bool{false, true}) || deref(res.r.Holders[0], "") != "other" || deref(res.r.Fences[1], 0) != 2 {
+		t.Fatalf("acquire_batch after the wait: acquired %v, holders %v, fences %v; want q refused (other), p granted at fence 2",
+			res.r.Acquired, []string{deref(res.r.Holders[0], "<null>"), deref(res.r.Holders[1], "<null>")},
+			[]int64{deref(res.r.Fences[0], 0), deref(res.r.Fences[1], 0)})
+	}
+
+	// The release: p's row locked by a fenced transaction of ours.
+	mustExec(t, other, `BEGIN`)
+	mustExec(t, other, `SELECT 1 FROM pglease.leases WHERE name = $1 FOR NO KEY UPDATE`, n("p"))
+	relDone := make(chan error, 1)
+	var released []bool
+	go func() {
+		var err error
+		released, _, err = releaseBatch(t, batcher, []string{n("p")}, "me", []int64{2})
+		relDone <- err
+	}()
+	waitBlockedBy(t, db.pool, pid, otherPID)
+	mustExec(t, other, `COMMIT`)
+	if err := <-relDone; err != nil || !slices.Equal(released, []bool{true}) {
+		t.Fatalf("release_batch with its row locked by another transaction: got %v, %v; want [true] after the wait", released, err)
+	}
+	if row := mustLeaseStatus(t, db.pool, n("p")); row.State != "free" || row.Fence != 2 {
+		t.Fatalf("%s after release_batch: %+v, want free at fence 2", n("p"), row)
 	}
 }
