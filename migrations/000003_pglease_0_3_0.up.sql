@@ -2432,6 +2432,8 @@ DECLARE
     v_slot  integer;
     v_fence bigint;
     v_live  bigint;
+    v_fast  integer;
+    v_wait  text;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
@@ -2442,34 +2444,65 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_holder', p_ttl);
     END IF;
 
-    -- Fast path, one statement per table: the rows of the caller's live
-    -- tenures that nobody else has locked, decided when locked. A lease
-    -- row locked by this call stays where it is, so the UPDATE finds it
-    -- again by its ctid (a TID scan), not by its name.
-    WITH renewed AS (
-        UPDATE pglease.leases AS l
-        SET expires_at = greatest(l.expires_at, v_now + v_ttl), holder_role = v_role
-        WHERE l.ctid = ANY (ARRAY(
-            SELECT m.ctid FROM pglease.leases AS m
-            WHERE m.holder = p_holder AND coalesce(m.holder_role = v_role, true)
-              AND m.expires_at > clock_timestamp()
-            FOR NO KEY UPDATE SKIP LOCKED))
-        RETURNING l.name, l.fence
-    )
-    SELECT coalesce(array_agg(r.name), '{}'), coalesce(array_agg(r.fence), '{}')
-    INTO leases, lease_fences
-    FROM renewed AS r;
+    -- Fast path for the leases: one UPDATE of the caller's live rows,
+    -- each decided on the clock read when the row is updated (re-read
+    -- after a wait for its lock). It waits for a row another transaction
+    -- holds (the holder's own fenced write, say) for at most 20 ms a row;
+    -- past that it is rolled back, locks and all, and the second form
+    -- below decides instead, which skips locked rows and waits for them
+    -- one at a time in the slow path. The bound keeps a long fenced
+    -- transaction from holding up the whole renewal, and any wait here
+    -- shorter than deadlock_timeout, so this call, not the other
+    -- transaction, gives way. (The second form alone locks every row in a
+    -- pass of its own before its UPDATE: 4.7 us of server CPU per lease
+    -- at 100,000 leases against 3.2 us, and 2.2 us for a bare UPDATE.)
+    -- The lock timeout set here is the caller's again after the UPDATE,
+    -- and after the rollback (a subtransaction's settings go with it).
+    v_wait := current_setting('lock_timeout');
+    BEGIN
+        PERFORM set_config('lock_timeout', '20ms', true);
+        WITH renewed AS (
+            UPDATE pglease.leases AS l
+            SET expires_at = greatest(l.expires_at, v_now + v_ttl), holder_role = v_role
+            WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
+              AND l.expires_at > clock_timestamp()
+            RETURNING l.name, l.fence
+        )
+        SELECT coalesce(array_agg(r.name), '{}'), coalesce(array_agg(r.fence), '{}')
+        INTO leases, lease_fences
+        FROM (SELECT * FROM renewed ORDER BY name COLLATE "C") AS r;
+        PERFORM set_config('lock_timeout', v_wait, true);
+    EXCEPTION WHEN lock_not_available THEN
+        -- The rows nobody else has locked, decided when locked. A row
+        -- locked by this statement stays where it is, so the UPDATE finds
+        -- it again by its ctid (a TID scan), not by its name.
+        WITH renewed AS (
+            UPDATE pglease.leases AS l
+            SET expires_at = greatest(l.expires_at, v_now + v_ttl), holder_role = v_role
+            WHERE l.ctid = ANY (ARRAY(
+                SELECT m.ctid FROM pglease.leases AS m
+                WHERE m.holder = p_holder AND coalesce(m.holder_role = v_role, true)
+                  AND m.expires_at > clock_timestamp()
+                FOR NO KEY UPDATE SKIP LOCKED))
+            RETURNING l.name, l.fence
+        )
+        SELECT coalesce(array_agg(r.name), '{}'), coalesce(array_agg(r.fence), '{}')
+        INTO leases, lease_fences
+        FROM (SELECT * FROM renewed ORDER BY name COLLATE "C") AS r;
+    END;
+    v_fast := cardinality(leases);
 
     -- The caller's live leases now, and those lost (over at v_now), in
     -- one pass over the holder's rows. When every live one was renewed
     -- above (they are a subset of these), the slow path has nothing to do
-    -- and is not run.
+    -- and is not run, and the leases are in order already.
     SELECT count(*) FILTER (WHERE l.expires_at > clock_timestamp()),
            coalesce(array_agg(l.name ORDER BY l.name COLLATE "C") FILTER (WHERE l.expires_at <= v_now), '{}')
     INTO v_live, lost_leases
     FROM pglease.leases AS l
     WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true);
 
+    -- The slots: the rows nobody else has locked, then the slow path.
     WITH mine AS (
         SELECT s.scope, s.slot FROM pglease.slots AS s
         WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
@@ -2495,7 +2528,7 @@ BEGIN
     -- fast path renewed is left out by a hashed NOT IN: = ANY over the
     -- array would compare each row with every element (quadratic: 10,000
     -- leases cost seconds).
-    IF v_live > cardinality(leases) THEN
+    IF v_live > v_fast THEN
         FOR v_name, v_fence IN
             SELECT l.name, l.fence FROM pglease.leases AS l
             WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
@@ -2547,10 +2580,12 @@ BEGIN
     END LOOP;
 
     -- In the documented order: by name (byte order), and by scope and slot.
-    SELECT coalesce(array_agg(r.name ORDER BY r.name COLLATE "C"), '{}'),
-           coalesce(array_agg(r.fence ORDER BY r.name COLLATE "C"), '{}')
-    INTO leases, lease_fences
-    FROM unnest(leases, lease_fences) AS r(name, fence);
+    IF v_live > v_fast THEN
+        SELECT coalesce(array_agg(r.name ORDER BY r.name COLLATE "C"), '{}'),
+               coalesce(array_agg(r.fence ORDER BY r.name COLLATE "C"), '{}')
+        INTO leases, lease_fences
+        FROM unnest(leases, lease_fences) AS r(name, fence);
+    END IF;
     SELECT coalesce(array_agg(r.scope ORDER BY r.scope, r.slot), '{}'),
            coalesce(array_agg(r.slot ORDER BY r.scope, r.slot), '{}'),
            coalesce(array_agg(r.fence ORDER BY r.scope, r.slot), '{}')

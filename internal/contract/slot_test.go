@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sort"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestSlots covers the slot functions: claim_slot, claim_slots, renew_slot,
@@ -30,6 +33,7 @@ func TestSlots(t *testing.T) {
 		{"ReleaseSlotCompareAndSwap", testReleaseSlotCompareAndSwap},
 		{"RenewHolder", testRenewHolder},
 		{"RenewHolderNeverShortens", testRenewHolderNeverShortens},
+		{"RenewHolderOrderAndLockTimeout", testRenewHolderOrderAndLockTimeout},
 		{"SlotStatusViews", testSlotStatusViews},
 		{"NotifySlot", testNotifySlot},
 	})
@@ -529,6 +533,85 @@ func renewHolder(t testing.TB, q querier, holder string, ttl time.Duration) rene
 		t.Fatalf("renew_holder(%q, %v): %v", holder, ttl, err)
 	}
 	return r
+}
+
+// testRenewHolderOrderAndLockTimeout: renew_holder returns a holder's
+// leases in byte order of their names, each with its own fence, whichever
+// order they were taken in, on both of its lease paths: the single UPDATE
+// (no row locked) and, when another transaction holds a row past the
+// UPDATE's 20 ms bound, the pass that skips locked rows and then waits
+// for them. The caller's lock_timeout is its own again after either path
+// (had the 20 ms bound stayed, the wait for the locked row would fail).
+func testRenewHolderOrderAndLockTimeout(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	holder := n("h")
+	// Names whose byte order is neither the order taken nor a linguistic
+	// one; every third lease taken twice, so the fences differ.
+	var want []string
+	wantFence := map[string]int64{}
+	for i := 299; i >= 0; i-- {
+		name := n(fmt.Sprintf("%c-%03d", "aB_"[i%3], (i*7)%300))
+		mustAcquire(t, db.pool, name, holder, time.Hour, 1)
+		wantFence[name] = 1
+		if i%3 == 0 {
+			release(t, db.pool, name, holder, 1)
+			mustAcquire(t, db.pool, name, holder, time.Hour, 2)
+			wantFence[name] = 2
+		}
+		want = append(want, name)
+	}
+	sort.Strings(want) // byte order
+	locked := want[len(want)/2]
+
+	renewer, locker := connect(t, db.url), connect(t, db.url)
+	renewerPID, lockerPID := backendPID(t, renewer), backendPID(t, locker)
+	for _, lockOne := range []bool{false, true} {
+		tx, err := renewer.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, tx, `SET LOCAL lock_timeout = '7s'`)
+		var lockTx pgx.Tx
+		if lockOne {
+			if lockTx, err = locker.Begin(ctx); err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, lockTx, `SELECT 1 FROM pglease.leases WHERE name = $1 FOR SHARE`, locked)
+		}
+		got := make(chan renewHolderResult, 1)
+		go func() { got <- renewHolder(t, tx, holder, time.Minute) }()
+		if lockOne {
+			// Blocked, and then past the UPDATE's 20 ms bound on the
+			// server's clock (a lease taken after the wait began has
+			// expired): the UPDATE gave way and the slow path waits.
+			waitBlockedBy(t, db.pool, renewerPID, lockerPID)
+			mustAcquire(t, db.pool, n("clock"), n("clock"), 200*time.Millisecond, 1)
+			waitLeaseState(t, db.pool, n("clock"), "expired")
+			if err := lockTx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := <-got
+		if !reflect.DeepEqual(r.Leases, want) {
+			t.Fatalf("lock one row %v: renew_holder leases not all in byte order:\ngot  %v\nwant %v", lockOne, r.Leases, want)
+		}
+		for i, name := range r.Leases {
+			if r.LeaseFences[i] != wantFence[name] {
+				t.Fatalf("lock one row %v: %s: got fence %d, want %d", lockOne, name, r.LeaseFences[i], wantFence[name])
+			}
+		}
+		var timeout string
+		if err := tx.QueryRow(ctx, `SELECT current_setting('lock_timeout')`).Scan(&timeout); err != nil {
+			t.Fatal(err)
+		}
+		if timeout != "7s" {
+			t.Fatalf("lock one row %v: lock_timeout after renew_holder: got %s, want the caller's 7s", lockOne, timeout)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // testRenewHolderNeverShortens: renew_holder moves no tenure's end
