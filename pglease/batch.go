@@ -56,9 +56,10 @@ const batchSpill = 20 * time.Millisecond
 // queue and go out together when it returns, or when it has been out for
 // batchSpill. (One in flight at a time made 1.13 to 1.30 times pglock's
 // cycles per second with eight goroutines sharing a Client in bench
-// -batch-only, where as many in flight as the pool has connections made
-// 0.94 to 1.02 times: those calls went out singly, at a single call's
-// server time each.)
+// -batch-only on a machine whose WAL flush took 0.35-0.45 ms, where as
+// many in flight as the pool has connections made 0.94 to 1.02 times:
+// those calls went out singly, at a single call's server time each. On a
+// machine with a 58 us flush the two were level: BENCHMARKS.md.)
 func newBatching(c *Client, pool *pgxpool.Pool) *batching {
 	b := &batching{}
 	b.acquires = coalesce.Group[acquireCall, acquired]{
