@@ -1843,15 +1843,22 @@ BEGIN
 END
 $$;
 
--- _slot_wake(p_scope, p_sure): after a release in p_scope, as
--- pglease._wake('slot', p_scope, p_sure), with one more field in the
--- payload while the scope's queue has a waiter (blocking claims of 0.3.0;
--- the payload is 0.2.0's otherwise): "free", the units the release leaves free as it counts them
--- (the smallest capacity of the counted tenures, the released one too,
--- less the units of the tenures live on its clock, read from the scope's
--- counter and the counted rows whose check_at passed: index ranges). A waiter of k units has room only when k <=
--- free; clients that ignore the field wake as before.
-CREATE OR REPLACE FUNCTION pglease._slot_wake(p_scope text, p_sure boolean)
+-- _slot_wake(p_scope, p_counted): the NOTIFY of a release in p_scope, once
+-- the caller (pglease.release_slot) has decided that one is due. With
+-- p_counted, the caller took the scope lock before its release because the
+-- scope's queue had a waiter (blocking claims of 0.3.0), and the payload
+-- has one more field: "free", the units the release leaves free as it
+-- counts them (the smallest capacity of the counted tenures, the released
+-- one too, less the units of the tenures live on its clock, read from the
+-- scope's counter and the counted rows whose check_at passed: index
+-- ranges). A waiter of k units has room only when k <= free; clients that
+-- ignore the field wake as before. Only a release that held the scope lock
+-- from before its own change may count: two releases counting at once
+-- would each miss the other's, not yet committed, both say too few units
+-- free, and a waiter that needs them all would hear of none (a lost
+-- wake-up). Without p_counted the payload is 0.2.0's, which wakes every
+-- waiter.
+CREATE OR REPLACE FUNCTION pglease._slot_wake(p_scope text, p_counted boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -1861,15 +1868,7 @@ DECLARE
     v_ended integer;
     v_cap   integer;
 BEGIN
-    IF p_sure THEN
-        PERFORM 1 FROM pglease.waiters AS w
-        WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > v_now;
-        IF NOT FOUND THEN
-            RETURN; -- nobody waits
-        END IF;
-    END IF;
-    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope;
-    IF NOT FOUND THEN
+    IF NOT p_counted THEN
         PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
             'kind', 'slot', 'event', 'released', 'name', p_scope)::text);
         RETURN;
@@ -2232,8 +2231,9 @@ $$;
 -- live (the tenure ends at the server clock read after any wait; waiters
 -- hear it by a NOTIFY on 'pglease', see pglease._slot_wake); otherwise released
 -- = false and nothing changes. The slot row keeps its fence, and stays
--- counted in the scope's units in use until the next claim in the scope,
--- which takes the scope lock this does not wait for, finds it over on its
+-- counted in the scope's units in use until the next claim in the scope
+-- (which takes the scope lock; a release waits for it only while the
+-- scope's queue has a waiter, see below) finds it over on its
 -- clock (the release sets check_at to its end, so that the claim looks at
 -- it; see pglease._slot_claim_locked) and un-counts it or takes it again.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
@@ -2246,7 +2246,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_role text := session_user::text;
-    v_sure boolean;
+    v_counted boolean := false;
     v_now  timestamptz;
     v_tid  tid;
 BEGIN
@@ -2259,6 +2259,27 @@ BEGIN
         PERFORM pglease._check_int('release_slot', 'p_slot', p_slot, 1, 1000000);
         PERFORM pglease._check_text('release_slot', 'p_holder', p_holder);
         PERFORM pglease._check_fence('release_slot', p_fence);
+    END IF;
+
+    -- While the scope's queue has a waiter, a release says how many units
+    -- it leaves free (pglease._slot_wake), and it must count them alone:
+    -- it takes the scope lock before its change, as claims do (scope, then
+    -- slot: no deadlock with them), so that the releases of a queued scope
+    -- count one after another, each seeing those before it. Only the
+    -- caller's live tenure takes it (read here without a lock), so a
+    -- stranger's call holds up no claim. Any other release notifies
+    -- without a count, which wakes every waiter.
+    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope;
+    IF FOUND THEN
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp();
+        IF FOUND THEN
+            PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
+            v_counted := true;
+        END IF;
     END IF;
 
     -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
@@ -2311,13 +2332,22 @@ BEGIN
             RETURN;
         END;
     END IF;
-    IF released THEN
+    IF released AND NOT v_counted THEN
         -- The lock claims hold while they count (see pglease._wake): when
-        -- a claim holds it, notify whether or not someone registered.
+        -- a claim holds it, notify whether or not someone registered;
+        -- otherwise only when someone did.
         PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
         FOR UPDATE SKIP LOCKED;
-        v_sure := FOUND;
-        PERFORM pglease._slot_wake(p_scope, v_sure);
+        IF FOUND THEN
+            PERFORM 1 FROM pglease.waiters AS w
+            WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp();
+            IF NOT FOUND THEN
+                RETURN; -- nobody waits
+            END IF;
+        END IF;
+    END IF;
+    IF released THEN
+        PERFORM pglease._slot_wake(p_scope, v_counted);
     END IF;
 END
 $$;

@@ -266,15 +266,22 @@ BEGIN
 END
 $$;
 
--- _slot_wake(p_scope, p_sure): after a release in p_scope, as
--- pglease._wake('slot', p_scope, p_sure), with one more field in the
--- payload while the scope's queue has a waiter (blocking claims of 0.3.0;
--- the payload is 0.2.0's otherwise): "free", the units the release leaves free as it counts them
--- (the smallest capacity of the counted tenures, the released one too,
--- less the units of the tenures live on its clock, read from the scope's
--- counter and the counted rows whose check_at passed: index ranges). A waiter of k units has room only when k <=
--- free; clients that ignore the field wake as before.
-CREATE OR REPLACE FUNCTION pglease._slot_wake(p_scope text, p_sure boolean)
+-- _slot_wake(p_scope, p_counted): the NOTIFY of a release in p_scope, once
+-- the caller (pglease.release_slot) has decided that one is due. With
+-- p_counted, the caller took the scope lock before its release because the
+-- scope's queue had a waiter (blocking claims of 0.3.0), and the payload
+-- has one more field: "free", the units the release leaves free as it
+-- counts them (the smallest capacity of the counted tenures, the released
+-- one too, less the units of the tenures live on its clock, read from the
+-- scope's counter and the counted rows whose check_at passed: index
+-- ranges). A waiter of k units has room only when k <= free; clients that
+-- ignore the field wake as before. Only a release that held the scope lock
+-- from before its own change may count: two releases counting at once
+-- would each miss the other's, not yet committed, both say too few units
+-- free, and a waiter that needs them all would hear of none (a lost
+-- wake-up). Without p_counted the payload is 0.2.0's, which wakes every
+-- waiter.
+CREATE OR REPLACE FUNCTION pglease._slot_wake(p_scope text, p_counted boolean)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -284,15 +291,7 @@ DECLARE
     v_ended integer;
     v_cap   integer;
 BEGIN
-    IF p_sure THEN
-        PERFORM 1 FROM pglease.waiters AS w
-        WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > v_now;
-        IF NOT FOUND THEN
-            RETURN; -- nobody waits
-        END IF;
-    END IF;
-    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope;
-    IF NOT FOUND THEN
+    IF NOT p_counted THEN
         PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
             'kind', 'slot', 'event', 'released', 'name', p_scope)::text);
         RETURN;

@@ -6,8 +6,9 @@
 -- live (the tenure ends at the server clock read after any wait; waiters
 -- hear it by a NOTIFY on 'pglease', see pglease._slot_wake); otherwise released
 -- = false and nothing changes. The slot row keeps its fence, and stays
--- counted in the scope's units in use until the next claim in the scope,
--- which takes the scope lock this does not wait for, finds it over on its
+-- counted in the scope's units in use until the next claim in the scope
+-- (which takes the scope lock; a release waits for it only while the
+-- scope's queue has a waiter, see below) finds it over on its
 -- clock (the release sets check_at to its end, so that the claim looks at
 -- it; see pglease._slot_claim_locked) and un-counts it or takes it again.
 -- Raises 22004 for NULL, 22023 for a bad scope, holder, slot or negative
@@ -20,7 +21,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_role text := session_user::text;
-    v_sure boolean;
+    v_counted boolean := false;
     v_now  timestamptz;
     v_tid  tid;
 BEGIN
@@ -33,6 +34,27 @@ BEGIN
         PERFORM pglease._check_int('release_slot', 'p_slot', p_slot, 1, 1000000);
         PERFORM pglease._check_text('release_slot', 'p_holder', p_holder);
         PERFORM pglease._check_fence('release_slot', p_fence);
+    END IF;
+
+    -- While the scope's queue has a waiter, a release says how many units
+    -- it leaves free (pglease._slot_wake), and it must count them alone:
+    -- it takes the scope lock before its change, as claims do (scope, then
+    -- slot: no deadlock with them), so that the releases of a queued scope
+    -- count one after another, each seeing those before it. Only the
+    -- caller's live tenure takes it (read here without a lock), so a
+    -- stranger's call holds up no claim. Any other release notifies
+    -- without a count, which wakes every waiter.
+    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope;
+    IF FOUND THEN
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp();
+        IF FOUND THEN
+            PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
+            v_counted := true;
+        END IF;
     END IF;
 
     -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
@@ -85,13 +107,22 @@ BEGIN
             RETURN;
         END;
     END IF;
-    IF released THEN
+    IF released AND NOT v_counted THEN
         -- The lock claims hold while they count (see pglease._wake): when
-        -- a claim holds it, notify whether or not someone registered.
+        -- a claim holds it, notify whether or not someone registered;
+        -- otherwise only when someone did.
         PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
         FOR UPDATE SKIP LOCKED;
-        v_sure := FOUND;
-        PERFORM pglease._slot_wake(p_scope, v_sure);
+        IF FOUND THEN
+            PERFORM 1 FROM pglease.waiters AS w
+            WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp();
+            IF NOT FOUND THEN
+                RETURN; -- nobody waits
+            END IF;
+        END IF;
+    END IF;
+    IF released THEN
+        PERFORM pglease._slot_wake(p_scope, v_counted);
     END IF;
 END
 $$;
