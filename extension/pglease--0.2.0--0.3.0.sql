@@ -2268,18 +2268,18 @@ BEGIN
     -- count one after another, each seeing those before it. Only the
     -- caller's live tenure takes it (read here without a lock), so a
     -- stranger's call holds up no claim. Any other release notifies
-    -- without a count, which wakes every waiter.
-    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope;
+    -- without a count, which wakes every waiter. One statement: the queue
+    -- is looked at first (a one-time filter), the slot only when it has
+    -- a waiter.
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+      AND s.scope = p_scope AND s.slot = p_slot
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+      AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at > clock_timestamp();
     IF FOUND THEN
-        PERFORM 1 FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > clock_timestamp();
-        IF FOUND THEN
-            PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
-            v_counted := true;
-        END IF;
+        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
+        v_counted := true;
     END IF;
 
     -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
