@@ -28,7 +28,25 @@ const batchClients = 8
 // Keys of the section's rows.
 const (
 	batchKey         = "acquire-release/batched"
+	batchFloorKey    = "acquire-release/batched-floor"
 	redisPipelineKey = "acquire-release/redis-pipelined"
+)
+
+// The batched floor's statements: a lease row taken and given back with
+// no pglease function, no role check, no notification, names in one
+// array. What any batched acquire and release must at least do: write
+// each row and commit.
+const (
+	floorBatchAcquireSQL = `UPDATE pglease.leases
+		SET holder = $2, fence = fence + 1, acquired_at = clock_timestamp(),
+		    expires_at = clock_timestamp() + $3::interval, holder_role = session_user
+		WHERE name = ANY ($1::text[]) AND (holder IS NULL OR expires_at <= clock_timestamp())`
+	floorBatchReleaseSQL = `UPDATE pglease.leases
+		SET holder = NULL, expires_at = least(expires_at, clock_timestamp())
+		WHERE name = ANY ($1::text[]) AND holder = $2`
+	floorBatchRowsSQL = `INSERT INTO pglease.leases (name, fence, acquired_at, expires_at)
+		SELECT n, 1, now(), now() FROM unnest($1::text[]) AS n
+		ON CONFLICT (name) DO NOTHING`
 )
 
 // BatchComparison is the -batch-only section's figures.
@@ -57,6 +75,61 @@ func (e *env) batchedAcquireRelease() workload {
 				inst.cycles[i] = pkgCycle(func(ctx context.Context) (*pglease.Lease, error) {
 					return c.TryAcquire(ctx, name, cycleTTL)
 				})
+			}
+			return inst, nil
+		},
+	}
+}
+
+// batchedFloor is the bound of the batched row: C goroutines coalescing
+// their acquires and releases exactly as a shared pglease.Client does
+// (package coalesce, one batch in flight per kind), but each batch is a
+// bare UPDATE of the names' rows (floorBatchAcquireSQL). Nothing pglease
+// decides can cost less than it, so batched × pglock can reach at most
+// this row's × pglock.
+func (e *env) batchedFloor() workload {
+	return workload{
+		key: batchFloorKey, name: "floor: bare UPDATEs, coalesced the same way", path: "pgx: UPDATE ... WHERE name = ANY($1), one batch in flight per kind, no pglease function",
+		steps: []string{"acquire", "release"},
+		start: func(ctx context.Context, n int) (*instance, error) {
+			names := make([]string, n)
+			for i := range names {
+				names[i] = id(batchFloorKey, i)
+			}
+			if _, err := e.pool.Exec(ctx, floorBatchRowsSQL, names); err != nil {
+				return nil, fmt.Errorf("create the floor's lease rows: %w", err)
+			}
+			group := func(q string, args ...any) *coalesce.Group[string, struct{}] {
+				many := func(ctx context.Context, names []string) error {
+					tag, err := e.pool.Exec(ctx, q, append([]any{names}, args...)...)
+					if err == nil && tag.RowsAffected() != int64(len(names)) {
+						err = fmt.Errorf("floor batch of %d names changed %d rows", len(names), tag.RowsAffected())
+					}
+					return err
+				}
+				return &coalesce.Group[string, struct{}]{
+					One: func(ctx context.Context, name string) (struct{}, error) {
+						return struct{}{}, many(ctx, []string{name})
+					},
+					Many: func(ctx context.Context, names []string) []coalesce.Result[struct{}] {
+						err := many(ctx, names)
+						out := make([]coalesce.Result[struct{}], len(names))
+						for i := range out {
+							out[i].Err = err
+						}
+						return out
+					},
+					Max: pglease.MaxBatch,
+				}
+			}
+			acquires := group(floorBatchAcquireSQL, "bench/floor", cycleTTL)
+			releases := group(floorBatchReleaseSQL, "bench/floor")
+			inst := &instance{cycles: make([][]step, n), close: func() {}}
+			for i, name := range names {
+				inst.cycles[i] = []step{
+					func(ctx context.Context) error { _, err := acquires.Do(ctx, name); return err },
+					func(ctx context.Context) error { _, err := releases.Do(ctx, name); return err },
+				}
 			}
 			return inst, nil
 		},
@@ -172,6 +245,7 @@ func runBatchBench(ctx context.Context, cfg config) (err error) {
 	b := &BatchComparison{RedisVersion: rs.version, LoadStart: loadavg()}
 	ws := []workload{
 		e.batchedAcquireRelease(),
+		e.batchedFloor(),
 		e.acquireReleasePkg(),
 		e.pglockAcquireRelease(),
 		e.redisLock(rs),
@@ -197,6 +271,8 @@ func (b *BatchComparison) writeMarkdown(w io.Writer) {
 	p("")
 	p("%d goroutines of one process, each cycling acquire + release on a name of its own, interleaved in turns. The batched row shares one pglease.Client, which coalesces concurrent calls into `acquire_batch` / `release_batch` (docs/go.md#batched-calls); the unbatched row gives each goroutine a Client of its own (one call per round trip). Redis %s runs with appendfsync always; its pipelined row coalesces the goroutines' commands into pipelines the same way. Load average %s at the start, %s at the end; %d CPUs.",
 		batchClients, b.RedisVersion, b.LoadStart, b.LoadEnd, runtime.NumCPU())
+	p("")
+	p("The floor row is the batched row's bound: the same goroutines and the same coalescing (one batch in flight per kind), each batch a bare `UPDATE` of its names' rows, with no pglease function. Batched × pglock cannot exceed floor × pglock.")
 	p("")
 	p("| Lock | cycles/s | × pglock | × Redis | × Redis pipelined | p50 ms | p99 ms |")
 	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")

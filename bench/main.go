@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +38,7 @@ const dropTimeout = 30 * time.Second
 
 type config struct {
 	url         string
+	cpuProfile  string
 	cell        time.Duration
 	rounds      int
 	clients     []int
@@ -106,6 +108,16 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(ctx, cfg); err != nil {
 		log.Fatal(err)
 	}
@@ -120,6 +132,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.rounds, "rounds", 2, "turns each cell's time is split into, interleaved with the other rows")
 	clients := fs.String("clients", "1,8,32", "concurrencies of the throughput table")
 	slotClients := fs.String("slot-clients", "1,8", "concurrencies of the slot capacity sweep")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (the Go clients' side of every row) to this file")
 	fs.StringVar(&cfg.out, "out", "../BENCHMARKS.md", "markdown file to write (also printed)")
 	fs.StringVar(&cfg.json, "json", "results/latest.json", "JSON file to write with every figure")
 	fs.StringVar(&cfg.pgbench, "pgbench", "", "pgbench binary (default: from PATH, else "+pgbenchFallback+")")
