@@ -1624,7 +1624,11 @@ $$;
 -- capacity: such a claim could never succeed while those holders live.
 -- A holder (p_holder of the caller's role) that already has a live slot gets
 -- it back, re-pinned to p_now + p_ttl (same fence, capacity and units,
--- whatever p_units says).
+-- whatever p_units says). p_reentrant false says that the caller, holding
+-- the scope lock, found no live slot of the holder's before it read p_now
+-- (so none is live at p_now: only a claim starts a tenure), and skips that
+-- step. p_counted is the scope's counter as the caller read it under the
+-- lock (NULL: read here).
 -- Otherwise it takes a slot numbered up to p_capacity whose tenure is
 -- over (fence + 1): one that ended since the scope was last looked at, in
 -- place (it stays counted: one row written), else the lowest-numbered slot
@@ -1638,7 +1642,7 @@ $$;
 -- neither with the slots in use nor with p_capacity.
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer, p_units integer,
-    p_now timestamptz, p_ttl interval,
+    p_now timestamptz, p_ttl interval, p_counted integer, p_reentrant boolean,
     OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT units integer,
     OUT in_use integer, OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE
@@ -1650,6 +1654,7 @@ DECLARE
     v_gone   integer;
     v_take   integer;
     v_tunits integer;
+    v_more   boolean;
     v_best   timestamptz;
     v_head   integer;
     v_mine   boolean;
@@ -1657,30 +1662,41 @@ DECLARE
     v_check  timestamptz;
     v_end    timestamptz;
 BEGIN
-    SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    v_count := p_counted;
+    IF v_count IS NULL THEN
+        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    END IF;
     in_use := v_count;
     claimed := false;
 
     -- The outer statement finds the slot by its scope, never by the holder
     -- (compared with IS NOT DISTINCT FROM, as in pglease.renew).
     -- Re-entrant: our own live slot comes back (it is counted).
-    UPDATE pglease.slots AS s
-    SET expires_at = p_now + p_ttl, holder_role = v_role,
-        check_at = least(s.check_at, p_now + p_ttl)
-    WHERE (s.scope, s.slot) = (
-            SELECT o.scope, o.slot FROM pglease.slots AS o
-            WHERE o.holder = p_holder AND o.scope = p_scope AND o.expires_at > p_now
-              AND coalesce(o.holder_role = v_role, true)
-            ORDER BY o.slot LIMIT 1)
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.expires_at > p_now
-    RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
-    IF FOUND THEN
-        claimed := true;
-        RETURN; -- nothing was un-counted: in_use is the counter
+    IF p_reentrant THEN
+        UPDATE pglease.slots AS s
+        SET expires_at = p_now + p_ttl, holder_role = v_role,
+            check_at = least(s.check_at, p_now + p_ttl)
+        WHERE (s.scope, s.slot) = (
+                SELECT o.scope, o.slot FROM pglease.slots AS o
+                WHERE o.holder = p_holder AND o.scope = p_scope AND o.expires_at > p_now
+                  AND coalesce(o.holder_role = v_role, true)
+                ORDER BY o.slot LIMIT 1)
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.expires_at > p_now
+        RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
+        IF FOUND THEN
+            claimed := true;
+            RETURN; -- nothing was un-counted: in_use is the counter
+        END IF;
     END IF;
 
     -- A counted slot that ended, to take again in place.
-    SELECT s.slot, s.units INTO v_take, v_tunits
+    -- v_more: whether any other counted slot ended (read with it, so that
+    -- the un-count below, a costlier statement, runs only when it has work).
+    SELECT s.slot, s.units,
+           EXISTS (SELECT 1 FROM pglease.slots AS o
+                   WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
+                     AND o.expires_at <= p_now AND o.slot <> s.slot)
+    INTO v_take, v_tunits, v_more
     FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
       AND s.expires_at <= p_now AND s.slot <= p_capacity
@@ -1694,14 +1710,16 @@ BEGIN
     -- transaction delays no renewal): one renewed since its check_at
     -- passed is only read, until its holder's renewal moves check_at
     -- (see pglease.renew_slot).
-    WITH gone AS (
-        UPDATE pglease.slots AS s
-        SET counted = false
-        WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
-          AND s.expires_at <= p_now AND s.slot IS DISTINCT FROM v_take
-        RETURNING s.units)
-    SELECT coalesce(sum(g.units), 0)::integer INTO v_gone FROM gone AS g;
-    in_use := in_use - v_gone;
+    IF v_take IS NULL OR v_more THEN
+        WITH gone AS (
+            UPDATE pglease.slots AS s
+            SET counted = false
+            WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
+              AND s.expires_at <= p_now AND s.slot IS DISTINCT FROM v_take
+            RETURNING s.units)
+        SELECT coalesce(sum(g.units), 0)::integer INTO v_gone FROM gone AS g;
+        in_use := in_use - v_gone;
+    END IF;
 
     SELECT min(s.capacity) INTO v_cap
     FROM pglease.slots AS s
@@ -1710,11 +1728,15 @@ BEGIN
     -- No starvation: the head of the scope's queue (the oldest refused
     -- claim that has not lapsed, see pglease.slot_queue) keeps room for its
     -- units against every other claim, unless it could not fit anyway.
-    DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
-    SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
-    FROM pglease.slot_queue AS q
-    WHERE q.scope = p_scope
-    ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+    -- An empty queue (the common case) costs one index probe.
+    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
+    IF FOUND THEN
+        DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
+        SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
+        FROM pglease.slot_queue AS q
+        WHERE q.scope = p_scope
+        ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+    END IF;
     v_reserve := CASE WHEN v_mine OR v_head > least(p_capacity, v_cap) THEN 0
                       ELSE coalesce(v_head, 0) END;
 
@@ -1941,9 +1963,11 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now  timestamptz;
-    v_ttl  interval;
-    v_role text := session_user::text;
+    v_now   timestamptz;
+    v_ttl   interval;
+    v_role  text := session_user::text;
+    v_count integer;
+    v_mine  boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -1960,19 +1984,30 @@ BEGIN
         v_ttl := pglease._check_ttl('claim_slot', p_ttl);
     END IF;
 
-    PERFORM pglease._scope_lock(p_scope);
+    -- The scope lock (pglease._scope_lock), and the scope's counter as
+    -- the lock returns it: the row version of the last claim that held it.
+    SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc
+    WHERE sc.scope = p_scope FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM pglease._scope_lock(p_scope);
+        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    END IF;
     -- Wait for a renewal in flight of the holder's own slot (which a
     -- re-entrant claim re-pins), so that no wait follows the clock read.
+    -- None live now: none is live at the clock read below either (only a
+    -- claim, which needs the scope lock, starts a tenure).
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.holder = p_holder
       AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE;
+    v_mine := FOUND;
     -- The clock is read once the scope is ours, after every wait: slots
     -- that expired or were released meanwhile count as free.
     v_now := clock_timestamp();
     SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in, c.units
     INTO claimed, slot, fence, in_use, retry_in, units
-    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl) AS c;
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl,
+                                    v_count, v_mine) AS c;
     IF claimed THEN
         expires_at := v_now + v_ttl;
         expires_in := v_ttl;
@@ -2030,6 +2065,7 @@ DECLARE
     v_scope text;
     v_claim record;
     v_role  text := session_user::text;
+    v_mine  boolean;
 BEGIN
     PERFORM pglease._check_text('claim_slots', 'p_holder', p_holder);
     IF p_scopes IS NULL OR p_capacities IS NULL OR p_units IS NULL THEN
@@ -2073,6 +2109,7 @@ BEGIN
     WHERE s.scope = ANY (p_scopes) AND s.holder = p_holder
       AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE;
+    v_mine := FOUND;
     -- The clock is read once every scope is ours (see claim_slot).
     v_now := clock_timestamp();
 
@@ -2085,7 +2122,7 @@ BEGIN
             SELECT * INTO v_claim
             FROM pglease._slot_claim_locked(v_scope, p_holder,
                      p_capacities[array_lower(p_capacities, 1) + i - 1],
-                     p_units[array_lower(p_units, 1) + i - 1], v_now, v_ttl);
+                     p_units[array_lower(p_units, 1) + i - 1], v_now, v_ttl, NULL, v_mine);
             in_use[i] := v_claim.in_use;
             IF NOT v_claim.claimed THEN
                 refused_scope := v_scope;
@@ -2260,6 +2297,36 @@ BEGIN
         PERFORM pglease._check_fence('release_slot', p_fence);
     END IF;
 
+    -- The fast path: the scope's queue is empty (a one-time filter, read
+    -- first) and nobody else has the row locked: the caller's live tenure
+    -- ends on the clock read after the lock.
+    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
+    WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+      AND s.scope = p_scope AND s.slot = p_slot
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+      AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at > clock_timestamp()
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        v_now := clock_timestamp();
+        UPDATE pglease.slots AS s
+        SET holder = NULL, expires_at = least(s.expires_at, v_now),
+            check_at = least(s.check_at, v_now)
+        WHERE s.ctid = v_tid; -- the locked row version stays where it is
+        released := true;
+        -- Notify when a claim holds the scope lock (it may be counting, see
+        -- pglease._wake) or when someone registered; else nobody waits.
+        PERFORM 1
+        WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
+                          FOR UPDATE SKIP LOCKED)
+           OR EXISTS (SELECT 1 FROM pglease.waiters AS w
+                      WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp());
+        IF FOUND THEN
+            PERFORM pglease._slot_wake(p_scope, false);
+        END IF;
+        RETURN;
+    END IF;
+
     -- While the scope's queue has a waiter, a release says how many units
     -- it leaves free (pglease._slot_wake), and it must count them alone:
     -- it takes the scope lock before its change, as claims do (scope, then
@@ -2403,7 +2470,7 @@ CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
 LANGUAGE sql VOLATILE
 AS $$
     SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
-    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, 1, p_now, p_ttl) AS c;
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, 1, p_now, p_ttl, NULL, true) AS c;
 $$;
 
 -- Source: sql/functions/30_renew_holder.sql

@@ -48,7 +48,11 @@ $$;
 -- capacity: such a claim could never succeed while those holders live.
 -- A holder (p_holder of the caller's role) that already has a live slot gets
 -- it back, re-pinned to p_now + p_ttl (same fence, capacity and units,
--- whatever p_units says).
+-- whatever p_units says). p_reentrant false says that the caller, holding
+-- the scope lock, found no live slot of the holder's before it read p_now
+-- (so none is live at p_now: only a claim starts a tenure), and skips that
+-- step. p_counted is the scope's counter as the caller read it under the
+-- lock (NULL: read here).
 -- Otherwise it takes a slot numbered up to p_capacity whose tenure is
 -- over (fence + 1): one that ended since the scope was last looked at, in
 -- place (it stays counted: one row written), else the lowest-numbered slot
@@ -62,7 +66,7 @@ $$;
 -- neither with the slots in use nor with p_capacity.
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer, p_units integer,
-    p_now timestamptz, p_ttl interval,
+    p_now timestamptz, p_ttl interval, p_counted integer, p_reentrant boolean,
     OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT units integer,
     OUT in_use integer, OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE
@@ -74,6 +78,7 @@ DECLARE
     v_gone   integer;
     v_take   integer;
     v_tunits integer;
+    v_more   boolean;
     v_best   timestamptz;
     v_head   integer;
     v_mine   boolean;
@@ -81,30 +86,41 @@ DECLARE
     v_check  timestamptz;
     v_end    timestamptz;
 BEGIN
-    SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    v_count := p_counted;
+    IF v_count IS NULL THEN
+        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    END IF;
     in_use := v_count;
     claimed := false;
 
     -- The outer statement finds the slot by its scope, never by the holder
     -- (compared with IS NOT DISTINCT FROM, as in pglease.renew).
     -- Re-entrant: our own live slot comes back (it is counted).
-    UPDATE pglease.slots AS s
-    SET expires_at = p_now + p_ttl, holder_role = v_role,
-        check_at = least(s.check_at, p_now + p_ttl)
-    WHERE (s.scope, s.slot) = (
-            SELECT o.scope, o.slot FROM pglease.slots AS o
-            WHERE o.holder = p_holder AND o.scope = p_scope AND o.expires_at > p_now
-              AND coalesce(o.holder_role = v_role, true)
-            ORDER BY o.slot LIMIT 1)
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.expires_at > p_now
-    RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
-    IF FOUND THEN
-        claimed := true;
-        RETURN; -- nothing was un-counted: in_use is the counter
+    IF p_reentrant THEN
+        UPDATE pglease.slots AS s
+        SET expires_at = p_now + p_ttl, holder_role = v_role,
+            check_at = least(s.check_at, p_now + p_ttl)
+        WHERE (s.scope, s.slot) = (
+                SELECT o.scope, o.slot FROM pglease.slots AS o
+                WHERE o.holder = p_holder AND o.scope = p_scope AND o.expires_at > p_now
+                  AND coalesce(o.holder_role = v_role, true)
+                ORDER BY o.slot LIMIT 1)
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.expires_at > p_now
+        RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
+        IF FOUND THEN
+            claimed := true;
+            RETURN; -- nothing was un-counted: in_use is the counter
+        END IF;
     END IF;
 
     -- A counted slot that ended, to take again in place.
-    SELECT s.slot, s.units INTO v_take, v_tunits
+    -- v_more: whether any other counted slot ended (read with it, so that
+    -- the un-count below, a costlier statement, runs only when it has work).
+    SELECT s.slot, s.units,
+           EXISTS (SELECT 1 FROM pglease.slots AS o
+                   WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
+                     AND o.expires_at <= p_now AND o.slot <> s.slot)
+    INTO v_take, v_tunits, v_more
     FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
       AND s.expires_at <= p_now AND s.slot <= p_capacity
@@ -118,14 +134,16 @@ BEGIN
     -- transaction delays no renewal): one renewed since its check_at
     -- passed is only read, until its holder's renewal moves check_at
     -- (see pglease.renew_slot).
-    WITH gone AS (
-        UPDATE pglease.slots AS s
-        SET counted = false
-        WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
-          AND s.expires_at <= p_now AND s.slot IS DISTINCT FROM v_take
-        RETURNING s.units)
-    SELECT coalesce(sum(g.units), 0)::integer INTO v_gone FROM gone AS g;
-    in_use := in_use - v_gone;
+    IF v_take IS NULL OR v_more THEN
+        WITH gone AS (
+            UPDATE pglease.slots AS s
+            SET counted = false
+            WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
+              AND s.expires_at <= p_now AND s.slot IS DISTINCT FROM v_take
+            RETURNING s.units)
+        SELECT coalesce(sum(g.units), 0)::integer INTO v_gone FROM gone AS g;
+        in_use := in_use - v_gone;
+    END IF;
 
     SELECT min(s.capacity) INTO v_cap
     FROM pglease.slots AS s
@@ -134,11 +152,15 @@ BEGIN
     -- No starvation: the head of the scope's queue (the oldest refused
     -- claim that has not lapsed, see pglease.slot_queue) keeps room for its
     -- units against every other claim, unless it could not fit anyway.
-    DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
-    SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
-    FROM pglease.slot_queue AS q
-    WHERE q.scope = p_scope
-    ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+    -- An empty queue (the common case) costs one index probe.
+    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
+    IF FOUND THEN
+        DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
+        SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
+        FROM pglease.slot_queue AS q
+        WHERE q.scope = p_scope
+        ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+    END IF;
     v_reserve := CASE WHEN v_mine OR v_head > least(p_capacity, v_cap) THEN 0
                       ELSE coalesce(v_head, 0) END;
 

@@ -52,9 +52,11 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now  timestamptz;
-    v_ttl  interval;
-    v_role text := session_user::text;
+    v_now   timestamptz;
+    v_ttl   interval;
+    v_role  text := session_user::text;
+    v_count integer;
+    v_mine  boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -71,19 +73,30 @@ BEGIN
         v_ttl := pglease._check_ttl('claim_slot', p_ttl);
     END IF;
 
-    PERFORM pglease._scope_lock(p_scope);
+    -- The scope lock (pglease._scope_lock), and the scope's counter as
+    -- the lock returns it: the row version of the last claim that held it.
+    SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc
+    WHERE sc.scope = p_scope FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM pglease._scope_lock(p_scope);
+        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    END IF;
     -- Wait for a renewal in flight of the holder's own slot (which a
     -- re-entrant claim re-pins), so that no wait follows the clock read.
+    -- None live now: none is live at the clock read below either (only a
+    -- claim, which needs the scope lock, starts a tenure).
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.holder = p_holder
       AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE;
+    v_mine := FOUND;
     -- The clock is read once the scope is ours, after every wait: slots
     -- that expired or were released meanwhile count as free.
     v_now := clock_timestamp();
     SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in, c.units
     INTO claimed, slot, fence, in_use, retry_in, units
-    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl) AS c;
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl,
+                                    v_count, v_mine) AS c;
     IF claimed THEN
         expires_at := v_now + v_ttl;
         expires_in := v_ttl;

@@ -41,6 +41,7 @@ DECLARE
     v_scope text;
     v_claim record;
     v_role  text := session_user::text;
+    v_mine  boolean;
 BEGIN
     PERFORM pglease._check_text('claim_slots', 'p_holder', p_holder);
     IF p_scopes IS NULL OR p_capacities IS NULL OR p_units IS NULL THEN
@@ -84,6 +85,7 @@ BEGIN
     WHERE s.scope = ANY (p_scopes) AND s.holder = p_holder
       AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE;
+    v_mine := FOUND;
     -- The clock is read once every scope is ours (see claim_slot).
     v_now := clock_timestamp();
 
@@ -96,7 +98,7 @@ BEGIN
             SELECT * INTO v_claim
             FROM pglease._slot_claim_locked(v_scope, p_holder,
                      p_capacities[array_lower(p_capacities, 1) + i - 1],
-                     p_units[array_lower(p_units, 1) + i - 1], v_now, v_ttl);
+                     p_units[array_lower(p_units, 1) + i - 1], v_now, v_ttl, NULL, v_mine);
             in_use[i] := v_claim.in_use;
             IF NOT v_claim.claimed THEN
                 refused_scope := v_scope;

@@ -36,6 +36,36 @@ BEGIN
         PERFORM pglease._check_fence('release_slot', p_fence);
     END IF;
 
+    -- The fast path: the scope's queue is empty (a one-time filter, read
+    -- first) and nobody else has the row locked: the caller's live tenure
+    -- ends on the clock read after the lock.
+    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
+    WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+      AND s.scope = p_scope AND s.slot = p_slot
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+      AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at > clock_timestamp()
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        v_now := clock_timestamp();
+        UPDATE pglease.slots AS s
+        SET holder = NULL, expires_at = least(s.expires_at, v_now),
+            check_at = least(s.check_at, v_now)
+        WHERE s.ctid = v_tid; -- the locked row version stays where it is
+        released := true;
+        -- Notify when a claim holds the scope lock (it may be counting, see
+        -- pglease._wake) or when someone registered; else nobody waits.
+        PERFORM 1
+        WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
+                          FOR UPDATE SKIP LOCKED)
+           OR EXISTS (SELECT 1 FROM pglease.waiters AS w
+                      WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp());
+        IF FOUND THEN
+            PERFORM pglease._slot_wake(p_scope, false);
+        END IF;
+        RETURN;
+    END IF;
+
     -- While the scope's queue has a waiter, a release says how many units
     -- it leaves free (pglease._slot_wake), and it must count them alone:
     -- it takes the scope lock before its change, as claims do (scope, then
