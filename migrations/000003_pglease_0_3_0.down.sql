@@ -71,7 +71,16 @@ DROP INDEX pglease.slots_counted_check_idx;
 DROP INDEX pglease.slots_free_idx;
 ALTER TABLE pglease.slots
     DROP COLUMN units,
-    DROP COLUMN check_at;
+    DROP COLUMN check_at,
+    ALTER COLUMN slot TYPE integer,
+    ALTER COLUMN fence TYPE bigint,
+    ALTER COLUMN capacity TYPE integer,
+    ADD CONSTRAINT slots_slot_check CHECK (slot > 0),
+    ADD CONSTRAINT slots_fence_check CHECK (fence > 0),
+    ADD CONSTRAINT slots_capacity_check CHECK (capacity BETWEEN 1 AND 1000000);
+DROP DOMAIN pglease.slot_number;
+DROP DOMAIN pglease.fence_number;
+DROP DOMAIN pglease.unit_count;
 CREATE INDEX slots_scope_expires_idx ON pglease.slots (scope, expires_at);
 CREATE INDEX slots_counted_expires_idx ON pglease.slots (scope, expires_at) WHERE counted;
 UPDATE pglease.slot_scopes AS sc

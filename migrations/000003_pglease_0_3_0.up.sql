@@ -247,8 +247,24 @@ COMMENT ON TABLE pglease.candidates IS
 -- column and is HOT); check_at's and the free slots' come. The table is
 -- locked for the statement's length, which the renewals and claims of the
 -- old functions wait for; they then run the new ones.
+-- The ranges of slot numbers, fences and capacities become domains (see
+-- sql/schema/10_schema.sql: a CHECK constraint costs every write of the
+-- table): the same values are refused. Changing a column to a domain with
+-- a check rewrites the table, under the statement's lock; the slot views,
+-- which depend on the columns, go first and come back with head's views.
+CREATE DOMAIN pglease.slot_number AS integer CHECK (VALUE > 0);
+CREATE DOMAIN pglease.fence_number AS bigint CHECK (VALUE > 0);
+CREATE DOMAIN pglease.unit_count AS integer CHECK (VALUE BETWEEN 1 AND 1000000);
+DROP VIEW pglease.slot_status;
+DROP VIEW pglease.slot_scope_status;
 ALTER TABLE pglease.slots
-    ADD COLUMN units integer NOT NULL DEFAULT 1 CHECK (units BETWEEN 1 AND 1000000),
+    DROP CONSTRAINT slots_slot_check,
+    DROP CONSTRAINT slots_fence_check,
+    DROP CONSTRAINT slots_capacity_check,
+    ALTER COLUMN slot TYPE pglease.slot_number,
+    ALTER COLUMN fence TYPE pglease.fence_number,
+    ALTER COLUMN capacity TYPE pglease.unit_count,
+    ADD COLUMN units pglease.unit_count NOT NULL DEFAULT 1,
     ADD COLUMN check_at timestamptz NOT NULL DEFAULT '-infinity';
 DROP INDEX pglease.slots_scope_expires_idx;
 DROP INDEX pglease.slots_counted_expires_idx;
@@ -343,16 +359,16 @@ COMMENT ON VIEW pglease.lease_status IS
 
 CREATE OR REPLACE VIEW pglease.slot_status AS
 SELECT s.scope,
-       s.slot,
+       s.slot::integer AS slot,
        s.holder,
-       s.fence,
+       s.fence::bigint AS fence,
        CASE WHEN s.holder IS NULL THEN 'free'
             WHEN s.expires_at > c.now THEN 'held'
             ELSE 'expired' END AS state,
        s.expires_at,
        CASE WHEN s.holder IS NULL THEN interval '0'
             ELSE greatest(s.expires_at - c.now, interval '0') END AS expires_in,
-       s.units
+       s.units::integer AS units
 FROM pglease.slots AS s
 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
 COMMENT ON VIEW pglease.slot_status IS
@@ -1682,7 +1698,7 @@ BEGIN
                   AND coalesce(o.holder_role = v_role, true)
                 ORDER BY o.slot LIMIT 1)
           AND s.holder IS NOT DISTINCT FROM p_holder AND s.expires_at > p_now
-        RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
+        RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
         IF FOUND THEN
             claimed := true;
             RETURN; -- nothing was un-counted: in_use is the counter
@@ -1692,7 +1708,7 @@ BEGIN
     -- A counted slot that ended, to take again in place.
     -- v_more: whether any other counted slot ended (read with it, so that
     -- the un-count below, a costlier statement, runs only when it has work).
-    SELECT s.slot, s.units,
+    SELECT s.slot::integer, s.units::integer,
            EXISTS (SELECT 1 FROM pglease.slots AS o
                    WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
                      AND o.expires_at <= p_now AND o.slot <> s.slot)
@@ -1748,7 +1764,7 @@ BEGIN
                 expires_at = p_now + p_ttl, check_at = p_now + p_ttl
             WHERE s.scope = p_scope AND s.slot = v_take AND s.counted
               AND s.expires_at <= p_now
-            RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
+            RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
             claimed := FOUND;
         END IF;
         IF claimed THEN
@@ -1787,7 +1803,7 @@ BEGIN
                       AND f.slot <= p_capacity AND f.expires_at <= p_now
                     ORDER BY f.slot LIMIT 1)
               AND s.expires_at <= p_now AND NOT s.counted
-            RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
+            RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
             IF NOT FOUND THEN
                 SELECT coalesce(max(s.slot), 0) + 1 INTO slot
                 FROM pglease.slots AS s WHERE s.scope = p_scope;
@@ -1801,7 +1817,7 @@ BEGIN
                             coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
                             p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl)
                     ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
-                    RETURNING s.fence, s.units INTO fence, units;
+                    RETURNING s.fence::bigint, s.units::integer INTO fence, units;
                 END IF;
             END IF;
             IF fence IS NOT NULL THEN
@@ -2610,7 +2626,7 @@ BEGIN
         SET expires_at = greatest(s.expires_at, v_now + v_ttl), holder_role = v_role
         FROM mine AS m
         WHERE (s.scope, s.slot) = (m.scope, m.slot)
-        RETURNING s.scope, s.slot, s.fence
+        RETURNING s.scope, s.slot::integer AS slot, s.fence::bigint AS fence
     )
     SELECT coalesce(array_agg(r.scope), '{}'), coalesce(array_agg(r.slot), '{}'),
            coalesce(array_agg(r.fence), '{}')
@@ -2651,7 +2667,7 @@ BEGIN
         END LOOP;
     END IF;
     FOR v_name, v_slot, v_fence IN
-        SELECT s.scope, s.slot, s.fence FROM pglease.slots AS s
+        SELECT s.scope, s.slot::integer, s.fence::bigint FROM pglease.slots AS s
         WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp()
           AND (s.scope, s.slot) NOT IN (SELECT r.scope, r.slot
@@ -2691,7 +2707,7 @@ BEGIN
 
     -- Lost slots: what is still ours but over by now.
     SELECT coalesce(array_agg(s.scope ORDER BY s.scope, s.slot), '{}'),
-           coalesce(array_agg(s.slot ORDER BY s.scope, s.slot), '{}')
+           coalesce(array_agg(s.slot::integer ORDER BY s.scope, s.slot), '{}')
     INTO lost_slot_scopes, lost_slots
     FROM pglease.slots AS s
     WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)

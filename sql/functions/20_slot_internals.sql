@@ -106,7 +106,7 @@ BEGIN
                   AND coalesce(o.holder_role = v_role, true)
                 ORDER BY o.slot LIMIT 1)
           AND s.holder IS NOT DISTINCT FROM p_holder AND s.expires_at > p_now
-        RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
+        RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
         IF FOUND THEN
             claimed := true;
             RETURN; -- nothing was un-counted: in_use is the counter
@@ -116,7 +116,7 @@ BEGIN
     -- A counted slot that ended, to take again in place.
     -- v_more: whether any other counted slot ended (read with it, so that
     -- the un-count below, a costlier statement, runs only when it has work).
-    SELECT s.slot, s.units,
+    SELECT s.slot::integer, s.units::integer,
            EXISTS (SELECT 1 FROM pglease.slots AS o
                    WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
                      AND o.expires_at <= p_now AND o.slot <> s.slot)
@@ -172,7 +172,7 @@ BEGIN
                 expires_at = p_now + p_ttl, check_at = p_now + p_ttl
             WHERE s.scope = p_scope AND s.slot = v_take AND s.counted
               AND s.expires_at <= p_now
-            RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
+            RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
             claimed := FOUND;
         END IF;
         IF claimed THEN
@@ -211,7 +211,7 @@ BEGIN
                       AND f.slot <= p_capacity AND f.expires_at <= p_now
                     ORDER BY f.slot LIMIT 1)
               AND s.expires_at <= p_now AND NOT s.counted
-            RETURNING s.slot, s.fence, s.units INTO slot, fence, units;
+            RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
             IF NOT FOUND THEN
                 SELECT coalesce(max(s.slot), 0) + 1 INTO slot
                 FROM pglease.slots AS s WHERE s.scope = p_scope;
@@ -225,7 +225,7 @@ BEGIN
                             coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
                             p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl)
                     ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
-                    RETURNING s.fence, s.units INTO fence, units;
+                    RETURNING s.fence::bigint, s.units::integer INTO fence, units;
                 END IF;
             END IF;
             IF fence IS NOT NULL THEN

@@ -133,7 +133,7 @@ BEGIN
         SET expires_at = greatest(s.expires_at, v_now + v_ttl), holder_role = v_role
         FROM mine AS m
         WHERE (s.scope, s.slot) = (m.scope, m.slot)
-        RETURNING s.scope, s.slot, s.fence
+        RETURNING s.scope, s.slot::integer AS slot, s.fence::bigint AS fence
     )
     SELECT coalesce(array_agg(r.scope), '{}'), coalesce(array_agg(r.slot), '{}'),
            coalesce(array_agg(r.fence), '{}')
@@ -174,7 +174,7 @@ BEGIN
         END LOOP;
     END IF;
     FOR v_name, v_slot, v_fence IN
-        SELECT s.scope, s.slot, s.fence FROM pglease.slots AS s
+        SELECT s.scope, s.slot::integer, s.fence::bigint FROM pglease.slots AS s
         WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp()
           AND (s.scope, s.slot) NOT IN (SELECT r.scope, r.slot
@@ -214,7 +214,7 @@ BEGIN
 
     -- Lost slots: what is still ours but over by now.
     SELECT coalesce(array_agg(s.scope ORDER BY s.scope, s.slot), '{}'),
-           coalesce(array_agg(s.slot ORDER BY s.scope, s.slot), '{}')
+           coalesce(array_agg(s.slot::integer ORDER BY s.scope, s.slot), '{}')
     INTO lost_slot_scopes, lost_slots
     FROM pglease.slots AS s
     WHERE s.holder = p_holder AND coalesce(s.holder_role = v_role, true)

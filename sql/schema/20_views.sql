@@ -31,16 +31,16 @@ COMMENT ON VIEW pglease.lease_status IS
 
 CREATE OR REPLACE VIEW pglease.slot_status AS
 SELECT s.scope,
-       s.slot,
+       s.slot::integer AS slot,
        s.holder,
-       s.fence,
+       s.fence::bigint AS fence,
        CASE WHEN s.holder IS NULL THEN 'free'
             WHEN s.expires_at > c.now THEN 'held'
             ELSE 'expired' END AS state,
        s.expires_at,
        CASE WHEN s.holder IS NULL THEN interval '0'
             ELSE greatest(s.expires_at - c.now, interval '0') END AS expires_in,
-       s.units
+       s.units::integer AS units
 FROM pglease.slots AS s
 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
 COMMENT ON VIEW pglease.slot_status IS

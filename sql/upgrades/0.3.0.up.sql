@@ -72,8 +72,24 @@ COMMENT ON TABLE pglease.candidates IS
 -- column and is HOT); check_at's and the free slots' come. The table is
 -- locked for the statement's length, which the renewals and claims of the
 -- old functions wait for; they then run the new ones.
+-- The ranges of slot numbers, fences and capacities become domains (see
+-- sql/schema/10_schema.sql: a CHECK constraint costs every write of the
+-- table): the same values are refused. Changing a column to a domain with
+-- a check rewrites the table, under the statement's lock; the slot views,
+-- which depend on the columns, go first and come back with head's views.
+CREATE DOMAIN pglease.slot_number AS integer CHECK (VALUE > 0);
+CREATE DOMAIN pglease.fence_number AS bigint CHECK (VALUE > 0);
+CREATE DOMAIN pglease.unit_count AS integer CHECK (VALUE BETWEEN 1 AND 1000000);
+DROP VIEW pglease.slot_status;
+DROP VIEW pglease.slot_scope_status;
 ALTER TABLE pglease.slots
-    ADD COLUMN units integer NOT NULL DEFAULT 1 CHECK (units BETWEEN 1 AND 1000000),
+    DROP CONSTRAINT slots_slot_check,
+    DROP CONSTRAINT slots_fence_check,
+    DROP CONSTRAINT slots_capacity_check,
+    ALTER COLUMN slot TYPE pglease.slot_number,
+    ALTER COLUMN fence TYPE pglease.fence_number,
+    ALTER COLUMN capacity TYPE pglease.unit_count,
+    ADD COLUMN units pglease.unit_count NOT NULL DEFAULT 1,
     ADD COLUMN check_at timestamptz NOT NULL DEFAULT '-infinity';
 DROP INDEX pglease.slots_scope_expires_idx;
 DROP INDEX pglease.slots_counted_expires_idx;
