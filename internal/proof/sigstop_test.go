@@ -166,12 +166,15 @@ func testSIGSTOP(t *testing.T, mode string) {
 		stopped = true
 		return time.Now()
 	}
+	// thaw returns the time just before SIGCONT: the helper runs as soon
+	// as the signal is sent, and may report before the kill call returns.
 	thaw := func() time.Time {
+		at := time.Now()
 		if err := syscall.Kill(cmd.Process.Pid, syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 		stopped = false
-		return time.Now()
+		return at
 	}
 
 	if mode == "mid-write" {
@@ -264,7 +267,16 @@ func testSIGSTOP(t *testing.T, mode string) {
 			stoppedAlready = true
 			t.Logf("the helper had stopped (%s) %s before the freeze; nothing was running while frozen", want, stopAt.Sub(l.end))
 		} else {
-			t.Fatalf("the resumed helper did not report %s under fence %d within 30s\n%s", want, frozen, stderr())
+			mu.Lock()
+			var told strings.Builder
+			for _, l := range lines {
+				if l.what != "write-ok" {
+					fmt.Fprintf(&told, "  %s fence %d at %s\n", l.what, l.fence, l.end.Format("15:04:05.000000"))
+				}
+			}
+			mu.Unlock()
+			t.Fatalf("the resumed helper did not report %s under fence %d within 30s (frozen at %s, thawed at %s); it reported, write-ok aside:\n%s%s",
+				want, frozen, stopAt.Format("15:04:05.000000"), resumeAt.Format("15:04:05.000000"), told.String(), stderr())
 		}
 	}
 	// Let a resumed helper that failed to stop show it.
