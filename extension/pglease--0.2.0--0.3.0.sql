@@ -1708,11 +1708,15 @@ BEGIN
 
     -- A counted slot that ended, to take again in place.
     -- v_more: whether any other counted slot ended (read with it, so that
-    -- the un-count below, a costlier statement, runs only when it has work).
+    -- the un-count below, a costlier statement, runs only when it has work;
+    -- ORDER BY and LIMIT keep it a range of slots_counted_check_idx: as an
+    -- EXISTS, the generic plan scanned the whole table for a scope of
+    -- 16,000 live holders, 1.2 ms).
     SELECT s.slot::integer, s.units::integer,
-           EXISTS (SELECT 1 FROM pglease.slots AS o
-                   WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
-                     AND o.expires_at <= p_now AND o.slot <> s.slot)
+           (SELECT o.slot FROM pglease.slots AS o
+            WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
+              AND o.expires_at <= p_now AND o.slot <> s.slot
+            ORDER BY o.check_at LIMIT 1) IS NOT NULL
     INTO v_take, v_tunits, v_more
     FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
