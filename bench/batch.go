@@ -84,9 +84,9 @@ func (e *env) batchedAcquireRelease() workload {
 // batchedFloor is the bound of the batched row: C goroutines coalescing
 // their acquires and releases exactly as a shared pglease.Client does
 // (package coalesce, one batch in flight per kind), but each batch is a
-// bare UPDATE of the names' rows (floorBatchAcquireSQL). Nothing pglease
-// decides can cost less than it, so batched × pglock can reach at most
-// this row's × pglock.
+// bare UPDATE of the names' rows (floorBatchAcquireSQL): no more work per
+// name than any batched acquire and release must do, so batched × pglock
+// cannot pass this row's × pglock by more than the bench's noise.
 func (e *env) batchedFloor() workload {
 	return workload{
 		key: batchFloorKey, name: "floor: bare UPDATEs, coalesced the same way", path: "pgx: UPDATE ... WHERE name = ANY($1), one batch in flight per kind, no pglease function",
@@ -272,7 +272,7 @@ func (b *BatchComparison) writeMarkdown(w io.Writer) {
 	p("%d goroutines of one process, each cycling acquire + release on a name of its own, interleaved in turns. The batched row shares one pglease.Client, which coalesces concurrent calls into `acquire_batch` / `release_batch` (docs/go.md#batched-calls); the unbatched row gives each goroutine a Client of its own (one call per round trip). Redis %s runs with appendfsync always; its pipelined row coalesces the goroutines' commands into pipelines the same way. Load average %s at the start, %s at the end; %d CPUs.",
 		batchClients, b.RedisVersion, b.LoadStart, b.LoadEnd, runtime.NumCPU())
 	p("")
-	p("The floor row is the batched row's bound: the same goroutines and the same coalescing (one batch in flight per kind), each batch a bare `UPDATE` of its names' rows, with no pglease function. Batched × pglock cannot exceed floor × pglock.")
+	p("The floor row bounds the batched row: the same goroutines and the same coalescing (one batch in flight per kind), each batch a bare `UPDATE` of its names' rows, with no pglease function: no more work per name than any batched acquire and release must do, so batched × pglock cannot pass floor × pglock by more than the noise between rows.")
 	p("")
 	p("| Lock | cycles/s | × pglock | × Redis | × Redis pipelined | p50 ms | p99 ms |")
 	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
