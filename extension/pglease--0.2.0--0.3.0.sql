@@ -149,6 +149,13 @@ BEGIN
         FROM pg_catalog.pg_trigger AS tg
         JOIN pg_catalog.pg_class AS r ON r.oid = tg.tgrelid
         WHERE r.relnamespace = 'pglease'::regnamespace AND NOT tg.tgisinternal
+        UNION ALL
+        SELECT 'domain ' || t.typname,
+               pg_catalog.md5(pg_catalog.concat_ws('|', pg_catalog.format_type(t.typbasetype, t.typtypmod), t.typnotnull,
+                   (SELECT pg_catalog.string_agg(pg_catalog.pg_get_constraintdef(con.oid), ',' ORDER BY con.conname)
+                    FROM pg_catalog.pg_constraint AS con WHERE con.contypid = t.oid)))
+        FROM pg_catalog.pg_type AS t
+        WHERE t.typnamespace = 'pglease'::regnamespace AND t.typtype = 'd'
     ), differences AS (
         SELECT coalesce(e.object, a.object) AS object,
                CASE WHEN a.object IS NULL THEN 'missing'

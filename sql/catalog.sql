@@ -4,7 +4,8 @@
 -- refuses to run on a schema changed by hand.
 --
 -- Only what PostgreSQL 13 to 18 print alike: function bodies as written
--- (prosrc), column types, index and constraint definitions; view columns
+-- (prosrc), column types, index and constraint definitions, domains (their
+-- base type and checks; 0.3.0 has the first); view columns
 -- rather than view text, which the server reformats. A column's place is
 -- its position among the live columns of its table, not its attnum: a
 -- column dropped and added again (a downgrade, then an upgrade) leaves a
@@ -50,3 +51,10 @@ SELECT 'trigger ' || r.relname || '.' || tg.tgname, pg_catalog.md5(pg_catalog.pg
 FROM pg_catalog.pg_trigger AS tg
 JOIN pg_catalog.pg_class AS r ON r.oid = tg.tgrelid
 WHERE r.relnamespace = 'pglease'::regnamespace AND NOT tg.tgisinternal
+UNION ALL
+SELECT 'domain ' || t.typname,
+       pg_catalog.md5(pg_catalog.concat_ws('|', pg_catalog.format_type(t.typbasetype, t.typtypmod), t.typnotnull,
+           (SELECT pg_catalog.string_agg(pg_catalog.pg_get_constraintdef(con.oid), ',' ORDER BY con.conname)
+            FROM pg_catalog.pg_constraint AS con WHERE con.contypid = t.oid)))
+FROM pg_catalog.pg_type AS t
+WHERE t.typnamespace = 'pglease'::regnamespace AND t.typtype = 'd'
