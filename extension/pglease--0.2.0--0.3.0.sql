@@ -251,8 +251,10 @@ COMMENT ON TABLE pglease.candidates IS
 -- claim in a scope looks at each of its counted rows once (un-counts those
 -- that ended, and sets check_at to the others' ends), and the scopes'
 -- counters, which counted slots, now count units, one per slot. Both
--- columns have a constant default, so adding them rewrites nothing. The two indexes on expires_at go (a renewal then touches no index
--- column and is HOT); check_at's and the free slots' come. The table is
+-- columns have a constant default (the table is rewritten anyway, by the
+-- domains below). The two indexes on expires_at go (a renewal then
+-- touches no index column and is HOT); check_at's and the free slots'
+-- come. The table is
 -- locked for the statement's length, which the renewals and claims of the
 -- old functions wait for; they then run the new ones.
 -- The ranges of slot numbers, fences and capacities become domains (see
@@ -2020,13 +2022,17 @@ BEGIN
         PERFORM pglease._scope_lock(p_scope);
         SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
     END IF;
-    -- Wait for a renewal in flight of the holder's own slot (which a
-    -- re-entrant claim re-pins), so that no wait follows the clock read.
-    -- None live now: none is live at the clock read below either (only a
-    -- claim, which needs the scope lock, starts a tenure).
+    -- Lock the holder's own slot rows in the scope, live or not yet
+    -- released: this waits for a renewal in flight of one (which a
+    -- re-entrant claim re-pins), so that no wait follows the clock read,
+    -- and it sees the row as renewed. Liveness is not tested here: a row
+    -- that looks ended may be under a renewal that checked it live before
+    -- its end and commits after. None found: the holder has no tenure in
+    -- the scope that a renewal could extend, and none starts before the
+    -- clock read (only a claim, which needs the scope lock, starts one).
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.holder = p_holder
-      AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
+      AND coalesce(s.holder_role = v_role, true)
     FOR NO KEY UPDATE;
     v_mine := FOUND;
     -- The clock is read once the scope is ours, after every wait: slots
@@ -2135,7 +2141,7 @@ BEGIN
     -- Wait for renewals in flight of the holder's own slots (see claim_slot).
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = ANY (p_scopes) AND s.holder = p_holder
-      AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
+      AND coalesce(s.holder_role = v_role, true)
     FOR NO KEY UPDATE;
     v_mine := FOUND;
     -- The clock is read once every scope is ours (see claim_slot).
@@ -2343,15 +2349,21 @@ BEGIN
         WHERE s.ctid = v_tid; -- the locked row version stays where it is
         released := true;
         -- Notify when a claim holds the scope lock (it may be counting, see
-        -- pglease._wake) or when someone registered; else nobody waits.
-        PERFORM 1
-        WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
-                          FOR UPDATE SKIP LOCKED)
-           OR EXISTS (SELECT 1 FROM pglease.waiters AS w
-                      WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp());
+        -- pglease._wake); else, holding it, when someone registered, read
+        -- in a statement of its own: its snapshot must be taken after the
+        -- lock, to see the registration of a refused claim that held the
+        -- lock until just before (one statement read the waiters on a
+        -- snapshot from before the lock, and missed it).
+        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
+        FOR UPDATE SKIP LOCKED;
         IF FOUND THEN
-            PERFORM pglease._slot_wake(p_scope, false);
+            PERFORM 1 FROM pglease.waiters AS w
+            WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp();
+            IF NOT FOUND THEN
+                RETURN; -- nobody waits
+            END IF;
         END IF;
+        PERFORM pglease._slot_wake(p_scope, false);
         RETURN;
     END IF;
 

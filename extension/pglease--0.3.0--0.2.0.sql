@@ -8,9 +8,10 @@
 -- pglease 0.3.0 -> 0.2.0: undoes sql/upgrades/0.3.0.up.sql. Runs before the
 -- functions, views and privileges of 0.2.0 are applied again.
 --
--- Apart from leadership's columns (below), 0.3.0 changed no lease, slot or
--- waiter table (see sql/upgrades/0.3.0.up.sql), so every lease, slot,
--- fence and counter stays exactly as it is. The functions 0.3.0 added go: 0.2.0 has no
+-- 0.3.0 added leadership's columns to pglease.leases and units, check_at
+-- and domain types to pglease.slots (see sql/upgrades/0.3.0.up.sql); all
+-- are undone below, and every lease, slot, fence and counter stays
+-- exactly as it is. The functions 0.3.0 added go: 0.2.0 has no
 -- pglease.metrics. The cron functions and the run ledger go too, and with
 -- it the record of past runs (a job's next run after an upgrade back to
 -- 0.3.0 finds its window open).

@@ -81,13 +81,17 @@ BEGIN
         PERFORM pglease._scope_lock(p_scope);
         SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
     END IF;
-    -- Wait for a renewal in flight of the holder's own slot (which a
-    -- re-entrant claim re-pins), so that no wait follows the clock read.
-    -- None live now: none is live at the clock read below either (only a
-    -- claim, which needs the scope lock, starts a tenure).
+    -- Lock the holder's own slot rows in the scope, live or not yet
+    -- released: this waits for a renewal in flight of one (which a
+    -- re-entrant claim re-pins), so that no wait follows the clock read,
+    -- and it sees the row as renewed. Liveness is not tested here: a row
+    -- that looks ended may be under a renewal that checked it live before
+    -- its end and commits after. None found: the holder has no tenure in
+    -- the scope that a renewal could extend, and none starts before the
+    -- clock read (only a claim, which needs the scope lock, starts one).
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = p_scope AND s.holder = p_holder
-      AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
+      AND coalesce(s.holder_role = v_role, true)
     FOR NO KEY UPDATE;
     v_mine := FOUND;
     -- The clock is read once the scope is ours, after every wait: slots

@@ -83,7 +83,7 @@ BEGIN
     -- Wait for renewals in flight of the holder's own slots (see claim_slot).
     PERFORM 1 FROM pglease.slots AS s
     WHERE s.scope = ANY (p_scopes) AND s.holder = p_holder
-      AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp()
+      AND coalesce(s.holder_role = v_role, true)
     FOR NO KEY UPDATE;
     v_mine := FOUND;
     -- The clock is read once every scope is ours (see claim_slot).

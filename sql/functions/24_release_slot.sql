@@ -54,15 +54,21 @@ BEGIN
         WHERE s.ctid = v_tid; -- the locked row version stays where it is
         released := true;
         -- Notify when a claim holds the scope lock (it may be counting, see
-        -- pglease._wake) or when someone registered; else nobody waits.
-        PERFORM 1
-        WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
-                          FOR UPDATE SKIP LOCKED)
-           OR EXISTS (SELECT 1 FROM pglease.waiters AS w
-                      WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp());
+        -- pglease._wake); else, holding it, when someone registered, read
+        -- in a statement of its own: its snapshot must be taken after the
+        -- lock, to see the registration of a refused claim that held the
+        -- lock until just before (one statement read the waiters on a
+        -- snapshot from before the lock, and missed it).
+        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
+        FOR UPDATE SKIP LOCKED;
         IF FOUND THEN
-            PERFORM pglease._slot_wake(p_scope, false);
+            PERFORM 1 FROM pglease.waiters AS w
+            WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp();
+            IF NOT FOUND THEN
+                RETURN; -- nobody waits
+            END IF;
         END IF;
+        PERFORM pglease._slot_wake(p_scope, false);
         RETURN;
     END IF;
 

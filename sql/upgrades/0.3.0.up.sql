@@ -68,8 +68,10 @@ COMMENT ON TABLE pglease.candidates IS
 -- claim in a scope looks at each of its counted rows once (un-counts those
 -- that ended, and sets check_at to the others' ends), and the scopes'
 -- counters, which counted slots, now count units, one per slot. Both
--- columns have a constant default, so adding them rewrites nothing. The two indexes on expires_at go (a renewal then touches no index
--- column and is HOT); check_at's and the free slots' come. The table is
+-- columns have a constant default (the table is rewritten anyway, by the
+-- domains below). The two indexes on expires_at go (a renewal then
+-- touches no index column and is HOT); check_at's and the free slots'
+-- come. The table is
 -- locked for the statement's length, which the renewals and claims of the
 -- old functions wait for; they then run the new ones.
 -- The ranges of slot numbers, fences and capacities become domains (see
