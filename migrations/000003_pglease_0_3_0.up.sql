@@ -1650,9 +1650,9 @@ $$;
 -- A holder (p_holder of the caller's role) that already has a live slot gets
 -- it back, re-pinned to p_now + p_ttl (same fence, capacity and units,
 -- whatever p_units says). p_reentrant false says that the caller, holding
--- the scope lock, found no live slot of the holder's before it read p_now
--- (so none is live at p_now: only a claim starts a tenure), and skips that
--- step. p_counted is the scope's counter as the caller read it under the
+-- the scope lock, found no slot row of the holder's in the scope (live or
+-- not yet released) before it read p_now, so none is live at p_now (only
+-- a claim starts a tenure), and skips that step. p_counted is the scope's counter as the caller read it under the
 -- lock (NULL: read here).
 -- Otherwise it takes a slot numbered up to p_capacity whose tenure is
 -- over (fence + 1): one that ended since the scope was last looked at, in
@@ -2330,9 +2330,14 @@ BEGIN
         PERFORM pglease._check_fence('release_slot', p_fence);
     END IF;
 
-    -- The fast path: the scope's queue is empty (a one-time filter, read
-    -- first) and nobody else has the row locked: the caller's live tenure
-    -- ends on the clock read after the lock.
+    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
+    -- every statement finds the row by its primary key, never by
+    -- slots_holder_idx.
+    -- As pglease.release: a fast path when nobody else has the row locked,
+    -- else wait in a subtransaction and decide on the clock after the wait.
+    -- The fast path's statement also reads the scope's queue (a one-time
+    -- filter, read first): with a waiter in it, the release goes the
+    -- queued way below.
     SELECT s.ctid INTO v_tid FROM pglease.slots AS s
     WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
       AND s.scope = p_scope AND s.slot = p_slot
@@ -2340,64 +2345,34 @@ BEGIN
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
     FOR NO KEY UPDATE SKIP LOCKED;
-    IF FOUND THEN
-        v_now := clock_timestamp();
-        UPDATE pglease.slots AS s
-        SET holder = NULL, expires_at = least(s.expires_at, v_now),
-            check_at = least(s.check_at, v_now)
-        WHERE s.ctid = v_tid; -- the locked row version stays where it is
-        released := true;
-        -- Notify when a claim holds the scope lock (it may be counting, see
-        -- pglease._wake); else, holding it, when someone registered, read
-        -- in a statement of its own: its snapshot must be taken after the
-        -- lock, to see the registration of a refused claim that held the
-        -- lock until just before (one statement read the waiters on a
-        -- snapshot from before the lock, and missed it).
-        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
-        FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- While the scope's queue has a waiter, a release says how many
+        -- units it leaves free (pglease._slot_wake), and it must count them
+        -- alone: it takes the scope lock before its change, as claims do
+        -- (scope, then slot: no deadlock with them), so that the releases
+        -- of a queued scope count one after another, each seeing those
+        -- before it. Only the caller's live tenure takes it (read here
+        -- without a lock), so a stranger's call holds up no claim. Any
+        -- other release notifies without a count, which wakes every
+        -- waiter. One statement: the queue is looked at first (a one-time
+        -- filter), the slot only when it has a waiter.
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+          AND s.scope = p_scope AND s.slot = p_slot
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp();
         IF FOUND THEN
-            PERFORM 1 FROM pglease.waiters AS w
-            WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp();
-            IF NOT FOUND THEN
-                RETURN; -- nobody waits
-            END IF;
+            PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
+            v_counted := true;
         END IF;
-        PERFORM pglease._slot_wake(p_scope, false);
-        RETURN;
+        SELECT s.ctid INTO v_tid FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > clock_timestamp()
+        FOR NO KEY UPDATE SKIP LOCKED;
     END IF;
-
-    -- While the scope's queue has a waiter, a release says how many units
-    -- it leaves free (pglease._slot_wake), and it must count them alone:
-    -- it takes the scope lock before its change, as claims do (scope, then
-    -- slot: no deadlock with them), so that the releases of a queued scope
-    -- count one after another, each seeing those before it. Only the
-    -- caller's live tenure takes it (read here without a lock), so a
-    -- stranger's call holds up no claim. Any other release notifies
-    -- without a count, which wakes every waiter. One statement: the queue
-    -- is looked at first (a one-time filter), the slot only when it has
-    -- a waiter.
-    PERFORM 1 FROM pglease.slots AS s
-    WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
-      AND s.scope = p_scope AND s.slot = p_slot
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-      AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp();
-    IF FOUND THEN
-        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
-        v_counted := true;
-    END IF;
-
-    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
-    -- every statement finds the row by its primary key, never by
-    -- slots_holder_idx.
-    -- As pglease.release: a fast path when nobody else has the row locked,
-    -- else wait in a subtransaction and decide on the clock after the wait.
-    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-      AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp()
-    FOR NO KEY UPDATE SKIP LOCKED;
     IF FOUND THEN
         v_now := clock_timestamp();
         UPDATE pglease.slots AS s
@@ -2440,7 +2415,9 @@ BEGIN
     IF released AND NOT v_counted THEN
         -- The lock claims hold while they count (see pglease._wake): when
         -- a claim holds it, notify whether or not someone registered;
-        -- otherwise only when someone did.
+        -- otherwise only when someone did, read in a statement of its own:
+        -- its snapshot is taken after the lock, so it sees the registration
+        -- of a refused claim that held the lock until just before.
         PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
         FOR UPDATE SKIP LOCKED;
         IF FOUND THEN
