@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/internal/tenure"
@@ -80,9 +82,10 @@ func (l *Lease) SendFenced(ctx context.Context, b *pgx.Batch) error {
 // batch, which the server runs as one transaction that commits only while
 // fence is the current fence of a live tenure of lease name. The check
 // locks the lease row until the commit, so no later tenure can begin
-// between the check and the commit. WithFence takes four round trips
-// (BEGIN, the check, the write, COMMIT); SendFenced takes one, two the
-// first time a connection sees a statement it must prepare.
+// between the check and the commit. WithFence takes three round trips
+// and more (BEGIN with the check, each statement of fn, COMMIT);
+// SendFenced takes one, two the first time a connection sees a statement
+// it must prepare.
 //
 // b's statements run after the check; their callbacks (QueuedQuery.Exec,
 // Query, QueryRow) are called in order with their results. When the tenure
@@ -178,28 +181,134 @@ func withFence(ctx context.Context, database Beginner, name string, fence int64,
 	if fence < 0 {
 		return tenure.Invalidf("fence must be 0 or more, got %d", fence)
 	}
-	tx, err := database.Begin(ctx)
+	tx, done, err := beginFenced(ctx, database, name, fence, idleTimeout)
 	if err != nil {
-		return interpretError(ctx, err)
+		return err
 	}
+	defer done()
 	pid := tx.Conn().PgConn().PID()
 	defer func() {
 		if err != nil {
-			// A failed rollback leaves nothing to undo: the connection is
-			// gone or the transaction already ended.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
-			defer cancel()
-			// Read before the rollback: a pool's transaction gives its
-			// connection back to the pool then.
-			stranded := tx.Conn().IsClosed()
-			_ = tx.Rollback(rctx)
-			if stranded {
-				// In the background: the workload returns at once (with
-				// the network cut, the call itself would wait).
-				go endStrandedSession(context.WithoutCancel(ctx), database, pid)
-			}
+			endFenced(ctx, database, tx, pid)
 		}
 	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return interpretError(ctx, err)
+	}
+	return nil
+}
+
+// endFenced rolls back the fenced transaction tx after an error, and ends
+// its server session (endStrandedSession) when pgx gave up on its
+// connection.
+func endFenced(ctx context.Context, database Beginner, tx pgx.Tx, pid uint32) {
+	// A failed rollback leaves nothing to undo: the connection is gone or
+	// the transaction already ended.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	// Read before the rollback: a pool's transaction gives its connection
+	// back to the pool then.
+	stranded := tx.Conn().IsClosed()
+	_ = tx.Rollback(rctx)
+	if stranded {
+		// In the background: the workload returns at once (with the
+		// network cut, the call itself would wait).
+		go endStrandedSession(context.WithoutCancel(ctx), database, pid)
+	}
+}
+
+// beginFenced begins the fenced transaction on database and checks the
+// tenure in it (with the transaction's idle timeout first when idleTimeout
+// is positive). On a pool or a connection, BEGIN and the check go to the
+// server as one message, so a fenced write takes the round trips of the
+// same transaction without the check; in a pgx.Tx (a savepoint), the check
+// is a statement of its own. done gives back a connection beginFenced took
+// from a pool; call it once the transaction has ended. A refused check is
+// rolled back before beginFenced returns, and the connection is kept.
+func beginFenced(ctx context.Context, database Beginner, name string, fence int64, idleTimeout time.Duration) (tx pgx.Tx, done func(), err error) {
+	done = func() {}
+	var conn *pgx.Conn
+	switch d := database.(type) {
+	case *pgxpool.Pool:
+		c, err := d.Acquire(ctx)
+		if err != nil {
+			return nil, nil, interpretError(ctx, err)
+		}
+		conn, done = c.Conn(), c.Release
+	case *pgxpool.Conn:
+		conn = d.Conn()
+	case *pgx.Conn:
+		conn = d
+	default:
+		return beginThenCheck(ctx, database, name, fence, idleTimeout)
+	}
+	pid := conn.PgConn().PID()
+	tx, err = conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginFencedSQL(name, fence, idleTimeout)})
+	if err == nil {
+		return tx, done, nil
+	}
+	switch {
+	case conn.IsClosed():
+		// pgx gave up mid-message: the server may hold the lock, idle in
+		// the transaction.
+		go endStrandedSession(context.WithoutCancel(ctx), database, pid)
+	case conn.PgConn().TxStatus() != 'I':
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		_, _ = conn.Exec(rctx, "ROLLBACK")
+		cancel()
+	}
+	done()
+	return nil, nil, interpretError(ctx, err)
+}
+
+// beginFencedSQL is BEGIN and the check of sql/queries/leases.sql's
+// LeaseAssertHeld (or, when idleTimeout is positive,
+// LeaseAssertHeldIdleTimeout) as one simple-protocol message, the
+// arguments written as literals.
+func beginFencedSQL(name string, fence int64, idleTimeout time.Duration) string {
+	var b strings.Builder
+	b.WriteString("BEGIN; SELECT pglease.assert_held(")
+	writeLiteral(&b, name)
+	b.WriteString(", ")
+	b.WriteString(strconv.FormatInt(fence, 10))
+	b.WriteString("::pg_catalog.int8)")
+	if idleTimeout > 0 {
+		b.WriteString(" FROM pg_catalog.set_config('idle_in_transaction_session_timeout', '")
+		b.WriteString(strconv.FormatInt(max(idleTimeout.Milliseconds(), 1), 10))
+		b.WriteString("', true) AS s")
+	}
+	return b.String()
+}
+
+// writeLiteral writes s to b as an SQL string literal that reads as s
+// whatever standard_conforming_strings says: an escape string (E'...')
+// with quotes and backslashes doubled. s is valid UTF-8 without NUL bytes
+// (tenure.CheckText).
+func writeLiteral(b *strings.Builder, s string) {
+	b.WriteString("E'")
+	for i := range len(s) {
+		switch s[i] {
+		case '\\':
+			b.WriteString(`\\`)
+		case '\'':
+			b.WriteString("''")
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	b.WriteByte('\'')
+}
+
+// beginThenCheck is beginFenced in a pgx.Tx or any other Beginner: Begin,
+// then the check as a statement of its own.
+func beginThenCheck(ctx context.Context, database Beginner, name string, fence int64, idleTimeout time.Duration) (pgx.Tx, func(), error) {
+	tx, err := database.Begin(ctx)
+	if err != nil {
+		return nil, nil, interpretError(ctx, err)
+	}
 	q := db.New(tx)
 	if idleTimeout > 0 {
 		// One round trip: the check and the transaction's idle timeout.
@@ -210,13 +319,8 @@ func withFence(ctx context.Context, database Beginner, name string, fence int64,
 		err = q.LeaseAssertHeld(ctx, db.LeaseAssertHeldParams{Name: name, Fence: fence})
 	}
 	if err != nil {
-		return interpretError(ctx, err)
+		endFenced(ctx, database, tx, tx.Conn().PgConn().PID())
+		return nil, nil, interpretError(ctx, err)
 	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return interpretError(ctx, err)
-	}
-	return nil
+	return tx, func() {}, nil
 }

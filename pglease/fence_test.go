@@ -252,3 +252,107 @@ func TestWithFenceEndsStrandedSession(t *testing.T) {
 		t.Fatalf("backend %d is still idle in the fenced transaction", pid)
 	}
 }
+
+// sqlRecorder is a pgx query tracer that records each message's SQL.
+type sqlRecorder struct{ sql []string }
+
+func (r *sqlRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	r.sql = append(r.sql, data.SQL)
+	return ctx
+}
+
+func (r *sqlRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestWithFenceOneMessage: on a connection, WithFence sends BEGIN and the
+// check as one message, so a fenced write costs the round trips of the
+// same transaction without the check. The lease's name travels as a
+// literal: quotes and backslashes in it are read back exactly, whatever
+// standard_conforming_strings says.
+func TestWithFenceOneMessage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewMigrated(t)
+	for _, conforming := range []string{"on", "off"} {
+		t.Run("standard_conforming_strings="+conforming, func(t *testing.T) {
+			cfg, err := pgx.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := &sqlRecorder{}
+			cfg.Tracer = rec
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close(ctx) })
+			if _, err := conn.Exec(ctx, "SET standard_conforming_strings = "+conforming); err != nil {
+				t.Fatal(err)
+			}
+			c := newClient(t, conn, "a")
+			name := `it's a \'quoted\\ name ` + conforming
+			l := mustAcquire(t, c, name, time.Minute)
+			rec.sql = nil
+			var got string
+			err = l.WithFence(ctx, func(tx pgx.Tx) error {
+				return tx.QueryRow(ctx, `SELECT name FROM pglease.lease_status WHERE name = $1`, name).Scan(&got)
+			})
+			if err != nil {
+				t.Fatalf("WithFence on lease %q: %v", name, err)
+			}
+			if got != name {
+				t.Fatalf("the fenced transaction read lease %q, want %q", got, name)
+			}
+			if len(rec.sql) != 3 || !strings.HasPrefix(rec.sql[0], "BEGIN; SELECT pglease.assert_held(") || rec.sql[2] != "commit" {
+				t.Fatalf("WithFence sent %q, want BEGIN and the check in one message, the workload's statement, commit", rec.sql)
+			}
+		})
+	}
+}
+
+// TestWithFenceRefusedKeepsConnection: a refused check is rolled back on
+// the connection it ran on, which stays in the pool and in use, and a
+// refusal on a dedicated connection leaves it ready for the next
+// statement.
+func TestWithFenceRefusedKeepsConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	c := newClient(t, pool, "a")
+	l := mustAcquire(t, c, "kept", time.Minute)
+	if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatalf("WithFence while held: %v", err)
+	}
+	opened := pool.Stat().NewConnsCount()
+	for range 3 {
+		err := pglease.WithFence(ctx, pool, "kept", l.Fence()+1, func(pgx.Tx) error {
+			t.Error("fn ran behind a refused check")
+			return nil
+		})
+		if !errors.Is(err, pglease.ErrLeaseLost) {
+			t.Fatalf("WithFence with another fence = %v, want ErrLeaseLost", err)
+		}
+	}
+	if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatalf("WithFence after refusals: %v", err)
+	}
+	if n := pool.Stat().NewConnsCount(); n != opened {
+		t.Fatalf("the pool opened %d connections after refusals, want none (a refused check must not cost a connection)", n-opened)
+	}
+
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Release()
+	err = pglease.WithFence(ctx, pc, "never-acquired", 1, func(pgx.Tx) error { return nil })
+	if !errors.Is(err, pglease.ErrLeaseLost) {
+		t.Fatalf("WithFence on a connection, lease never acquired = %v, want ErrLeaseLost", err)
+	}
+	if s := pc.Conn().PgConn().TxStatus(); s != 'I' {
+		t.Fatalf("connection after a refused check: transaction status %q, want idle", s)
+	}
+	var one int
+	if err := pc.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Fatalf("statement on the connection after a refused check: %v", err)
+	}
+}

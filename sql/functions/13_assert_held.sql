@@ -37,10 +37,8 @@ DECLARE
     v_holder     text;
     v_fence      bigint;
     v_expires_at timestamptz;
-    v_role       text;
     v_now        timestamptz;
     v_ms         bigint;
-    v_timeout    interval;
     v_setting    text;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
@@ -50,29 +48,31 @@ BEGIN
         PERFORM pglease._check_fence('assert_held', p_fence);
     END IF;
 
-    -- Another role's tenure is refused before any lock is taken, so that
-    -- seeing a fence is not enough to hold up its renewals or a takeover.
-    SELECT l.holder_role INTO v_role FROM pglease.leases AS l WHERE l.name = p_name;
-    IF v_role <> session_user THEN
-        RAISE EXCEPTION USING ERRCODE = 'PGL01',
-            MESSAGE = format('pglease: lease %L is not held with fence %s by role %I: another role took it',
-                             p_name, p_fence, session_user),
-            HINT = 'Assert a lease from the database role that acquired it.';
-    END IF;
-
-    SELECT l.holder, l.fence, l.expires_at, l.holder_role
-    INTO v_holder, v_fence, v_expires_at, v_role
+    -- Only a tenure of the caller's role is locked: another role's is
+    -- refused before any lock is taken, so that seeing a fence is not
+    -- enough to hold up its renewals or a takeover, nor to learn its fence.
+    -- (A tenure from before 0.2.0 has no role and is anyone's.) The row
+    -- read is the one locked: after a wait, the newest version, checked
+    -- again.
+    SELECT l.holder, l.fence, l.expires_at
+    INTO v_holder, v_fence, v_expires_at
     FROM pglease.leases AS l
-    WHERE l.name = p_name
+    WHERE l.name = p_name AND coalesce(l.holder_role = session_user, true)
     FOR SHARE;
-    v_now := clock_timestamp();
-
     IF NOT FOUND THEN
+        IF EXISTS (SELECT FROM pglease.leases AS l WHERE l.name = p_name) THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL01',
+                MESSAGE = format('pglease: lease %L is not held with fence %s by role %I: another role took it',
+                                 p_name, p_fence, session_user),
+                HINT = 'Assert a lease from the database role that acquired it.';
+        END IF;
         RAISE EXCEPTION USING ERRCODE = 'PGL01',
             MESSAGE = format('pglease: lease %L is not held with fence %s: no such lease',
                              p_name, p_fence),
             HINT = 'Acquire the lease before writing under its fence.';
     END IF;
+    v_now := clock_timestamp();
+
     IF v_fence <> p_fence THEN
         RAISE EXCEPTION USING ERRCODE = 'PGL01',
             MESSAGE = format('pglease: lease %L is not held with fence %s: current fence is %s',
@@ -91,22 +91,18 @@ BEGIN
                              p_name, p_fence, v_now - v_expires_at),
             HINT = 'Your tenure is over; stop writing and acquire the lease again.';
     END IF;
-    IF v_role <> session_user THEN
-        RAISE EXCEPTION USING ERRCODE = 'PGL01',
-            MESSAGE = format('pglease: lease %L is not held with fence %s by role %I: another role took it',
-                             p_name, p_fence, session_user),
-            HINT = 'Assert a lease from the database role that acquired it.';
-    END IF;
 
-    -- The bound above: the time left plus 100 ms, as milliseconds.
+    -- The bound above: the time left plus 100 ms, as milliseconds. A
+    -- setting of 0 (none, the usual case) is lowered without parsing it.
     v_ms := ceil(extract(epoch FROM v_expires_at - v_now) * 1000)::bigint + 100;
-    v_timeout := make_interval(secs => v_ms / 1000.0);
-    FOREACH v_setting IN ARRAY ARRAY['statement_timeout', 'idle_in_transaction_session_timeout'] LOOP
-        IF current_setting(v_setting)::interval = interval '0'
-           OR current_setting(v_setting)::interval > v_timeout THEN
-            PERFORM set_config(v_setting, v_ms::text, true);
-        END IF;
-    END LOOP;
+    v_setting := current_setting('statement_timeout');
+    IF v_setting = '0' OR v_setting::interval > make_interval(secs => v_ms / 1000.0) THEN
+        PERFORM set_config('statement_timeout', v_ms::text, true);
+    END IF;
+    v_setting := current_setting('idle_in_transaction_session_timeout');
+    IF v_setting = '0' OR v_setting::interval > make_interval(secs => v_ms / 1000.0) THEN
+        PERFORM set_config('idle_in_transaction_session_timeout', v_ms::text, true);
+    END IF;
     -- transaction_timeout exists from PostgreSQL 17 on (NULL before).
     IF current_setting('transaction_timeout', true)::interval = interval '0' THEN
         PERFORM set_config('transaction_timeout', v_ms::text, true);
