@@ -766,7 +766,12 @@ BEGIN
                     release_requested_at = NULL, release_to = NULL, release_for = NULL
                 WHERE l.ctid = v_tid;
                 fence := v_fence + 1;
-                PERFORM pglease._observed_wake(p_name);
+                -- pglease._observed_wake looks again; most leases have no
+                -- observer, and this look costs less than the call.
+                IF EXISTS (SELECT FROM pglease.observers AS o
+                           WHERE o.name = p_name AND o.until > clock_timestamp()) THEN
+                    PERFORM pglease._observed_wake(p_name);
+                END IF;
             END IF;
             acquired := true;
             holder := p_holder;
@@ -970,8 +975,10 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_role text := session_user::text;
-    v_tid  tid;
+    v_role     text := session_user::text;
+    v_tid      tid;
+    v_observed boolean;
+    v_waited   boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -996,12 +1003,19 @@ BEGIN
         SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
         WHERE l.ctid = v_tid; -- the locked row version stays where it is
         released := true;
-        PERFORM pglease._observed_wake(p_name);
-        -- We hold the lock refused acquires take: notify only when a
-        -- registration is visible (pglease._wake with p_sure, inline).
-        PERFORM 1 FROM pglease.waiters AS w
-        WHERE w.kind = 'lease' AND w.name = p_name AND w.until > clock_timestamp();
-        IF FOUND THEN
+        -- One look for observers (pglease._observed_wake, which looks
+        -- again) and waiters. We hold the lock refused acquires take:
+        -- notify waiters only when a registration is visible
+        -- (pglease._wake with p_sure, inline).
+        SELECT EXISTS (SELECT FROM pglease.observers AS o
+                       WHERE o.name = p_name AND o.until > clock_timestamp()),
+               EXISTS (SELECT FROM pglease.waiters AS w
+                       WHERE w.kind = 'lease' AND w.name = p_name AND w.until > clock_timestamp())
+        INTO v_observed, v_waited;
+        IF v_observed THEN
+            PERFORM pglease._observed_wake(p_name);
+        END IF;
+        IF v_waited THEN
             PERFORM pglease._wake('lease', p_name, false);
         END IF;
         RETURN;
