@@ -1119,7 +1119,8 @@ BEGIN
     WHERE l.name = p_name AND coalesce(l.holder_role = session_user, true)
     FOR SHARE;
     IF NOT FOUND THEN
-        IF EXISTS (SELECT FROM pglease.leases AS l WHERE l.name = p_name) THEN
+        IF EXISTS (SELECT FROM pglease.leases AS l
+                   WHERE l.name = p_name AND l.holder_role <> session_user) THEN
             RAISE EXCEPTION USING ERRCODE = 'PGL01',
                 MESSAGE = format('pglease: lease %L is not held with fence %s by role %I: another role took it',
                                  p_name, p_fence, session_user),

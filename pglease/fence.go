@@ -224,8 +224,9 @@ func endFenced(ctx context.Context, database Beginner, tx pgx.Tx, pid uint32) {
 // tenure in it (with the transaction's idle timeout first when idleTimeout
 // is positive). On a pool or a connection, BEGIN and the check go to the
 // server as one message, so a fenced write takes the round trips of the
-// same transaction without the check; in a pgx.Tx (a savepoint), the check
-// is a statement of its own. done gives back a connection beginFenced took
+// same transaction without the check; in a pgx.Tx (a savepoint), or when
+// the connection's client_encoding is not UTF8, the check is a statement
+// of its own. done gives back a connection beginFenced took
 // from a pool; call it once the transaction has ended. A refused check is
 // rolled back before beginFenced returns, and the connection is kept.
 func beginFenced(ctx context.Context, database Beginner, name string, fence int64, idleTimeout time.Duration) (tx pgx.Tx, done func(), err error) {
@@ -245,15 +246,22 @@ func beginFenced(ctx context.Context, database Beginner, name string, fence int6
 	default:
 		return beginThenCheck(ctx, database, name, fence, idleTimeout)
 	}
+	if conn.PgConn().ParameterStatus("client_encoding") != "UTF8" {
+		// The literal is safe in UTF-8 only: in a client encoding whose
+		// characters may end in a backslash's byte (SJIS, BIG5, GBK...),
+		// it could be read otherwise. pgx refuses its own literals there.
+		done()
+		return beginThenCheck(ctx, database, name, fence, idleTimeout)
+	}
 	pid := conn.PgConn().PID()
 	tx, err = conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginFencedSQL(name, fence, idleTimeout)})
 	if err == nil {
 		return tx, done, nil
 	}
 	switch {
-	case conn.IsClosed():
-		// pgx gave up mid-message: the server may hold the lock, idle in
-		// the transaction.
+	case conn.IsClosed() && !pgconn.SafeToRetry(err):
+		// pgx gave up once the message was sent: the server may hold the
+		// lock, idle in the transaction.
 		go endStrandedSession(context.WithoutCancel(ctx), database, pid)
 	case conn.PgConn().TxStatus() != 'I':
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)

@@ -356,3 +356,41 @@ func TestWithFenceRefusedKeepsConnection(t *testing.T) {
 		t.Fatalf("statement on the connection after a refused check: %v", err)
 	}
 }
+
+// TestWithFenceOtherClientEncoding: in a client encoding other than UTF-8
+// (where a character's last byte may be a backslash's, as in SJIS), the
+// name is never written as a literal: WithFence begins, then checks in a
+// statement of its own, with the name as a parameter.
+func TestWithFenceOtherClientEncoding(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(pgtest.NewMigrated(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &sqlRecorder{}
+	cfg.Tracer = rec
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	c := newClient(t, conn, "a")
+	const name = `sjis \' name`
+	l := mustAcquire(t, c, name, time.Minute)
+	if _, err := conn.Exec(ctx, "SET client_encoding = 'SJIS'"); err != nil {
+		t.Fatal(err)
+	}
+	rec.sql = nil
+	if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatalf("WithFence in SJIS: %v", err)
+	}
+	for _, q := range rec.sql {
+		if strings.Contains(q, name) || strings.Contains(q, "BEGIN;") {
+			t.Fatalf("WithFence in SJIS sent %q: the name as a literal", rec.sql)
+		}
+	}
+	if len(rec.sql) != 3 || rec.sql[0] != "begin" {
+		t.Fatalf("WithFence in SJIS sent %q, want begin, the check, commit", rec.sql)
+	}
+}
