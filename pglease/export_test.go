@@ -1,6 +1,10 @@
 package pglease
 
-import "github.com/pglease/pglease/internal/coalesce"
+import (
+	"context"
+
+	"github.com/pglease/pglease/internal/coalesce"
+)
 
 // SetWaitingHook makes c call f each time a blocking acquire has been
 // refused and is about to wait, with the lease name it waits on. Set it
@@ -21,4 +25,10 @@ func SetBatchHooks(c *Client, sending, queued func(n int), left func(name string
 		orig(a, res)
 		left(a.name)
 	}
+}
+
+// EndStrandedSession is endStrandedSession for the session with backend
+// PID pid and client port port.
+func EndStrandedSession(ctx context.Context, database Beginner, pid uint32, port int) bool {
+	return endStrandedSession(ctx, database, session{pid: pid, port: port})
 }

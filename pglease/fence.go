@@ -3,6 +3,7 @@ package pglease
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -130,12 +131,36 @@ func SendFenced(ctx context.Context, database BatchSender, name string, fence in
 }
 
 // strandedSessionSQL ends the server session of backend $1 when it is the
-// caller's role's and idle in a transaction: a fenced transaction whose
-// connection the client gave up on.
+// caller's role's, its client's port is $2 (-1: a Unix socket) and it is
+// idle in a transaction: a fenced transaction whose connection the client
+// gave up on.
 const strandedSessionSQL = `SELECT pg_catalog.pg_terminate_backend(a.pid)
 	FROM pg_catalog.pg_stat_activity AS a
-	WHERE a.pid = $1 AND a.usename = current_user AND a.backend_type = 'client backend'
+	WHERE a.pid = $1 AND a.client_port = $2
+	  AND a.usename = current_user AND a.backend_type = 'client backend'
 	  AND a.state IN ('idle in transaction', 'idle in transaction (aborted)')`
+
+// session names a connection's server session for endStrandedSession: the
+// backend PID the server gave the client, and the client's end of the
+// connection as the server sees it, the local TCP port (-1 over a Unix
+// socket, as pg_stat_activity.client_port says). Through a connection
+// pooler the PID is the pooler's own number, which may be a real backend's
+// of another client: the port tells them apart (the server sees the
+// pooler's port). Behind NAT that rewrites ports nothing matches, and the
+// transaction's idle timeout is the bound.
+type session struct {
+	pid  uint32
+	port int
+}
+
+// sessionOf returns pc's session.
+func sessionOf(pc *pgconn.PgConn) session {
+	s := session{pid: pc.PID(), port: -1}
+	if a, ok := pc.Conn().LocalAddr().(*net.TCPAddr); ok {
+		s.port = a.Port
+	}
+	return s
+}
 
 // endStrandedSession ends the server session of a fenced transaction whose
 // connection pgx closed (a context cancelled mid-statement, say) when that
@@ -147,29 +172,31 @@ const strandedSessionSQL = `SELECT pg_catalog.pg_terminate_backend(a.pid)
 // background and for at most rollbackTimeout, on another connection of
 // database (a pool; nothing happens when database was that
 // very connection or a transaction on it): only a backend of the caller's
-// role that is idle in a transaction is ended, so that one at work, or one
-// of another role, is never mistaken for it.
-func endStrandedSession(ctx context.Context, database Beginner, pid uint32) {
-	if pid == 0 {
-		return
+// role that is idle in a transaction, with the connection's PID and port,
+// is ended, so that one at work, another client's, or one of another role
+// is never mistaken for it. It reports whether it ended one.
+func endStrandedSession(ctx context.Context, database Beginner, s session) (ended bool) {
+	if s.pid == 0 {
+		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, rollbackTimeout)
 	defer cancel()
 	if q, ok := database.(interface {
 		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 	}); ok { // a pool: one statement, one round trip
-		_, _ = q.Exec(ctx, strandedSessionSQL, int64(pid))
-		return
+		tag, err := q.Exec(ctx, strandedSessionSQL, int64(s.pid), s.port)
+		return err == nil && tag.RowsAffected() > 0
 	}
 	tx, err := database.Begin(ctx)
 	if err != nil {
-		return
+		return false
 	}
-	if _, err := tx.Exec(ctx, strandedSessionSQL, int64(pid)); err != nil {
+	tag, err := tx.Exec(ctx, strandedSessionSQL, int64(s.pid), s.port)
+	if err != nil {
 		_ = tx.Rollback(ctx)
-		return
+		return false
 	}
-	_ = tx.Commit(ctx)
+	return tx.Commit(ctx) == nil && tag.RowsAffected() > 0
 }
 
 // withFence is WithFence, with the transaction's idle timeout set to
@@ -186,10 +213,10 @@ func withFence(ctx context.Context, database Beginner, name string, fence int64,
 		return err
 	}
 	defer done()
-	pid := tx.Conn().PgConn().PID()
+	sess := sessionOf(tx.Conn().PgConn())
 	defer func() {
 		if err != nil {
-			endFenced(ctx, database, tx, pid)
+			endFenced(ctx, database, tx, sess)
 		}
 	}()
 	if err := fn(tx); err != nil {
@@ -204,7 +231,7 @@ func withFence(ctx context.Context, database Beginner, name string, fence int64,
 // endFenced rolls back the fenced transaction tx after an error, and ends
 // its server session (endStrandedSession) when pgx gave up on its
 // connection.
-func endFenced(ctx context.Context, database Beginner, tx pgx.Tx, pid uint32) {
+func endFenced(ctx context.Context, database Beginner, tx pgx.Tx, sess session) {
 	// A failed rollback leaves nothing to undo: the connection is gone or
 	// the transaction already ended.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
@@ -216,7 +243,7 @@ func endFenced(ctx context.Context, database Beginner, tx pgx.Tx, pid uint32) {
 	if stranded {
 		// In the background: the workload returns at once (with the
 		// network cut, the call itself would wait).
-		go endStrandedSession(context.WithoutCancel(ctx), database, pid)
+		go endStrandedSession(context.WithoutCancel(ctx), database, sess)
 	}
 }
 
@@ -253,7 +280,7 @@ func beginFenced(ctx context.Context, database Beginner, name string, fence int6
 		done()
 		return beginThenCheck(ctx, database, name, fence, idleTimeout)
 	}
-	pid := conn.PgConn().PID()
+	sess := sessionOf(conn.PgConn())
 	tx, err = conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginFencedSQL(name, fence, idleTimeout)})
 	if err == nil {
 		return tx, done, nil
@@ -262,7 +289,7 @@ func beginFenced(ctx context.Context, database Beginner, name string, fence int6
 	case conn.IsClosed() && !pgconn.SafeToRetry(err):
 		// pgx gave up once the message was sent: the server may hold the
 		// lock, idle in the transaction.
-		go endStrandedSession(context.WithoutCancel(ctx), database, pid)
+		go endStrandedSession(context.WithoutCancel(ctx), database, sess)
 	case conn.PgConn().TxStatus() != 'I':
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		_, _ = conn.Exec(rctx, "ROLLBACK")
@@ -327,7 +354,7 @@ func beginThenCheck(ctx context.Context, database Beginner, name string, fence i
 		err = q.LeaseAssertHeld(ctx, db.LeaseAssertHeldParams{Name: name, Fence: fence})
 	}
 	if err != nil {
-		endFenced(ctx, database, tx, tx.Conn().PgConn().PID())
+		endFenced(ctx, database, tx, sessionOf(tx.Conn().PgConn()))
 		return nil, nil, interpretError(ctx, err)
 	}
 	return tx, func() {}, nil

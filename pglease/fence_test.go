@@ -394,3 +394,52 @@ func TestWithFenceOtherClientEncoding(t *testing.T) {
 		t.Fatalf("WithFence in SJIS sent %q, want begin, the check, commit", rec.sql)
 	}
 }
+
+// TestEndStrandedSessionNeedsItsPort: the session a stranded fenced
+// transaction left is ended only when its backend PID and its client's
+// port both match, so that a pooler's PID that happens to be another
+// client's backend never ends that client's transaction.
+func TestEndStrandedSessionNeedsItsPort(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewDirectPool(t) // PIDs and ports are the server's own
+	other, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	var pid int64
+	var port int
+	if err := other.QueryRow(ctx, `SELECT pg_backend_pid(), coalesce(inet_client_port(), -1)`).Scan(&pid, &port); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	idle := func() bool {
+		var ok bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity
+			WHERE pid = $1 AND state = 'idle in transaction')`, pid).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !idle() {
+		t.Fatal("the other session is not idle in its transaction")
+	}
+	if pglease.EndStrandedSession(ctx, pool, uint32(pid), port+1) {
+		t.Fatal("a session with the same PID and another client port was ended")
+	}
+	if !idle() {
+		t.Fatal("the session with the same PID and another client port is gone")
+	}
+	if !pglease.EndStrandedSession(ctx, pool, uint32(pid), port) {
+		t.Fatal("the session with the PID and the port was not ended")
+	}
+	// The server says goodbye on the ended session's connection.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := other.Conn().PgConn().WaitForNotification(wctx); err == nil || wctx.Err() != nil {
+		t.Fatalf("the ended session's connection: %v, want it closed by the server", err)
+	}
+}
