@@ -253,9 +253,9 @@ COMMENT ON TABLE pglease.candidates IS
 -- columns have a constant default (the table is rewritten anyway, by the
 -- domains below). The two indexes on expires_at go (a renewal then
 -- touches no index column and is HOT); check_at's and the free slots'
--- come. The table is
--- locked for the statement's length, which the renewals and claims of the
--- old functions wait for; they then run the new ones.
+-- come. The table is locked for the statement's length, which the
+-- renewals and claims of the old functions wait for; they then run the
+-- new ones.
 -- The ranges of slot numbers, fences and capacities become domains (see
 -- sql/schema/10_schema.sql: a CHECK constraint costs every write of the
 -- table): the same values are refused. Changing a column to a domain with
@@ -1663,8 +1663,8 @@ $$;
 -- whatever p_units says). p_reentrant false says that the caller, holding
 -- the scope lock, found no slot row of the holder's in the scope (live or
 -- not yet released) before it read p_now, so none is live at p_now (only
--- a claim starts a tenure), and skips that step. p_counted is the scope's counter as the caller read it under the
--- lock (NULL: read here).
+-- a claim starts a tenure), and skips that step. p_counted is the scope's
+-- counter as the caller read it under the lock (NULL: read here).
 -- Otherwise it takes a slot numbered up to p_capacity whose tenure is
 -- over (fence + 1): one that ended since the scope was last looked at, in
 -- place (it stays counted: one row written), else the lowest-numbered slot

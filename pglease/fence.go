@@ -271,14 +271,18 @@ func beginFenced(ctx context.Context, database Beginner, name string, fence int6
 	case *pgx.Conn:
 		conn = d
 	default:
-		return beginThenCheck(ctx, database, name, fence, idleTimeout)
+		tx, err := beginThenCheck(ctx, database, database, name, fence, idleTimeout)
+		return tx, done, err
 	}
 	if conn.PgConn().ParameterStatus("client_encoding") != "UTF8" {
 		// The literal is safe in UTF-8 only: in a client encoding whose
 		// characters may end in a backslash's byte (SJIS, BIG5, GBK...),
 		// it could be read otherwise. pgx refuses its own literals there.
-		done()
-		return beginThenCheck(ctx, database, name, fence, idleTimeout)
+		if tx, err = beginThenCheck(ctx, database, conn, name, fence, idleTimeout); err != nil {
+			done()
+			return nil, nil, err
+		}
+		return tx, done, nil
 	}
 	sess := sessionOf(conn.PgConn())
 	tx, err = conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginFencedSQL(name, fence, idleTimeout)})
@@ -337,12 +341,14 @@ func writeLiteral(b *strings.Builder, s string) {
 	b.WriteByte('\'')
 }
 
-// beginThenCheck is beginFenced in a pgx.Tx or any other Beginner: Begin,
-// then the check as a statement of its own.
-func beginThenCheck(ctx context.Context, database Beginner, name string, fence int64, idleTimeout time.Duration) (pgx.Tx, func(), error) {
-	tx, err := database.Begin(ctx)
+// beginThenCheck is beginFenced's other way: it begins on conn (database
+// itself, or a connection beginFenced took from it), then checks in a
+// statement of its own; after a refusal, database serves
+// endStrandedSession.
+func beginThenCheck(ctx context.Context, database, conn Beginner, name string, fence int64, idleTimeout time.Duration) (pgx.Tx, error) {
+	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return nil, nil, interpretError(ctx, err)
+		return nil, interpretError(ctx, err)
 	}
 	q := db.New(tx)
 	if idleTimeout > 0 {
@@ -355,7 +361,7 @@ func beginThenCheck(ctx context.Context, database Beginner, name string, fence i
 	}
 	if err != nil {
 		endFenced(ctx, database, tx, sessionOf(tx.Conn().PgConn()))
-		return nil, nil, interpretError(ctx, err)
+		return nil, interpretError(ctx, err)
 	}
-	return tx, func() {}, nil
+	return tx, nil
 }

@@ -51,8 +51,8 @@ $$;
 -- whatever p_units says). p_reentrant false says that the caller, holding
 -- the scope lock, found no slot row of the holder's in the scope (live or
 -- not yet released) before it read p_now, so none is live at p_now (only
--- a claim starts a tenure), and skips that step. p_counted is the scope's counter as the caller read it under the
--- lock (NULL: read here).
+-- a claim starts a tenure), and skips that step. p_counted is the scope's
+-- counter as the caller read it under the lock (NULL: read here).
 -- Otherwise it takes a slot numbered up to p_capacity whose tenure is
 -- over (fence + 1): one that ended since the scope was last looked at, in
 -- place (it stays counted: one row written), else the lowest-numbered slot

@@ -71,9 +71,9 @@ COMMENT ON TABLE pglease.candidates IS
 -- columns have a constant default (the table is rewritten anyway, by the
 -- domains below). The two indexes on expires_at go (a renewal then
 -- touches no index column and is HOT); check_at's and the free slots'
--- come. The table is
--- locked for the statement's length, which the renewals and claims of the
--- old functions wait for; they then run the new ones.
+-- come. The table is locked for the statement's length, which the
+-- renewals and claims of the old functions wait for; they then run the
+-- new ones.
 -- The ranges of slot numbers, fences and capacities become domains (see
 -- sql/schema/10_schema.sql: a CHECK constraint costs every write of the
 -- table): the same values are refused. Changing a column to a domain with
