@@ -2004,10 +2004,44 @@ BEGIN
     -- The clock is read once the scope is ours, after every wait: slots
     -- that expired or were released meanwhile count as free.
     v_now := clock_timestamp();
-    SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in, c.units
-    INTO claimed, slot, fence, in_use, retry_in, units
-    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl,
-                                    v_count, v_mine) AS c;
+    -- The common claim in one statement: the holder has no slot here, the
+    -- queue is empty, and the counted slot that ended first (on v_now) is
+    -- the only one that ended, so nothing is un-counted; it is taken in
+    -- place when the units fit. This decides exactly as
+    -- pglease._slot_claim_locked would (same reads, same test, no reserve
+    -- with no queue). Anything else, or nothing taken, goes there, on the
+    -- same clock: this statement changed nothing then.
+    IF NOT v_mine THEN
+        UPDATE pglease.slots AS s
+        SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
+            units = p_units, fence = s.fence + 1, acquired_at = v_now,
+            expires_at = v_now + v_ttl, check_at = v_now + v_ttl
+        FROM (SELECT t.slot, t.units FROM pglease.slots AS t
+              WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
+                AND t.expires_at <= v_now AND t.slot <= p_capacity
+              ORDER BY t.check_at LIMIT 1) AS t
+        WHERE s.scope = p_scope AND s.slot = t.slot AND s.counted AND s.expires_at <= v_now
+          AND NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+          AND (SELECT o.slot FROM pglease.slots AS o
+               WHERE o.scope = p_scope AND o.counted AND o.check_at <= v_now
+                 AND o.expires_at <= v_now AND o.slot <> t.slot
+               ORDER BY o.check_at LIMIT 1) IS NULL
+          AND v_count - t.units + p_units
+              <= least(p_capacity, (SELECT min(o.capacity) FROM pglease.slots AS o
+                                    WHERE o.scope = p_scope AND o.counted AND o.slot <> t.slot))
+        RETURNING s.slot::integer, s.fence::bigint, s.units::integer, v_count - t.units + p_units
+        INTO slot, fence, units, in_use;
+        claimed := FOUND;
+        IF claimed AND in_use <> v_count THEN
+            UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
+        END IF;
+    END IF;
+    IF claimed IS NOT TRUE THEN
+        SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in, c.units
+        INTO claimed, slot, fence, in_use, retry_in, units
+        FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl,
+                                        v_count, v_mine) AS c;
+    END IF;
     IF claimed THEN
         expires_at := v_now + v_ttl;
         expires_in := v_ttl;

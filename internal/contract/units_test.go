@@ -22,6 +22,7 @@ func TestWeightedSlots(t *testing.T) {
 		{"DeadWaiterLapses", testDeadWaiterLapses},
 		{"OneShotClaimsAreNotQueued", testOneShotClaimsAreNotQueued},
 		{"ClaimInOpenTransactionDelaysNoRenewal", testClaimInOpenTransactionDelaysNoRenewal},
+		{"TakeInPlaceDecidesAsEveryClaim", testTakeInPlaceDecidesAsEveryClaim},
 	})
 }
 
@@ -180,4 +181,102 @@ func testClaimInOpenTransactionDelaysNoRenewal(t *testing.T, db *testDB) {
 	if err := db.pool.QueryRow(callCtx, `SELECT renewed FROM pglease.renew_slot($1, 1, 'a', 1, '1 hour')`, n("s")).Scan(&renewed); err != nil || !renewed {
 		t.Fatalf("a's renewal while a claim's transaction is open: got %v, %v; want true at once", renewed, err)
 	}
+}
+
+// unitsClaim is one claim_slot of units with its own capacity.
+type unitsClaim struct {
+	claimed bool
+	slot    *int32
+	fence   *int64
+	inUse   int32
+}
+
+func claimUnitsOf(t testing.TB, q querier, scope, holder string, capacity, units int, wait bool) unitsClaim {
+	t.Helper()
+	var c unitsClaim
+	mustScan(t, q, `SELECT claimed, slot, fence, in_use FROM pglease.claim_slot($1, $2, $3, '1 hour', $4, $5)`,
+		[]any{scope, holder, capacity, units, wait}, &c.claimed, &c.slot, &c.fence, &c.inUse)
+	return c
+}
+
+// testTakeInPlaceDecidesAsEveryClaim: claim_slot takes the one counted slot
+// that ended in place in a single statement when nothing else is to do,
+// and leaves every other case to the full decision. Each case here is one
+// that single statement must leave alone (or get its count right); each
+// fails if the statement loses the test that sends it there.
+func testTakeInPlaceDecidesAsEveryClaim(t *testing.T, db *testDB) {
+	n := namer(t)
+	release := func(scope, holder string, c unitsClaim) {
+		t.Helper()
+		if !c.claimed || !releaseSlot(t, db.pool, scope, *c.slot, holder, *c.fence) {
+			t.Fatalf("%s in %s: claimed %v, not released", holder, scope, c.claimed)
+		}
+	}
+	// The scope's counter is the units of its counted slots, after every
+	// claim.
+	counted := func(scope string) {
+		t.Helper()
+		var ok bool
+		mustScan(t, db.pool, `SELECT sc.counted = coalesce((SELECT sum(s.units) FROM pglease.slots AS s
+			WHERE s.scope = sc.scope AND s.counted), 0) FROM pglease.slot_scopes AS sc WHERE sc.scope = $1`,
+			[]any{scope}, &ok)
+		if !ok {
+			t.Fatalf("scope %s: its counter is not the units of its counted slots:\n%s", scope, scopeSnapshot(t, db.pool, scope))
+		}
+	}
+	want := func(what string, c unitsClaim, claimed bool, slot, inUse int32) {
+		t.Helper()
+		if c.claimed != claimed || (claimed && (c.slot == nil || *c.slot != slot)) || c.inUse != inUse {
+			t.Fatalf("%s: got claimed %v, slot %s, in_use %d; want claimed %v, slot %d, in_use %d",
+				what, c.claimed, ptrString(c.slot), c.inUse, claimed, slot, inUse)
+		}
+	}
+
+	// Other units than the ended tenure's: the counter follows.
+	s := n("units")
+	release(s, "a", claimUnitsOf(t, db.pool, s, "a", 4, 3, false))
+	want("1 unit in place of 3", claimUnitsOf(t, db.pool, s, "b", 4, 1, false), true, 1, 1)
+	counted(s)
+
+	// Two counted slots ended: the other one is un-counted.
+	s = n("two")
+	a, b := claimUnitsOf(t, db.pool, s, "a", 4, 1, false), claimUnitsOf(t, db.pool, s, "b", 4, 1, false)
+	release(s, "a", a)
+	release(s, "b", b)
+	want("1 unit after two releases", claimUnitsOf(t, db.pool, s, "c", 4, 1, false), true, 1, 1)
+	counted(s)
+
+	// A live holder claimed with a smaller capacity: 2 units do not fit
+	// in its 2 beside it, although they would in the claim's 4.
+	s = n("smaller")
+	claimUnitsOf(t, db.pool, s, "a", 2, 1, false)
+	release(s, "b", claimUnitsOf(t, db.pool, s, "b", 4, 1, false))
+	want("2 units beside a holder of capacity 2", claimUnitsOf(t, db.pool, s, "c", 4, 2, false), false, 0, 1)
+	counted(s)
+
+	// The queue's head keeps its room: a release does not let a smaller
+	// claim in ahead of it.
+	s = n("queued")
+	claimUnitsOf(t, db.pool, s, "x", 4, 2, false)
+	y := claimUnitsOf(t, db.pool, s, "y", 4, 2, false)
+	if c := claimUnitsOf(t, db.pool, s, "big", 4, 4, true); c.claimed {
+		t.Fatal("4 units with 4 of 4 in use: claimed")
+	}
+	release(s, "y", y)
+	want("1 unit while a 4-unit claim is the head", claimUnitsOf(t, db.pool, s, "w", 4, 1, false), false, 0, 2)
+	counted(s)
+
+	// The only counted slot that ended is numbered above the claim's
+	// capacity: the claim takes the lowest free slot instead.
+	s = n("above")
+	a, b = claimUnitsOf(t, db.pool, s, "a", 4, 1, false), claimUnitsOf(t, db.pool, s, "b", 4, 1, false)
+	c := claimUnitsOf(t, db.pool, s, "c", 4, 1, false)
+	release(s, "c", c)
+	release(s, "a", a)
+	release(s, "b", b)
+	d := claimUnitsOf(t, db.pool, s, "d", 4, 1, false)
+	want("1 unit after three releases", d, true, 3, 1)
+	release(s, "d", d)
+	want("1 unit of capacity 2, slot 3 ended", claimUnitsOf(t, db.pool, s, "e", 2, 1, false), true, 1, 1)
+	counted(s)
 }
