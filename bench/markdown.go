@@ -140,6 +140,11 @@ func (r *Report) writeMarkdown(w io.Writer, notes bool) {
 	}
 	p("")
 
+	if r.SlotCycles != nil {
+		r.SlotCycles.writeMarkdown(w, "##")
+		p("")
+	}
+
 	rh := r.RenewHolder
 	p("## Renewing every lease of a holder")
 	p("")

@@ -18,6 +18,7 @@ type Report struct {
 	Pgbench     PgbenchResult     `json:"pgbench"`
 	Slots       []SlotRow         `json:"slots"`
 	SlotExec    []SlotExec        `json:"slot_execution"`
+	SlotCycles  *SlotCycles       `json:"slot_cycles,omitempty"`
 	RenewHolder RenewHolderResult `json:"renew_holder"`
 	Handover    []HandoverResult  `json:"handover"`
 	Purge       *PurgeResult      `json:"purge,omitempty"`

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,6 +134,115 @@ func (e *env) renewShare(ctx context.Context) (renew, renewSlot time.Duration, h
 	return median(rs), median(ss), hot, nil
 }
 
+// SlotCycles is the slot section: claim + release cycles against a lease's
+// acquire + release, and renew_slot's server time against renew's.
+type SlotCycles struct {
+	CellSeconds float64 `json:"cell_seconds"`
+	Rounds      int     `json:"rounds"`
+	Rows        []Row   `json:"rows"`
+	RenewUs     float64 `json:"renew_us"`
+	RenewSlotUs float64 `json:"renew_slot_us"`
+	HotShare    float64 `json:"renew_slot_hot_share"`
+}
+
+// Targets of the slot section (issue 30).
+const (
+	minSlotVsLease = 0.85 // one unit of capacity 64: claim + release over acquire + release
+	maxRenewSlot   = 1.15 // renew_slot's server time over renew's
+	slotCyclesKey  = "slots-only/units-1"
+)
+
+// slotCycleSettings are the cell and turns of the slot section: at least
+// 6 s in 6 turns, whatever the rest of the run uses, since its target is a
+// ratio of medians of turns.
+func slotCycleSettings(cfg config) config {
+	cfg.cell = max(cfg.cell, 6*time.Second)
+	cfg.rounds = max(cfg.rounds, 6)
+	return cfg
+}
+
+// benchSlotCycles measures the slot section on e at each of clients.
+func (e *env) benchSlotCycles(ctx context.Context, cfg config, clients []int) (*SlotCycles, error) {
+	cfg = slotCycleSettings(cfg)
+	sc := &SlotCycles{CellSeconds: cfg.cell.Seconds(), Rounds: cfg.rounds}
+	ws := e.slotsOnlyWorkloads()
+	for _, n := range clients {
+		log.Printf("slot cycles at C=%d: %d rows × %s in %d turns", n, len(ws), cfg.cell, cfg.rounds)
+		ts, err := runGroupOn(ctx, e, ws, n, cfg)
+		if err != nil {
+			return nil, err
+		}
+		for i, w := range ws {
+			sc.Rows = append(sc.Rows, newRow(w, n, ts[i]))
+		}
+	}
+	renew, renewSlot, hot, err := e.renewShare(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("renew_slot's server time: %w", err)
+	}
+	sc.RenewUs, sc.RenewSlotUs, sc.HotShare = float64(renew.Nanoseconds())/1e3, float64(renewSlot.Nanoseconds())/1e3, hot
+	return sc, nil
+}
+
+// row returns the row of key at n clients, or nil.
+func (sc *SlotCycles) row(key string, n int) *Row {
+	for i := range sc.Rows {
+		if r := &sc.Rows[i]; r.Key == key && r.Clients == n {
+			return r
+		}
+	}
+	return nil
+}
+
+// vsLease is the row's paired ratio over the lease cycle at its C.
+func (sc *SlotCycles) vsLease(row *Row) Paired {
+	return pairedRatio(row, sc.row("acquire-release/sql", row.Clients))
+}
+
+// writeMarkdown writes the section's table and server times under a
+// heading of level h.
+func (sc *SlotCycles) writeMarkdown(w io.Writer, h string) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("%s Slots against a lease (%s s per cell, %d turns)", h, strconv.FormatFloat(sc.CellSeconds, 'f', -1, 64), sc.Rounds)
+	p("")
+	p("Each client claims in a scope (acquires a lease) of its own. Ratios are the median of the turn-by-turn ratios (first and third quartile in brackets) over the lease's acquire + release cycle; the target for one unit of capacity %d is at least %.2f×.", slotsOnlyCapacity, minSlotVsLease)
+	p("")
+	p("| Cycle | C | cycles/s | × acquire + release | p50 ms | p99 ms |")
+	p("| --- | ---: | ---: | ---: | ---: | ---: |")
+	for i := range sc.Rows {
+		row := &sc.Rows[i]
+		r := sc.vsLease(row)
+		p("| %s | %d | %s | %.3f× (%.3f–%.3f) | %.3f | %.3f |",
+			row.Name, row.Clients, count(row.CyclesPerSec), r.Median, r.Q1, r.Q3, row.Latency.P50, row.Latency.P99)
+	}
+	p("")
+	p("Server time (EXPLAIN ANALYZE, median of %d each, interleaved): renew %.1f µs, renew_slot %.1f µs, %.2f× (target at most %.2f×); %.0f%% of those slot renewals were HOT updates.",
+		slotsOnlyRenews, sc.RenewUs, sc.RenewSlotUs, sc.RenewSlotUs/sc.RenewUs, maxRenewSlot, 100*sc.HotShare)
+}
+
+// checkSlotTargets adds the slot section's targets to r.
+func (r *Report) checkSlotTargets(c int) {
+	sc := r.SlotCycles
+	name := fmt.Sprintf("claim_slot of 1 unit + release_slot (capacity %d) ≥ %.2f× pglease.acquire + release at C=%d", slotsOnlyCapacity, minSlotVsLease, c)
+	var row *Row
+	if sc != nil {
+		row = sc.row(slotCyclesKey, c)
+	}
+	if row == nil {
+		r.unmeasured(name)
+	} else {
+		v := sc.vsLease(row)
+		r.add(name, v.Median >= minSlotVsLease, "%.3f× median of %d turns (quartiles %.3f–%.3f); %s cycles/s", v.Median, v.N, v.Q1, v.Q3, count(row.CyclesPerSec))
+	}
+	name = fmt.Sprintf("renew_slot's server time ≤ %.2f× renew's, with its share of HOT updates", maxRenewSlot)
+	if sc == nil || sc.RenewUs == 0 {
+		r.unmeasured(name)
+		return
+	}
+	ratio := sc.RenewSlotUs / sc.RenewUs
+	r.add(name, ratio <= maxRenewSlot, "%.2f× (%.1f µs vs %.1f µs); %.0f%% HOT", ratio, sc.RenewSlotUs, sc.RenewUs, 100*sc.HotShare)
+}
+
 // runSlotsBench runs only the slot section (-slots-only): the claim +
 // release cycles against a lease's acquire + release at -clients, weighted
 // claims of 1, 4 and 16 units of capacity 64, and renew_slot's server time
@@ -143,40 +255,12 @@ func runSlotsBench(ctx context.Context, cfg config) (err error) {
 	defer func() { err = errors.Join(err, dropScratch(ctx, sc)) }()
 	e := &env{url: sc.url}
 	load := loadavg()
-	ws := e.slotsOnlyWorkloads()
-	var r Report
-	for _, n := range cfg.clients {
-		log.Printf("slot cycles at C=%d: %d rows × %s in %d turns", n, len(ws), cfg.cell, cfg.rounds)
-		ts, err := runGroupOn(ctx, e, ws, n, cfg)
-		if err != nil {
-			return err
-		}
-		for i, w := range ws {
-			r.Throughput = append(r.Throughput, newRow(w, n, ts[i]))
-		}
-	}
-	renew, renewSlot, hot, err := e.renewShare(ctx)
+	cycles, err := e.benchSlotCycles(ctx, cfg, cfg.clients)
 	if err != nil {
-		return fmt.Errorf("renew_slot's server time: %w", err)
+		return err
 	}
-	fmt.Printf("## Slots (%s per cell, %d turns)\n\n", cfg.cell, cfg.rounds)
-	fmt.Printf("Load average %s at the start, %s at the end; %d CPUs.\n\n", load, loadavg(), runtime.NumCPU())
-	fmt.Println("Each client claims in a scope (acquires a lease) of its own. Ratios are the median of the turn-by-turn ratios (first and third quartile in brackets) over the lease's acquire + release cycle; the target for one unit of capacity 64 is at least 0.85×.")
-	fmt.Println()
-	fmt.Println("| Cycle | C | cycles/s | × acquire + release | p50 ms | p99 ms |")
-	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
-	for _, n := range cfg.clients {
-		base := r.row("acquire-release/sql", n)
-		for _, w := range ws {
-			row := r.row(w.key, n)
-			p := pairedRatio(row, base)
-			fmt.Printf("| %s | %d | %s | %.3f× (%.3f–%.3f) | %.3f | %.3f |\n",
-				w.name, n, count(row.OpsPerSec), p.Median, p.Q1, p.Q3, row.Latency.P50, row.Latency.P99)
-		}
-	}
-	fmt.Println()
-	fmt.Printf("Server time (EXPLAIN ANALYZE, median of %d each, interleaved): renew %.1f µs, renew_slot %.1f µs, %.2f× (target at most 1.15×); %.0f%% of those slot renewals were HOT updates.\n",
-		slotsOnlyRenews, float64(renew.Nanoseconds())/1e3, float64(renewSlot.Nanoseconds())/1e3,
-		float64(renewSlot)/float64(renew), 100*hot)
+	var md bytes.Buffer
+	cycles.writeMarkdown(&md, "##")
+	fmt.Printf("%s\nLoad average %s at the start, %s at the end; %d CPUs.\n", md.Bytes(), load, loadavg(), runtime.NumCPU())
 	return nil
 }

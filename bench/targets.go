@@ -94,6 +94,8 @@ func (r *Report) checkTargets() {
 		r.unmeasured(name)
 	}
 
+	r.checkSlotTargets(c)
+
 	rh := r.RenewHolder
 	r.add(fmt.Sprintf("renew_holder of %d leases ≥ %.0f× faster than %d single renews", rh.Leases, minRenewHolder, rh.Leases),
 		rh.Speedup >= minRenewHolder, "%.0f× (%.2f ms vs %.1f ms)", rh.Speedup, rh.Bulk, rh.Singles)
