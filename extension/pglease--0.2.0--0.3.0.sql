@@ -662,6 +662,7 @@ DECLARE
     v_tid     tid;
     v_rto     text;
     v_rfor    interval;
+    v_observed boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -765,12 +766,15 @@ BEGIN
                 SET holder = p_holder, holder_role = v_role, fence = v_fence + 1,
                     acquired_at = v_now, expires_at = v_now + v_ttl, value = NULL,
                     release_requested_at = NULL, release_to = NULL, release_for = NULL
-                WHERE l.ctid = v_tid;
+                WHERE l.ctid = v_tid
+                -- A look for observers, read with the update (a statement
+                -- after the row lock, as pglease.observe needs): most
+                -- leases have none, and pglease._observed_wake looks again.
+                RETURNING EXISTS (SELECT FROM pglease.observers AS o
+                                  WHERE o.name = p_name AND o.until > clock_timestamp())
+                INTO v_observed;
                 fence := v_fence + 1;
-                -- pglease._observed_wake looks again; most leases have no
-                -- observer, and this look costs less than the call.
-                IF EXISTS (SELECT FROM pglease.observers AS o
-                           WHERE o.name = p_name AND o.until > clock_timestamp()) THEN
+                IF v_observed THEN
                     PERFORM pglease._observed_wake(p_name);
                 END IF;
             END IF;
@@ -1002,17 +1006,18 @@ BEGIN
     IF FOUND THEN
         UPDATE pglease.leases AS l
         SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
-        WHERE l.ctid = v_tid; -- the locked row version stays where it is
-        released := true;
+        WHERE l.ctid = v_tid -- the locked row version stays where it is
         -- One look for observers (pglease._observed_wake, which looks
-        -- again) and waiters. We hold the lock refused acquires take:
-        -- notify waiters only when a registration is visible
-        -- (pglease._wake with p_sure, inline).
-        SELECT EXISTS (SELECT FROM pglease.observers AS o
-                       WHERE o.name = p_name AND o.until > clock_timestamp()),
-               EXISTS (SELECT FROM pglease.waiters AS w
-                       WHERE w.kind = 'lease' AND w.name = p_name AND w.until > clock_timestamp())
+        -- again) and waiters, read with the update: its snapshot is taken
+        -- after the lock refused acquires take, so notify waiters only
+        -- when a registration is visible (pglease._wake with p_sure,
+        -- inline).
+        RETURNING EXISTS (SELECT FROM pglease.observers AS o
+                          WHERE o.name = p_name AND o.until > clock_timestamp()),
+                  EXISTS (SELECT FROM pglease.waiters AS w
+                          WHERE w.kind = 'lease' AND w.name = p_name AND w.until > clock_timestamp())
         INTO v_observed, v_waited;
+        released := true;
         IF v_observed THEN
             PERFORM pglease._observed_wake(p_name);
         END IF;

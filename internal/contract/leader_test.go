@@ -393,6 +393,10 @@ func testObservedChangesNotify(t *testing.T, db *testDB) {
 	mustExec(t, db.pool, `SELECT pglease.release_after($1, 'a', 2, interval '1 microsecond')`, unwatched)
 	mustExec(t, db.pool, `SELECT pglease.release_after($1, 'a', 2, interval '1 microsecond')`, watched)
 	next("a release after its hold")
+	// The three-argument acquire takes the freed row (no value).
+	mustExec(t, db.pool, `SELECT pglease.acquire($1, 'b', '1 hour')`, unwatched)
+	mustExec(t, db.pool, `SELECT pglease.acquire($1, 'b', '1 hour')`, watched)
+	next("a new tenure of a freed lease")
 	var values int
 	mustScan(t, db.pool, `SELECT count(value) FROM pglease.leases WHERE name IN ($1, $2)`, []any{watched, unwatched}, &values)
 	if values != 0 {

@@ -47,17 +47,18 @@ BEGIN
     IF FOUND THEN
         UPDATE pglease.leases AS l
         SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
-        WHERE l.ctid = v_tid; -- the locked row version stays where it is
-        released := true;
+        WHERE l.ctid = v_tid -- the locked row version stays where it is
         -- One look for observers (pglease._observed_wake, which looks
-        -- again) and waiters. We hold the lock refused acquires take:
-        -- notify waiters only when a registration is visible
-        -- (pglease._wake with p_sure, inline).
-        SELECT EXISTS (SELECT FROM pglease.observers AS o
-                       WHERE o.name = p_name AND o.until > clock_timestamp()),
-               EXISTS (SELECT FROM pglease.waiters AS w
-                       WHERE w.kind = 'lease' AND w.name = p_name AND w.until > clock_timestamp())
+        -- again) and waiters, read with the update: its snapshot is taken
+        -- after the lock refused acquires take, so notify waiters only
+        -- when a registration is visible (pglease._wake with p_sure,
+        -- inline).
+        RETURNING EXISTS (SELECT FROM pglease.observers AS o
+                          WHERE o.name = p_name AND o.until > clock_timestamp()),
+                  EXISTS (SELECT FROM pglease.waiters AS w
+                          WHERE w.kind = 'lease' AND w.name = p_name AND w.until > clock_timestamp())
         INTO v_observed, v_waited;
+        released := true;
         IF v_observed THEN
             PERFORM pglease._observed_wake(p_name);
         END IF;
