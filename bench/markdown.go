@@ -131,7 +131,7 @@ func (r *Report) writeMarkdown(w io.Writer, notes bool) {
 	}
 	p("")
 
-	p("The same claims timed by the server alone (EXPLAIN ANALYZE's execution time, median of %d claims by one client, each released again): no round trip, no commit.", slotExecSamples)
+	p("The same claims timed by the server alone (EXPLAIN ANALYZE's execution time, median of %d claims by one client, each released again, the variants taking turns claim by claim): no round trip, no commit.", slotExecSamples)
 	p("")
 	p("| Capacity | Other rows in the scope | claim execution ms | × capacity 1 |")
 	p("| ---: | --- | ---: | ---: |")

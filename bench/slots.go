@@ -119,7 +119,7 @@ func (v slotVariant) workload(e *env, k int) workload {
 
 // slotExecSamples is how many claims of each variant are timed by the
 // server alone.
-const slotExecSamples = 30
+const slotExecSamples = 100
 
 // heldSlotSQL finds the slot a claim timed under EXPLAIN took (EXPLAIN
 // returns the plan, not the claim).
@@ -133,46 +133,52 @@ type SlotExec struct {
 	ExecVsCap1 float64 `json:"execution_vs_capacity_1"`
 }
 
-// execTime returns the median execution time of a claim at v's capacity in
-// scope (EXPLAIN ANALYZE's Execution Time), releasing each claim again.
-func (v slotVariant) execTime(ctx context.Context, conn *pgx.Conn, scope string) (float64, error) {
+// execTime returns the execution time of one claim at v's capacity in
+// scope (EXPLAIN ANALYZE's Execution Time), and releases it again.
+func (v slotVariant) execTime(ctx context.Context, conn *pgx.Conn, scope string) (time.Duration, error) {
 	holder := "bench/" + scope
-	times := make([]time.Duration, slotExecSamples)
-	for i := range times {
-		var err error
-		if times[i], err = explainExec(ctx, conn, claimSlotSQL, scope, holder, v.Capacity, cycleTTL); err != nil {
-			return 0, err
-		}
-		var slot int32
-		var fence int64
-		if err := conn.QueryRow(ctx, heldSlotSQL, scope, holder).Scan(&slot, &fence); err != nil {
-			return 0, fmt.Errorf("claim in %s: %w", scope, err)
-		}
-		var released bool
-		if err := conn.QueryRow(ctx, releaseSlotSQL, scope, slot, holder, fence).Scan(&released); err != nil {
-			return 0, err
-		}
-		if !released {
-			return 0, errRefused("release_slot " + scope)
-		}
+	t, err := explainExec(ctx, conn, claimSlotSQL, scope, holder, v.Capacity, cycleTTL)
+	if err != nil {
+		return 0, err
 	}
-	return ms(median(times)), nil
+	var slot int32
+	var fence int64
+	if err := conn.QueryRow(ctx, heldSlotSQL, scope, holder).Scan(&slot, &fence); err != nil {
+		return 0, fmt.Errorf("claim in %s: %w", scope, err)
+	}
+	var released bool
+	if err := conn.QueryRow(ctx, releaseSlotSQL, scope, slot, holder, fence).Scan(&released); err != nil {
+		return 0, err
+	}
+	if !released {
+		return 0, errRefused("release_slot " + scope)
+	}
+	return t, nil
 }
 
 // slotExec times the claims of every variant on the server, in the scopes
-// of client 0 of the sweep (already prefilled).
+// of client 0 of the sweep (already prefilled), the variants taking turns
+// claim by claim so that a drift of the machine's speed hits them alike.
 func (e *env) slotExec(ctx context.Context, variants []slotVariant) ([]SlotExec, error) {
 	conn, err := pgx.Connect(ctx, e.url)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close(ctx)
+	times := make([][]time.Duration, len(variants))
+	for range slotExecSamples {
+		for k, v := range variants {
+			t, err := v.execTime(ctx, conn, id(slotKey(k), 0))
+			if err != nil {
+				return nil, err
+			}
+			times[k] = append(times[k], t)
+		}
+	}
 	out := make([]SlotExec, len(variants))
 	for k, v := range variants {
 		out[k].slotVariant = v
-		if out[k].ExecMs, err = v.execTime(ctx, conn, id(slotKey(k), 0)); err != nil {
-			return nil, err
-		}
+		out[k].ExecMs = ms(median(times[k]))
 		out[k].ExecVsCap1 = out[k].ExecMs / out[0].ExecMs
 	}
 	return out, nil
