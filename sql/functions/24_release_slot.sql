@@ -22,6 +22,7 @@ AS $$
 DECLARE
     v_role text := session_user::text;
     v_counted boolean := false;
+    v_waited boolean;
     v_now  timestamptz;
     v_tid  tid;
 BEGIN
@@ -80,50 +81,70 @@ BEGIN
         FOR NO KEY UPDATE SKIP LOCKED;
     END IF;
     IF FOUND THEN
+        IF NOT v_counted THEN
+            -- The lock claims hold while they count (see pglease._wake),
+            -- taken before the change without waiting: when a claim holds
+            -- it, notify whether or not someone registered; otherwise only
+            -- when someone did, read with the update: its snapshot is taken
+            -- after this lock, so it sees the registration of a refused
+            -- claim that held the lock until just before.
+            PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
+            FOR UPDATE SKIP LOCKED;
+            v_waited := NOT FOUND;
+        END IF;
         v_now := clock_timestamp();
         UPDATE pglease.slots AS s
         SET holder = NULL, expires_at = least(s.expires_at, v_now),
             check_at = least(s.check_at, v_now)
-        WHERE s.ctid = v_tid; -- the locked row version stays where it is
+        WHERE s.ctid = v_tid -- the locked row version stays where it is
+        RETURNING v_counted OR v_waited
+                  OR EXISTS (SELECT FROM pglease.waiters AS w
+                             WHERE w.kind = 'slot' AND w.name = p_scope
+                               AND w.until > clock_timestamp())
+        INTO v_waited;
         released := true;
-    ELSE
-        released := false;
+        IF v_waited THEN
+            PERFORM pglease._slot_wake(p_scope, v_counted);
+        END IF;
+        RETURN;
+    END IF;
+    -- Locked by a transaction in flight (a renewal, a fenced write, a
+    -- claim re-pinning it): wait in a subtransaction and decide on the
+    -- clock read after the wait, as pglease.release does.
+    released := false;
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.slot = p_slot
+      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+      AND coalesce(s.holder_role = v_role, true)
+      AND s.expires_at > clock_timestamp();
+    IF NOT FOUND THEN
+        RETURN; -- not the caller's live tenure
+    END IF;
+    BEGIN
         PERFORM 1 FROM pglease.slots AS s
         WHERE s.scope = p_scope AND s.slot = p_slot
           AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > clock_timestamp();
+        FOR NO KEY UPDATE;
+        v_now := clock_timestamp();
+        UPDATE pglease.slots AS s
+        SET holder = NULL, expires_at = least(s.expires_at, v_now),
+            check_at = least(s.check_at, v_now)
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+          AND coalesce(s.holder_role = v_role, true)
+          AND s.expires_at > v_now;
         IF NOT FOUND THEN
-            RETURN; -- not the caller's live tenure
+            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
         END IF;
-        BEGIN
-            PERFORM 1 FROM pglease.slots AS s
-            WHERE s.scope = p_scope AND s.slot = p_slot
-              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-              AND coalesce(s.holder_role = v_role, true)
-            FOR NO KEY UPDATE;
-            v_now := clock_timestamp();
-            UPDATE pglease.slots AS s
-            SET holder = NULL, expires_at = least(s.expires_at, v_now),
-                check_at = least(s.check_at, v_now)
-            WHERE s.scope = p_scope AND s.slot = p_slot
-              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-              AND coalesce(s.holder_role = v_role, true)
-              AND s.expires_at > v_now;
-            IF NOT FOUND THEN
-                RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-            END IF;
-            released := true;
-        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-            RETURN;
-        END;
-    END IF;
-    IF released AND NOT v_counted THEN
-        -- The lock claims hold while they count (see pglease._wake): when
-        -- a claim holds it, notify whether or not someone registered;
-        -- otherwise only when someone did, read in a statement of its own:
-        -- its snapshot is taken after the lock, so it sees the registration
-        -- of a refused claim that held the lock until just before.
+        released := true;
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        RETURN;
+    END;
+    IF NOT v_counted THEN
+        -- As on the fast path, but after the change: the lock claims hold
+        -- while they count; the waiters read in a statement of its own,
+        -- whose snapshot is taken after it.
         PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
         FOR UPDATE SKIP LOCKED;
         IF FOUND THEN
@@ -134,8 +155,6 @@ BEGIN
             END IF;
         END IF;
     END IF;
-    IF released THEN
-        PERFORM pglease._slot_wake(p_scope, v_counted);
-    END IF;
+    PERFORM pglease._slot_wake(p_scope, v_counted);
 END
 $$;
