@@ -314,6 +314,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	if r.Slots, r.SlotExec, err = e.benchSlots(ctx, cfg); err != nil {
 		return err
 	}
+	if err := e.exec(ctx, slotCyclesVacuumSQL); err != nil {
+		return err
+	}
 	if r.SlotCycles, err = e.benchSlotCycles(ctx, cfg, []int{targetClients}); err != nil {
 		return err
 	}
