@@ -22,7 +22,7 @@ AS $$
 DECLARE
     v_role text := session_user::text;
     v_counted boolean := false;
-    v_waited boolean;
+    v_wake    boolean; -- notify: a claim holds the scope lock, or a waiter is registered
     v_now  timestamptz;
     v_tid  tid;
 BEGIN
@@ -90,20 +90,20 @@ BEGIN
             -- claim that held the lock until just before.
             PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
             FOR UPDATE SKIP LOCKED;
-            v_waited := NOT FOUND;
+            v_wake := NOT FOUND;
         END IF;
         v_now := clock_timestamp();
         UPDATE pglease.slots AS s
         SET holder = NULL, expires_at = least(s.expires_at, v_now),
             check_at = least(s.check_at, v_now)
         WHERE s.ctid = v_tid -- the locked row version stays where it is
-        RETURNING v_counted OR v_waited
+        RETURNING v_counted OR v_wake
                   OR EXISTS (SELECT FROM pglease.waiters AS w
                              WHERE w.kind = 'slot' AND w.name = p_scope
                                AND w.until > clock_timestamp())
-        INTO v_waited;
+        INTO v_wake;
         released := true;
-        IF v_waited THEN
+        IF v_wake THEN
             PERFORM pglease._slot_wake(p_scope, v_counted);
         END IF;
         RETURN;
