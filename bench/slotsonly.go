@@ -26,6 +26,97 @@ const (
 
 var slotsOnlyUnits = []int{1, 4, 16}
 
+// The slot cycle's floor: what a claim and a release of pglease's slot
+// design do at the least, with no test and no decision. The claim takes the
+// scope lock (exact counting serialises a scope's claims), locks the
+// holder's rows in the scope (re-entrancy) and takes slot 1 in place by its
+// primary key (a new fence: the row's holder, check_at, capacity and units
+// change, so the update writes every index entry a take does). The release
+// locks its row, tries the scope lock (what keeps a wake-up from being
+// lost), and ends the tenure as release_slot does. Both are SECURITY
+// DEFINER PL/pgSQL with a pinned search_path, as pglease's functions are.
+// They live in the bench's scratch database and write pglease.slots
+// itself, so every index and every domain of the real table is paid.
+const (
+	slotFloorKey          = "slots-only/floor"
+	slotFloorFunctionsSQL = `
+CREATE OR REPLACE FUNCTION bench_slot_floor_claim(
+    p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now   timestamptz;
+    v_count integer;
+BEGIN
+    SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
+    PERFORM 1 FROM pglease.slots AS s WHERE s.scope = p_scope AND s.holder = p_holder FOR NO KEY UPDATE;
+    v_now := clock_timestamp();
+    UPDATE pglease.slots AS s
+    SET holder = p_holder, holder_role = session_user, capacity = p_capacity, units = p_units,
+        fence = s.fence + 1, acquired_at = v_now, expires_at = v_now + p_ttl, check_at = v_now + p_ttl
+    WHERE s.scope = p_scope AND s.slot = 1 AND s.expires_at <= v_now
+    RETURNING true, s.slot, s.fence INTO claimed, slot, fence;
+END
+$$;
+CREATE OR REPLACE FUNCTION bench_slot_floor_release(
+    p_scope text, p_slot integer, p_holder text, p_fence bigint, OUT released boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_tid tid;
+BEGIN
+    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.slot = p_slot AND s.holder = p_holder AND s.fence = p_fence
+    FOR NO KEY UPDATE SKIP LOCKED;
+    PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE SKIP LOCKED;
+    UPDATE pglease.slots AS s
+    SET holder = NULL, expires_at = clock_timestamp(), check_at = clock_timestamp()
+    WHERE s.ctid = v_tid;
+    released := FOUND;
+END
+$$;`
+	slotFloorClaimSQL   = `SELECT claimed, slot, fence FROM bench_slot_floor_claim($1, $2, $3, $4, $5)`
+	slotFloorReleaseSQL = `SELECT released FROM bench_slot_floor_release($1, $2, $3, $4)`
+)
+
+// slotFloorCycle is the floor's claim of one unit of capacity in scope and
+// its release, on rows a real claim and release made first.
+func slotFloorCycle(ctx context.Context, conn *pgx.Conn, scope string, capacity int) ([]step, error) {
+	// The scope's row and its slot 1, as pglease makes them.
+	for _, s := range unitsCycle(conn, scope, capacity, 1) {
+		if err := s(ctx); err != nil {
+			return nil, fmt.Errorf("the floor's rows: %w", err)
+		}
+	}
+	holder := "bench/" + scope
+	var slot int32
+	var fence int64
+	return []step{
+		func(ctx context.Context) error {
+			var claimed *bool
+			var s *int32
+			var f *int64
+			if err := conn.QueryRow(ctx, slotFloorClaimSQL, scope, holder, capacity, cycleTTL, 1).Scan(&claimed, &s, &f); err != nil {
+				return err
+			}
+			if claimed == nil || !*claimed {
+				return errRefused("the floor's claim " + scope)
+			}
+			slot, fence = *s, *f
+			return nil
+		},
+		func(ctx context.Context) error {
+			var released bool
+			if err := conn.QueryRow(ctx, slotFloorReleaseSQL, scope, slot, holder, fence).Scan(&released); err != nil {
+				return err
+			}
+			if !released {
+				return errRefused("the floor's release " + scope)
+			}
+			return nil
+		},
+	}, nil
+}
+
 // unitsCycle is a claim of units units of scope at capacity and its release.
 func unitsCycle(conn *pgx.Conn, scope string, capacity, units int) []step {
 	holder := "bench/" + scope
@@ -84,6 +175,18 @@ func (e *env) slotsOnlyWorkloads() []workload {
 			},
 		})
 	}
+	ws = append(ws, workload{
+		key: slotFloorKey, name: fmt.Sprintf("floor: the scope lock, the holder's rows and a take by primary key + the release's locks and update, capacity %d", slotsOnlyCapacity), path: "SQL via pgx, PL/pgSQL with no test",
+		steps: []string{"claim", "release"},
+		start: func(ctx context.Context, n int) (*instance, error) {
+			if err := e.exec(ctx, slotFloorFunctionsSQL); err != nil {
+				return nil, fmt.Errorf("create the slot floor's functions: %w", err)
+			}
+			return e.perConn(ctx, n, func(ctx context.Context, i int, conn *pgx.Conn) ([]step, error) {
+				return slotFloorCycle(ctx, conn, id(slotFloorKey, i), slotsOnlyCapacity)
+			})
+		},
+	})
 	return ws
 }
 
@@ -222,6 +325,11 @@ func (sc *SlotCycles) writeMarkdown(w io.Writer, h string) {
 		p("| %s | %d | %s | %.3f× (%.3f–%.3f) | %.3f | %.3f |",
 			row.Name, row.Clients, count(row.CyclesPerSec), r.Median, r.Q1, r.Q3, row.Latency.P50, row.Latency.P99)
 	}
+	if one, floor := sc.row(slotCyclesKey, targetClients), sc.row(slotFloorKey, targetClients); one != nil && floor != nil {
+		p("")
+		p("The floor row is the least a claim and a release of this design do, with no test and no decision: the scope lock, the holder's rows locked, a take of slot 1 by its primary key (every index entry a take writes), and the release's two locks and update, as SECURITY DEFINER PL/pgSQL on `pglease.slots` itself. At C=%d it makes %.3f× a lease's cycle; one unit of capacity %d makes %.3f× the floor's.",
+			targetClients, sc.vsLease(floor).Median, slotsOnlyCapacity, pairedRatio(one, floor).Median)
+	}
 	p("")
 	p("Server time (EXPLAIN ANALYZE, median of %d each, interleaved): renew %.1f µs, renew_slot %.1f µs, %.2f× (target at most %.2f×); %.0f%% of those slot renewals were HOT updates.",
 		slotsOnlyRenews, sc.RenewUs, sc.RenewSlotUs, sc.RenewSlotUs/sc.RenewUs, maxRenewSlot, 100*sc.HotShare)
@@ -239,7 +347,11 @@ func (r *Report) checkSlotTargets(c int) {
 		r.unmeasured(name)
 	} else {
 		v := sc.vsLease(row)
-		r.add(name, v.Median >= minSlotVsLease, "%.3f× median of %d turns (quartiles %.3f–%.3f); %s cycles/s", v.Median, v.N, v.Q1, v.Q3, count(row.CyclesPerSec))
+		detail := fmt.Sprintf("%.3f× median of %d turns (quartiles %.3f–%.3f); %s cycles/s", v.Median, v.N, v.Q1, v.Q3, count(row.CyclesPerSec))
+		if floor := sc.row(slotFloorKey, c); floor != nil {
+			detail += fmt.Sprintf("; the design's floor (no test, no decision) %.3f×, and this cycle %.3f× the floor's", sc.vsLease(floor).Median, pairedRatio(row, floor).Median)
+		}
+		r.add(name, v.Median >= minSlotVsLease, "%s", detail)
 	}
 	name = fmt.Sprintf("renew_slot's server time ≤ %.2f× renew's, with its share of HOT updates", maxRenewSlot)
 	if sc == nil || sc.RenewUs == 0 {

@@ -57,6 +57,13 @@ DECLARE
     v_role  text := session_user::text;
     v_count integer;
     v_mine  boolean;
+    v_tid    tid;     -- the common claim's slot: its row, number, units, capacity
+    v_tslot  integer;
+    v_tunits integer;
+    v_tcap   integer;
+    v_ended  integer; -- counted slots that ended on v_now, up to two
+    v_queued boolean;
+    v_cap    integer;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_scope) BETWEEN 1 AND 256
@@ -97,36 +104,52 @@ BEGIN
     -- The clock is read once the scope is ours, after every wait: slots
     -- that expired or were released meanwhile count as free.
     v_now := clock_timestamp();
-    -- The common claim in one statement: the holder has no slot here, the
-    -- queue is empty, and the counted slot that ended first (on v_now) is
-    -- the only one that ended, so nothing is un-counted; it is taken in
-    -- place when the units fit. This decides exactly as
-    -- pglease._slot_claim_locked would (same reads, same test, no reserve
-    -- with no queue). Anything else, or nothing taken, goes there, on the
-    -- same clock: this statement changed nothing then.
+    -- The common claim: the holder has no slot here, the queue is empty,
+    -- and the counted slot that ended first (on v_now) is the only one that
+    -- ended, so nothing is un-counted; it is taken in place when the units
+    -- fit. This decides exactly as pglease._slot_claim_locked would (same
+    -- reads, same test, no reserve with no queue). One read (the first two
+    -- counted slots that ended, and the queue), then the take by the row's
+    -- address: a statement's cost here is mostly its plan's set-up, so
+    -- the test runs in PL/pgSQL, not as subqueries of the UPDATE. When the
+    -- slot is taken back with its capacity and units, the units in use do
+    -- not change and the capacity test holds by the scope's invariant (see
+    -- sql/schema/10_schema.sql: the units in use are at most the capacity
+    -- of every counted slot), so the smallest capacity of the others is
+    -- read only when either changes. Anything else, or nothing taken (the
+    -- row changed under a renewal in flight: the UPDATE re-tests it), goes
+    -- to pglease._slot_claim_locked, on the same clock: nothing changed.
     IF NOT v_mine THEN
-        UPDATE pglease.slots AS s
-        SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
-            units = p_units, fence = s.fence + 1, acquired_at = v_now,
-            expires_at = v_now + v_ttl, check_at = v_now + v_ttl
-        FROM (SELECT t.slot, t.units FROM pglease.slots AS t
-              WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
-                AND t.expires_at <= v_now AND t.slot <= p_capacity
-              ORDER BY t.check_at LIMIT 1) AS t
-        WHERE s.scope = p_scope AND s.slot = t.slot AND s.counted AND s.expires_at <= v_now
-          AND NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
-          AND (SELECT o.slot FROM pglease.slots AS o
-               WHERE o.scope = p_scope AND o.counted AND o.check_at <= v_now
-                 AND o.expires_at <= v_now AND o.slot <> t.slot
-               ORDER BY o.check_at LIMIT 1) IS NULL
-          AND v_count - t.units + p_units
-              <= least(p_capacity, (SELECT min(o.capacity) FROM pglease.slots AS o
-                                    WHERE o.scope = p_scope AND o.counted AND o.slot <> t.slot))
-        RETURNING s.slot::integer, s.fence::bigint, s.units::integer, v_count - t.units + p_units
-        INTO slot, fence, units, in_use;
-        claimed := FOUND;
-        IF claimed AND in_use <> v_count THEN
-            UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
+        SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], cardinality(e.tids),
+               EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+        INTO v_tid, v_tslot, v_tunits, v_tcap, v_ended, v_queued
+        FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
+                     array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
+              FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
+                    WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
+                      AND t.expires_at <= v_now
+                    ORDER BY t.check_at LIMIT 2) AS t) AS e;
+        IF v_ended = 1 AND v_tslot <= p_capacity AND NOT v_queued THEN
+            IF v_tcap IS DISTINCT FROM p_capacity OR v_tunits <> p_units THEN
+                SELECT min(o.capacity) INTO v_cap FROM pglease.slots AS o
+                WHERE o.scope = p_scope AND o.counted AND o.slot <> v_tslot;
+            END IF;
+            IF (v_tcap = p_capacity AND v_tunits = p_units)
+               OR v_count - v_tunits + p_units <= least(p_capacity, v_cap) THEN
+                UPDATE pglease.slots AS s
+                SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
+                    units = p_units, fence = s.fence + 1, acquired_at = v_now,
+                    expires_at = v_now + v_ttl, check_at = v_now + v_ttl
+                WHERE s.ctid = v_tid AND s.counted AND s.expires_at <= v_now
+                RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
+                claimed := FOUND;
+                IF claimed THEN
+                    in_use := v_count - v_tunits + p_units;
+                    IF in_use <> v_count THEN
+                        UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
+                    END IF;
+                END IF;
+            END IF;
         END IF;
     END IF;
     IF claimed IS NOT TRUE THEN

@@ -44,7 +44,13 @@ CREATE INDEX leases_holder_idx ON pglease.leases (holder) WHERE holder IS NOT NU
 -- scope's counted slot rows hold (pglease.slots.counted, units), kept exact
 -- by the claims under this lock: a claim first un-counts the rows that
 -- ended by its clock, and then counted is the number of units in use, read
--- in O(1).
+-- in O(1). Invariant: counted is at most the capacity of every counted
+-- slot row (those of NULL capacity, from before 0.2.0, aside). Every claim
+-- (0.2.0's too) grants only while the units after it fit in the smallest
+-- capacity of the rows it leaves counted and its own, and every other
+-- change of counted lowers it and un-counts rows; so a claim that takes a
+-- slot back in place with the capacity and units it had keeps it, whatever
+-- the other rows' capacities (pglease.claim_slot relies on it).
 CREATE TABLE pglease.slot_scopes (
     scope   text    PRIMARY KEY,
     counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0)
