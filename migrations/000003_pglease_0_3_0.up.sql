@@ -2044,66 +2044,73 @@ BEGIN
         PERFORM pglease._scope_lock(p_scope);
         SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
     END IF;
-    -- Lock the holder's own slot rows in the scope, live or not yet
-    -- released: this waits for a renewal in flight of one (which a
-    -- re-entrant claim re-pins), so that no wait follows the clock read,
-    -- and it sees the row as renewed. Liveness is not tested here: a row
-    -- that looks ended may be under a renewal that checked it live before
-    -- its end and commits after. None found: the holder has no tenure in
-    -- the scope that a renewal could extend, and none starts before the
-    -- clock read (only a claim, which needs the scope lock, starts one).
-    PERFORM 1 FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.holder = p_holder
-      AND coalesce(s.holder_role = v_role, true)
-    FOR NO KEY UPDATE;
-    v_mine := FOUND;
-    -- The clock is read once the scope is ours, after every wait: slots
-    -- that expired or were released meanwhile count as free.
+    -- The clock is read once the scope is ours: slots that expired or were
+    -- released meanwhile count as free. One read then: the first two
+    -- counted slots that ended on it, whether the queue has a waiter, and
+    -- whether the holder has a slot row in the scope (live or not yet
+    -- released). It takes no lock, so no wait follows the clock read.
     v_now := clock_timestamp();
+    SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], coalesce(cardinality(e.tids), 0),
+           EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope),
+           EXISTS (SELECT 1 FROM pglease.slots AS h
+                   WHERE h.holder = p_holder AND h.scope = p_scope
+                     AND coalesce(h.holder_role = v_role, true))
+    INTO v_tid, v_tslot, v_tunits, v_tcap, v_ended, v_queued, v_mine
+    FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
+                 array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
+          FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
+                WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
+                  AND t.expires_at <= v_now
+                ORDER BY t.check_at LIMIT 2) AS t) AS e;
+    IF v_mine THEN
+        -- Lock the holder's own slot rows in the scope: this waits for a
+        -- renewal in flight of one (which a re-entrant claim re-pins), and
+        -- then sees the row as renewed; the clock is read again after it.
+        -- Liveness is not tested here: a row that looks ended may be under
+        -- a renewal that checked it live before its end and commits after.
+        -- None found (a release cleared it meanwhile): the holder has no
+        -- tenure in the scope that a renewal could extend, and none starts
+        -- before the clock read (only a claim, which needs the scope lock,
+        -- starts one).
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.holder = p_holder
+          AND coalesce(s.holder_role = v_role, true)
+        FOR NO KEY UPDATE;
+        v_mine := FOUND;
+        v_now := clock_timestamp();
     -- The common claim: the holder has no slot here, the queue is empty,
-    -- and the counted slot that ended first (on v_now) is the only one that
-    -- ended, so nothing is un-counted; it is taken in place when the units
-    -- fit. This decides exactly as pglease._slot_claim_locked would (same
-    -- reads, same test, no reserve with no queue). One read (the first two
-    -- counted slots that ended, and the queue), then the take by the row's
-    -- address: a statement's cost here is mostly its plan's set-up, so
-    -- the test runs in PL/pgSQL, not as subqueries of the UPDATE. When the
-    -- slot is taken back with its capacity and units, the units in use do
-    -- not change and the capacity test holds by the scope's invariant (see
-    -- sql/schema/10_schema.sql: the units in use are at most the capacity
-    -- of every counted slot), so the smallest capacity of the others is
-    -- read only when either changes. Anything else, or nothing taken (the
-    -- row changed under a renewal in flight: the UPDATE re-tests it), goes
-    -- to pglease._slot_claim_locked, on the same clock: nothing changed.
-    IF NOT v_mine THEN
-        SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], cardinality(e.tids),
-               EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
-        INTO v_tid, v_tslot, v_tunits, v_tcap, v_ended, v_queued
-        FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
-                     array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
-              FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
-                    WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
-                      AND t.expires_at <= v_now
-                    ORDER BY t.check_at LIMIT 2) AS t) AS e;
-        IF v_ended = 1 AND v_tslot <= p_capacity AND NOT v_queued THEN
-            IF v_tcap IS DISTINCT FROM p_capacity OR v_tunits <> p_units THEN
-                SELECT min(o.capacity) INTO v_cap FROM pglease.slots AS o
-                WHERE o.scope = p_scope AND o.counted AND o.slot <> v_tslot;
-            END IF;
-            IF (v_tcap = p_capacity AND v_tunits = p_units)
-               OR v_count - v_tunits + p_units <= least(p_capacity, v_cap) THEN
-                UPDATE pglease.slots AS s
-                SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
-                    units = p_units, fence = s.fence + 1, acquired_at = v_now,
-                    expires_at = v_now + v_ttl, check_at = v_now + v_ttl
-                WHERE s.ctid = v_tid AND s.counted AND s.expires_at <= v_now
-                RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
-                claimed := FOUND;
-                IF claimed THEN
-                    in_use := v_count - v_tunits + p_units;
-                    IF in_use <> v_count THEN
-                        UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
-                    END IF;
+    -- and the counted slot that ended first is the only one that ended,
+    -- so nothing is un-counted; it is taken in place when the units fit.
+    -- This decides exactly as pglease._slot_claim_locked would (same
+    -- reads, same test, no reserve with no queue), with the test in
+    -- PL/pgSQL rather than as subqueries of the UPDATE (a statement's cost
+    -- here is mostly its plan's set-up), and the take by the row's
+    -- address. When the slot is taken back with its capacity and units,
+    -- the units in use do not change and the capacity test holds by the
+    -- scope's invariant (sql/schema/10_schema.sql: the units in use are at
+    -- most the capacity of every counted slot), so the smallest capacity of
+    -- the others is read only when either changes. Anything else, or
+    -- nothing taken (the UPDATE re-tests the row, which a renewal in flight
+    -- may have extended), goes to pglease._slot_claim_locked on the same
+    -- clock: nothing changed.
+    ELSIF v_ended = 1 AND v_tslot <= p_capacity AND NOT v_queued THEN
+        IF v_tcap IS DISTINCT FROM p_capacity OR v_tunits <> p_units THEN
+            SELECT min(o.capacity) INTO v_cap FROM pglease.slots AS o
+            WHERE o.scope = p_scope AND o.counted AND o.slot <> v_tslot;
+        END IF;
+        IF (v_tcap = p_capacity AND v_tunits = p_units)
+           OR v_count - v_tunits + p_units <= least(p_capacity, v_cap) THEN
+            UPDATE pglease.slots AS s
+            SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
+                units = p_units, fence = s.fence + 1, acquired_at = v_now,
+                expires_at = v_now + v_ttl, check_at = v_now + v_ttl
+            WHERE s.ctid = v_tid AND s.counted AND s.expires_at <= v_now
+            RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
+            claimed := FOUND;
+            IF claimed THEN
+                in_use := v_count - v_tunits + p_units;
+                IF in_use <> v_count THEN
+                    UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
                 END IF;
             END IF;
         END IF;
