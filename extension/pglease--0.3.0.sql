@@ -2047,14 +2047,16 @@ BEGIN
     -- reads, same test, no reserve with no queue), with the test in
     -- PL/pgSQL rather than as subqueries of the UPDATE (a statement's cost
     -- here is mostly its plan's set-up), and the take by the row's
-    -- address. When the slot is taken back with its capacity and units,
-    -- the units in use do not change and the capacity test holds by the
-    -- scope's invariant (sql/schema/10_schema.sql: the units in use are at
-    -- most the capacity of every counted slot), so the smallest capacity of
-    -- the others is read only when either changes. Anything else, or
-    -- nothing taken (the UPDATE re-tests the row, which a renewal in flight
-    -- may have extended), goes to pglease._slot_claim_locked on the same
-    -- clock: nothing changed.
+    -- address, which the UPDATE checks is still that slot's (no lock kept
+    -- the row version read: once a renewal replaced it, its place on the
+    -- page can hold another row). When the slot is taken back with its
+    -- capacity and units, the units in use do not change and the capacity
+    -- test holds by the scope's invariant (sql/schema/10_schema.sql: the
+    -- units in use are at most the capacity of every counted slot), so the
+    -- smallest capacity of the others is read only when either changes.
+    -- Anything else, or nothing taken (the UPDATE re-tests the row, which
+    -- a renewal in flight may have extended), goes to
+    -- pglease._slot_claim_locked on the same clock: nothing changed.
     ELSIF v_ended = 1 AND v_tslot <= p_capacity AND NOT v_queued THEN
         IF v_tcap IS DISTINCT FROM p_capacity OR v_tunits <> p_units THEN
             SELECT min(o.capacity) INTO v_cap FROM pglease.slots AS o
@@ -2066,7 +2068,8 @@ BEGIN
             SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
                 units = p_units, fence = s.fence + 1, acquired_at = v_now,
                 expires_at = v_now + v_ttl, check_at = v_now + v_ttl
-            WHERE s.ctid = v_tid AND s.counted AND s.expires_at <= v_now
+            WHERE s.ctid = v_tid AND s.scope = p_scope AND s.slot = v_tslot
+              AND s.counted AND s.expires_at <= v_now
             RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
             claimed := FOUND;
             IF claimed THEN
