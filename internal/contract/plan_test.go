@@ -204,3 +204,100 @@ func mustBeTrue(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 		t.Errorf("%s: got %v, %v; want true", sql, ok, err)
 	}
 }
+
+// TestClaimsScanSlotsWithoutBitmaps checks that no statement of a claim
+// reads pglease.slots by a bitmap scan, on the statistics of a table in
+// use (slot rows in many scopes, ANALYZEd) and generic plans: the common
+// claim, the claim that un-counts ended slots, a refused claim (its
+// retry_in walk), claim_slots, and the 0.2.0 forms. A bitmap scan never
+// marks an index entry dead, so every claim would re-read each dead entry
+// of slots_counted_check_idx that the scope's takes and releases left
+// since the last VACUUM, and the index would grow as fast as the claims
+// ran (see pglease.claim_slot).
+func TestClaimsScanSlotsWithoutBitmaps(t *testing.T) {
+	url := pgtest.NewMigrated(t)
+	ctx := testContext(t)
+	admin := connect(t, url)
+	mustExec(t, admin, `SELECT count(*) FROM generate_series(1, 2000) AS i,
+		LATERAL pglease.claim_slot('busy/' || i % 200, 'h' || i, 64, interval '1 hour') AS c`)
+	mustExec(t, admin, `ANALYZE pglease.slots, pglease.slot_scopes`)
+
+	var mu sync.Mutex
+	var plans []string
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse config: %v", err)
+	}
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.Contains(n.Message, "plan:") {
+			mu.Lock()
+			plans = append(plans, n.Message)
+			mu.Unlock()
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for _, s := range []string{
+		`LOAD 'auto_explain'`,
+		`SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_nested_statements = on`,
+		`SET auto_explain.log_level = notice`,
+		`SET plan_cache_mode = force_generic_plan`,
+	} {
+		mustExec(t, conn, s)
+	}
+
+	claim := `SELECT slot, fence FROM pglease.claim_slot($1, $2, $3, interval '1 hour', 1)`
+	cycle := func(sql, scope, holder string, capacity int) (int32, int64) {
+		t.Helper()
+		var slot int32
+		var fence int64
+		if err := conn.QueryRow(ctx, sql, scope, holder, capacity).Scan(&slot, &fence); err != nil {
+			t.Fatalf("%s in %s: %v", sql, scope, err)
+		}
+		return slot, fence
+	}
+	release := func(scope, holder string, slot int32, fence int64) {
+		t.Helper()
+		mustBeTrue(t, conn, `SELECT released FROM pglease.release_slot($1, $2, $3, $4)`, scope, slot, holder, fence)
+	}
+	// The common claim: the scope's one ended slot, taken in place.
+	s, f := cycle(claim, "c", "a", 64)
+	release("c", "a", s, f)
+	s, f = cycle(claim, "c", "a", 64)
+	release("c", "a", s, f)
+	cycle(claim, "c", "a", 64)
+	// Two ended slots: the claim un-counts the one it does not take.
+	s1, f1 := cycle(claim, "u", "a", 64)
+	s2, f2 := cycle(claim, "u", "b", 64)
+	release("u", "a", s1, f1)
+	release("u", "b", s2, f2)
+	cycle(claim, "u", "c", 64)
+	// Refused: the scope is full, and retry_in walks its live slots.
+	cycle(claim, "r", "a", 1)
+	mustExec(t, conn, `SELECT * FROM pglease.claim_slot('r', 'b', 1, interval '1 hour', 1)`)
+	mustExec(t, conn, `SELECT * FROM pglease.claim_slots('m', ARRAY['c', 'm1', 'r'], ARRAY[64, 4, 1], interval '1 hour', ARRAY[1, 1, 1])`)
+	mustExec(t, conn, `SELECT * FROM pglease.claim_slots('m', ARRAY['m1', 'm2'], ARRAY[4, 4], interval '1 hour')`)
+	cycle(`SELECT slot, fence FROM pglease.claim_slot($1, $2, $3, interval '1 hour')`, "o", "a", 64)
+
+	mu.Lock()
+	defer mu.Unlock()
+	var scans int
+	for _, p := range plans {
+		for _, m := range scanOfTenureTable.FindAllStringSubmatch(p, -1) {
+			if m[1] != "slots" {
+				continue
+			}
+			scans++
+			if strings.Contains(m[0], "Bitmap") {
+				t.Errorf("a claim reads pglease.slots by a bitmap scan:\n%s\nplan:\n%s", m[0], p)
+			}
+		}
+	}
+	if scans < 20 {
+		t.Fatalf("auto_explain reported %d scans of slots in %d plans, want at least 20", scans, len(plans))
+	}
+}
