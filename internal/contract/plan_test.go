@@ -17,6 +17,10 @@ import (
 // pglease.slots, with the way it does.
 var scanOfTenureTable = regexp.MustCompile(`(?m)^.*Scan.* on (leases|slots)\b.*$`)
 
+// customPlan matches a plan made for a call's values: a scope compared
+// with a literal, where a generic plan compares it with a parameter ($n).
+var customPlan = regexp.MustCompile(`scope = '`)
+
 // nameKeyed matches a statement that names the lease or slot it is about.
 var nameKeyed = regexp.MustCompile(`l\.name = [pv]_name|s\.slot = [pv]_slot`)
 
@@ -205,15 +209,17 @@ func mustBeTrue(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 	}
 }
 
-// TestClaimsScanSlotsWithoutBitmaps checks that no statement of a claim
-// reads pglease.slots by a bitmap scan, on the statistics of a table in
-// use (slot rows in many scopes, ANALYZEd) and generic plans: the common
-// claim, the claim that un-counts ended slots, a refused claim (its
-// retry_in walk), claim_slots, and the 0.2.0 forms. A bitmap scan never
-// marks an index entry dead, so every claim would re-read each dead entry
-// of slots_counted_check_idx that the scope's takes and releases left
-// since the last VACUUM, and the index would grow as fast as the claims
-// ran (see pglease.claim_slot).
+// TestClaimsScanSlotsWithoutBitmaps checks the plans of every statement of
+// a claim that reads pglease.slots, on the statistics of a table in use
+// (slot rows in many scopes, ANALYZEd): the common claim, the claim that
+// un-counts ended slots, a refused claim (its retry_in walk), claim_slots,
+// and the 0.2.0 forms. Each plan is generic from the first call, whatever
+// the session's plan_cache_mode: on these statistics PostgreSQL would
+// otherwise plan every statement again at every call. And none is a bitmap
+// scan, which never marks an index entry dead: every claim would re-read
+// each dead entry of slots_counted_check_idx that the scope's takes and
+// releases left since the last VACUUM, and the index would grow as fast as
+// the claims ran (see pglease.claim_slot).
 func TestClaimsScanSlotsWithoutBitmaps(t *testing.T) {
 	url := pgtest.NewMigrated(t)
 	ctx := testContext(t)
@@ -245,7 +251,7 @@ func TestClaimsScanSlotsWithoutBitmaps(t *testing.T) {
 		`SET auto_explain.log_min_duration = 0`,
 		`SET auto_explain.log_nested_statements = on`,
 		`SET auto_explain.log_level = notice`,
-		`SET plan_cache_mode = force_generic_plan`,
+		`SET plan_cache_mode = force_custom_plan`,
 	} {
 		mustExec(t, conn, s)
 	}
@@ -260,9 +266,16 @@ func TestClaimsScanSlotsWithoutBitmaps(t *testing.T) {
 		}
 		return slot, fence
 	}
+	// A release's plans are not a claim's: they are dropped.
 	release := func(scope, holder string, slot int32, fence int64) {
 		t.Helper()
+		mu.Lock()
+		n := len(plans)
+		mu.Unlock()
 		mustBeTrue(t, conn, `SELECT released FROM pglease.release_slot($1, $2, $3, $4)`, scope, slot, holder, fence)
+		mu.Lock()
+		plans = plans[:n]
+		mu.Unlock()
 	}
 	// The common claim: the scope's one ended slot, taken in place.
 	s, f := cycle(claim, "c", "a", 64)
@@ -294,6 +307,9 @@ func TestClaimsScanSlotsWithoutBitmaps(t *testing.T) {
 			scans++
 			if strings.Contains(m[0], "Bitmap") {
 				t.Errorf("a claim reads pglease.slots by a bitmap scan:\n%s\nplan:\n%s", m[0], p)
+			}
+			if customPlan.MatchString(p) {
+				t.Errorf("a claim's statement was planned for its values, not generic:\n%s", p)
 			}
 		}
 	}
