@@ -256,10 +256,17 @@ const (
 
 	// slotCyclesVacuumSQL is the VACUUM autovacuum would have run after
 	// the sections before the slot section of a full run (it is off on the
-	// CI server), on the tables of both sides. Not on the empty tables of
-	// -slots-only: their statistics would then say empty, and the plans
-	// cached for the claims' statements would scan the growing tables.
+	// CI server), on the tables of both sides.
 	slotCyclesVacuumSQL = `VACUUM (ANALYZE) pglease.leases, pglease.slots, pglease.slot_scopes`
+
+	// slotsInUseSQL gives the new tables of -slots-only what a full run's
+	// earlier sections leave, before the same VACUUM: live tenures of
+	// other holders, here 2,000 slots in 200 scopes of capacity 64 and
+	// 2,000 leases, so that the claims are planned on the statistics of
+	// tables in use, not of empty ones.
+	slotsInUseSQL = `SELECT count(*) FROM generate_series(1, 2000) AS i,
+		LATERAL pglease.claim_slot('slots-only/in-use/' || i % 200, 'bench/in-use/' || i, 64, interval '1 hour', 1) AS c,
+		LATERAL pglease.acquire('slots-only/in-use/' || i, 'bench/in-use', interval '1 hour') AS a`
 )
 
 // slotCycleSettings are the cell and turns of the slot section: at least
@@ -315,7 +322,7 @@ func (sc *SlotCycles) writeMarkdown(w io.Writer, h string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("%s Slots against a lease (%s s per cell, %d turns)", h, strconv.FormatFloat(sc.CellSeconds, 'f', -1, 64), sc.Rounds)
 	p("")
-	p("Each client claims in a scope (acquires a lease) of its own; in a full run the section starts with a VACUUM (ANALYZE) of the lease and slot tables, which autovacuum would have run. Ratios are the median of the turn-by-turn ratios (first and third quartile in brackets) over the lease's acquire + release cycle; the target for one unit of capacity %d is at least %.2f×.", slotsOnlyCapacity, minSlotVsLease)
+	p("Each client claims in a scope (acquires a lease) of its own. The section starts with a VACUUM (ANALYZE) of the lease and slot tables, which autovacuum would have run, on the tenures the run's earlier sections left (in `-slots-only`, 2,000 live slots in 200 scopes and 2,000 live leases of other holders). Ratios are the median of the turn-by-turn ratios (first and third quartile in brackets) over the lease's acquire + release cycle; the target for one unit of capacity %d is at least %.2f×.", slotsOnlyCapacity, minSlotVsLease)
 	p("")
 	p("| Cycle | C | cycles/s | × acquire + release | p50 ms | p99 ms |")
 	p("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -373,6 +380,12 @@ func runSlotsBench(ctx context.Context, cfg config) (err error) {
 	}
 	defer func() { err = errors.Join(err, dropScratch(ctx, sc)) }()
 	e := &env{url: sc.url}
+	if err := e.exec(ctx, slotsInUseSQL); err != nil {
+		return fmt.Errorf("tenures of other holders: %w", err)
+	}
+	if err := e.exec(ctx, slotCyclesVacuumSQL); err != nil {
+		return err
+	}
 	load := loadavg()
 	cycles, err := e.benchSlotCycles(ctx, cfg, cfg.clients)
 	if err != nil {

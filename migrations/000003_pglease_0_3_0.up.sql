@@ -1736,15 +1736,19 @@ BEGIN
     -- ORDER BY and LIMIT keep it a range of slots_counted_check_idx: as an
     -- EXISTS, the generic plan scanned the whole table for a scope of
     -- 16,000 live holders, 1.2 ms).
+    -- The clock (and in this read the capacity) enter this read and the
+    -- un-count as (SELECT ...), values the planner cannot see, as in
+    -- pglease.claim_slot's read: else every call was planned again on the
+    -- statistics of a table in use.
     SELECT s.slot::integer, s.units::integer,
            (SELECT o.slot FROM pglease.slots AS o
-            WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
-              AND o.expires_at <= p_now AND o.slot <> s.slot
+            WHERE o.scope = p_scope AND o.counted AND o.check_at <= (SELECT p_now)
+              AND o.expires_at <= (SELECT p_now) AND o.slot <> s.slot
             ORDER BY o.check_at LIMIT 1) IS NOT NULL
     INTO v_take, v_tunits, v_more
     FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
-      AND s.expires_at <= p_now AND s.slot <= p_capacity
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= (SELECT p_now)
+      AND s.expires_at <= (SELECT p_now) AND s.slot <= (SELECT p_capacity)
     ORDER BY s.check_at LIMIT 1;
     -- Every other counted slot that ended by p_now is un-counted. The
     -- update waits for a renewal in flight of the row (which checked the
@@ -1759,8 +1763,8 @@ BEGIN
         WITH gone AS (
             UPDATE pglease.slots AS s
             SET counted = false
-            WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
-              AND s.expires_at <= p_now AND s.slot IS DISTINCT FROM v_take
+            WHERE s.scope = p_scope AND s.counted AND s.check_at <= (SELECT p_now)
+              AND s.expires_at <= (SELECT p_now) AND s.slot IS DISTINCT FROM v_take
             RETURNING s.units)
         SELECT coalesce(sum(g.units), 0)::integer INTO v_gone FROM gone AS g;
         in_use := in_use - v_gone;
@@ -1819,7 +1823,8 @@ BEGIN
                                  p_units, p_scope, v_cap),
                 HINT = 'Claim at most that many units, or wait until those holders are gone.';
         END IF;
-        -- A pass fails only when the slot it chose changed under it.
+        -- A pass fails only when the slot it chose changed under it. Its
+        -- read sees the capacity and the clock as (SELECT ...), as above.
         FOR attempt IN 1..10 LOOP
             EXIT WHEN in_use + p_units + v_reserve > least(p_capacity, v_cap);
             UPDATE pglease.slots AS s
@@ -1829,7 +1834,7 @@ BEGIN
             WHERE (s.scope, s.slot) = (
                     SELECT f.scope, f.slot FROM pglease.slots AS f
                     WHERE f.scope = p_scope AND NOT f.counted
-                      AND f.slot <= p_capacity AND f.expires_at <= p_now
+                      AND f.slot <= (SELECT p_capacity) AND f.expires_at <= (SELECT p_now)
                     ORDER BY f.slot LIMIT 1)
               AND s.expires_at <= p_now AND NOT s.counted
             RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
@@ -1987,9 +1992,16 @@ $$;
 --     the earliest of their ends minus now, so > 0 (a refused caller can
 --     sleep that long, or until a release NOTIFY: it is registered as a
 --     waiter until then, see pglease._wake). retry_in is NULL when claimed.
--- now is the server clock read once the scope lock is granted, after every
--- wait, and the call decides on it; expires_in = p_ttl, and both are true
--- when the call returns, but for the call's own few microseconds.
+-- now is the server clock read once the scope lock is granted (and again
+-- after a wait for a renewal in flight of the holder's own slot), and the
+-- call decides on it; expires_in = p_ttl, and both are true when the call
+-- returns, but for the call's own few microseconds. One wait can follow
+-- that reading: taking (or un-counting) an ended slot waits for another
+-- holder's renewal of it still in flight, one that found the tenure live
+-- before its end. If the renewal commits, the slot stays that holder's and
+-- the call decides on the same reading; if it rolls back, the slot is
+-- taken with a start and an expiry from that reading: the tenure is
+-- shorter than p_ttl by the wait, never longer.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows neither with live holders nor with p_capacity (the
@@ -1999,23 +2011,17 @@ $$;
 -- (0, 24 hours]; PGL06 when p_units is more than the smallest capacity the
 -- scope's live holders claimed with; nothing changes then.
 --
--- Two settings hold for the call (and the claim's building blocks it
--- calls), both measured on a scope next to 2,000 live slots in 200 others,
--- the table analyzed:
---   * plan_cache_mode = force_generic_plan. A claim's statements read
---     ranges of the scope, and on such statistics the planner prices the
---     generic plan of a range above the plans for the values at hand, so
---     that PL/pgSQL kept planning every statement at every call: a claim
---     took 280-340 µs of server time, 61-123 µs with generic plans.
---   * enable_bitmapscan = off. A bitmap scan never marks an index entry
---     dead, so under a bitmap plan every claim re-read each dead entry of
---     slots_counted_check_idx that the scope's takes and releases left
---     since the last VACUUM, and rechecked its heap page, and the index
---     grew as fast as the claims ran (929 pages after 45 s at C=8, against
---     15). A plain index scan marks them dead as it passes, and an
---     insertion into a full leaf page then removes them.
--- The generic plans read each range by its index, in order; the contract
--- test TestClaimsScanSlotsWithoutBitmaps checks them.
+-- enable_bitmapscan is off for the call (and the claim's building blocks
+-- it calls). Every take and release leaves a dead entry of
+-- slots_counted_check_idx in the range of the scope that the next claim
+-- reads. A plain index scan marks such entries dead as it passes, and an
+-- insertion into a full leaf page then removes them, so the range stays a
+-- few pages; a bitmap scan never marks them, so under a bitmap plan every
+-- claim read them all again, with their heap pages, until a VACUUM, and the
+-- index grew as fast as the claims ran (929 pages after 45 s at C=8,
+-- against 15). The planner picks the bitmap scan on the statistics of a
+-- table in use. Contract test TestClaimsScanSlotsWithoutBitmaps checks the
+-- plans.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
     p_wait boolean DEFAULT false,
@@ -2024,7 +2030,6 @@ CREATE OR REPLACE FUNCTION pglease.claim_slot(
     OUT retry_in interval, OUT units integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 SET enable_bitmapscan = off
 AS $$
 DECLARE
@@ -2069,6 +2074,13 @@ BEGIN
     -- counted slots that ended on it, whether the queue has a waiter, and
     -- whether the holder has a slot row in the scope (live or not yet
     -- released). It takes no lock, so no wait follows the clock read.
+    -- The clock enters it as (SELECT v_now), a value the planner cannot
+    -- see: a plan for the call's values then costs what the generic plan
+    -- costs, and PL/pgSQL keeps the generic one. Seen as a constant, the
+    -- clock made the ended range look smaller than a generic plan could
+    -- know on the statistics of a table in use, and every call was
+    -- planned again (a claim took 283-302 µs of server time beside 2,000
+    -- live slots in 200 scopes, against 61-70 µs on new tables).
     v_now := clock_timestamp();
     SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], coalesce(cardinality(e.tids), 0),
            EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope),
@@ -2079,8 +2091,8 @@ BEGIN
     FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
                  array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
           FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
-                WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
-                  AND t.expires_at <= v_now
+                WHERE t.scope = p_scope AND t.counted AND t.check_at <= (SELECT v_now)
+                  AND t.expires_at <= (SELECT v_now)
                 ORDER BY t.check_at LIMIT 2) AS t) AS e;
     IF v_mine THEN
         -- Lock the holder's own slot rows in the scope: this waits for a
@@ -2193,8 +2205,7 @@ CREATE OR REPLACE FUNCTION pglease.claim_slots(
     OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan -- as pglease.claim_slot
-SET enable_bitmapscan = off
+SET enable_bitmapscan = off -- as pglease.claim_slot
 AS $$
 DECLARE
     v_now   timestamptz;

@@ -31,9 +31,16 @@
 --     the earliest of their ends minus now, so > 0 (a refused caller can
 --     sleep that long, or until a release NOTIFY: it is registered as a
 --     waiter until then, see pglease._wake). retry_in is NULL when claimed.
--- now is the server clock read once the scope lock is granted, after every
--- wait, and the call decides on it; expires_in = p_ttl, and both are true
--- when the call returns, but for the call's own few microseconds.
+-- now is the server clock read once the scope lock is granted (and again
+-- after a wait for a renewal in flight of the holder's own slot), and the
+-- call decides on it; expires_in = p_ttl, and both are true when the call
+-- returns, but for the call's own few microseconds. One wait can follow
+-- that reading: taking (or un-counting) an ended slot waits for another
+-- holder's renewal of it still in flight, one that found the tenure live
+-- before its end. If the renewal commits, the slot stays that holder's and
+-- the call decides on the same reading; if it rolls back, the slot is
+-- taken with a start and an expiry from that reading: the tenure is
+-- shorter than p_ttl by the wait, never longer.
 -- Claims in one scope are serialised by a row lock held until the caller's
 -- transaction ends, so the cap holds however many claimers race. One round
 -- trip; its cost grows neither with live holders nor with p_capacity (the
@@ -43,23 +50,17 @@
 -- (0, 24 hours]; PGL06 when p_units is more than the smallest capacity the
 -- scope's live holders claimed with; nothing changes then.
 --
--- Two settings hold for the call (and the claim's building blocks it
--- calls), both measured on a scope next to 2,000 live slots in 200 others,
--- the table analyzed:
---   * plan_cache_mode = force_generic_plan. A claim's statements read
---     ranges of the scope, and on such statistics the planner prices the
---     generic plan of a range above the plans for the values at hand, so
---     that PL/pgSQL kept planning every statement at every call: a claim
---     took 280-340 µs of server time, 61-123 µs with generic plans.
---   * enable_bitmapscan = off. A bitmap scan never marks an index entry
---     dead, so under a bitmap plan every claim re-read each dead entry of
---     slots_counted_check_idx that the scope's takes and releases left
---     since the last VACUUM, and rechecked its heap page, and the index
---     grew as fast as the claims ran (929 pages after 45 s at C=8, against
---     15). A plain index scan marks them dead as it passes, and an
---     insertion into a full leaf page then removes them.
--- The generic plans read each range by its index, in order; the contract
--- test TestClaimsScanSlotsWithoutBitmaps checks them.
+-- enable_bitmapscan is off for the call (and the claim's building blocks
+-- it calls). Every take and release leaves a dead entry of
+-- slots_counted_check_idx in the range of the scope that the next claim
+-- reads. A plain index scan marks such entries dead as it passes, and an
+-- insertion into a full leaf page then removes them, so the range stays a
+-- few pages; a bitmap scan never marks them, so under a bitmap plan every
+-- claim read them all again, with their heap pages, until a VACUUM, and the
+-- index grew as fast as the claims ran (929 pages after 45 s at C=8,
+-- against 15). The planner picks the bitmap scan on the statistics of a
+-- table in use. Contract test TestClaimsScanSlotsWithoutBitmaps checks the
+-- plans.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
     p_wait boolean DEFAULT false,
@@ -68,7 +69,6 @@ CREATE OR REPLACE FUNCTION pglease.claim_slot(
     OUT retry_in interval, OUT units integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan
 SET enable_bitmapscan = off
 AS $$
 DECLARE
@@ -113,6 +113,13 @@ BEGIN
     -- counted slots that ended on it, whether the queue has a waiter, and
     -- whether the holder has a slot row in the scope (live or not yet
     -- released). It takes no lock, so no wait follows the clock read.
+    -- The clock enters it as (SELECT v_now), a value the planner cannot
+    -- see: a plan for the call's values then costs what the generic plan
+    -- costs, and PL/pgSQL keeps the generic one. Seen as a constant, the
+    -- clock made the ended range look smaller than a generic plan could
+    -- know on the statistics of a table in use, and every call was
+    -- planned again (a claim took 283-302 µs of server time beside 2,000
+    -- live slots in 200 scopes, against 61-70 µs on new tables).
     v_now := clock_timestamp();
     SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], coalesce(cardinality(e.tids), 0),
            EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope),
@@ -123,8 +130,8 @@ BEGIN
     FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
                  array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
           FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
-                WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
-                  AND t.expires_at <= v_now
+                WHERE t.scope = p_scope AND t.counted AND t.check_at <= (SELECT v_now)
+                  AND t.expires_at <= (SELECT v_now)
                 ORDER BY t.check_at LIMIT 2) AS t) AS e;
     IF v_mine THEN
         -- Lock the holder's own slot rows in the scope: this waits for a

@@ -33,8 +33,7 @@ CREATE OR REPLACE FUNCTION pglease.claim_slots(
     OUT expires_at timestamptz, OUT expires_in interval, OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_generic_plan -- as pglease.claim_slot
-SET enable_bitmapscan = off
+SET enable_bitmapscan = off -- as pglease.claim_slot
 AS $$
 DECLARE
     v_now   timestamptz;
