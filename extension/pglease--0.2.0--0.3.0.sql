@@ -1737,19 +1737,15 @@ BEGIN
     -- ORDER BY and LIMIT keep it a range of slots_counted_check_idx: as an
     -- EXISTS, the generic plan scanned the whole table for a scope of
     -- 16,000 live holders, 1.2 ms).
-    -- The clock (and in this read the capacity) enter this read and the
-    -- un-count as (SELECT ...), values the planner cannot see, as in
-    -- pglease.claim_slot's read: else every call was planned again on the
-    -- statistics of a table in use.
     SELECT s.slot::integer, s.units::integer,
            (SELECT o.slot FROM pglease.slots AS o
-            WHERE o.scope = p_scope AND o.counted AND o.check_at <= (SELECT p_now)
-              AND o.expires_at <= (SELECT p_now) AND o.slot <> s.slot
+            WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
+              AND o.expires_at <= p_now AND o.slot <> s.slot
             ORDER BY o.check_at LIMIT 1) IS NOT NULL
     INTO v_take, v_tunits, v_more
     FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.counted AND s.check_at <= (SELECT p_now)
-      AND s.expires_at <= (SELECT p_now) AND s.slot <= (SELECT p_capacity)
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
+      AND s.expires_at <= p_now AND s.slot <= p_capacity
     ORDER BY s.check_at LIMIT 1;
     -- Every other counted slot that ended by p_now is un-counted. The
     -- update waits for a renewal in flight of the row (which checked the
@@ -1764,8 +1760,8 @@ BEGIN
         WITH gone AS (
             UPDATE pglease.slots AS s
             SET counted = false
-            WHERE s.scope = p_scope AND s.counted AND s.check_at <= (SELECT p_now)
-              AND s.expires_at <= (SELECT p_now) AND s.slot IS DISTINCT FROM v_take
+            WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
+              AND s.expires_at <= p_now AND s.slot IS DISTINCT FROM v_take
             RETURNING s.units)
         SELECT coalesce(sum(g.units), 0)::integer INTO v_gone FROM gone AS g;
         in_use := in_use - v_gone;
@@ -1824,8 +1820,7 @@ BEGIN
                                  p_units, p_scope, v_cap),
                 HINT = 'Claim at most that many units, or wait until those holders are gone.';
         END IF;
-        -- A pass fails only when the slot it chose changed under it. Its
-        -- read sees the capacity and the clock as (SELECT ...), as above.
+        -- A pass fails only when the slot it chose changed under it.
         FOR attempt IN 1..10 LOOP
             EXIT WHEN in_use + p_units + v_reserve > least(p_capacity, v_cap);
             UPDATE pglease.slots AS s
@@ -1835,7 +1830,7 @@ BEGIN
             WHERE (s.scope, s.slot) = (
                     SELECT f.scope, f.slot FROM pglease.slots AS f
                     WHERE f.scope = p_scope AND NOT f.counted
-                      AND f.slot <= (SELECT p_capacity) AND f.expires_at <= (SELECT p_now)
+                      AND f.slot <= p_capacity AND f.expires_at <= p_now
                     ORDER BY f.slot LIMIT 1)
               AND s.expires_at <= p_now AND NOT s.counted
             RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
@@ -2075,13 +2070,6 @@ BEGIN
     -- counted slots that ended on it, whether the queue has a waiter, and
     -- whether the holder has a slot row in the scope (live or not yet
     -- released). It takes no lock, so no wait follows the clock read.
-    -- The clock enters it as (SELECT v_now), a value the planner cannot
-    -- see: a plan for the call's values then costs what the generic plan
-    -- costs, and PL/pgSQL keeps the generic one. Seen as a constant, the
-    -- clock made the ended range look smaller than a generic plan could
-    -- know on the statistics of a table in use, and every call was
-    -- planned again (a claim took 283-302 µs of server time beside 2,000
-    -- live slots in 200 scopes, against 61-70 µs on new tables).
     v_now := clock_timestamp();
     SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], coalesce(cardinality(e.tids), 0),
            EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope),
@@ -2092,8 +2080,8 @@ BEGIN
     FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
                  array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
           FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
-                WHERE t.scope = p_scope AND t.counted AND t.check_at <= (SELECT v_now)
-                  AND t.expires_at <= (SELECT v_now)
+                WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
+                  AND t.expires_at <= v_now
                 ORDER BY t.check_at LIMIT 2) AS t) AS e;
     IF v_mine THEN
         -- Lock the holder's own slot rows in the scope: this waits for a

@@ -119,19 +119,15 @@ BEGIN
     -- ORDER BY and LIMIT keep it a range of slots_counted_check_idx: as an
     -- EXISTS, the generic plan scanned the whole table for a scope of
     -- 16,000 live holders, 1.2 ms).
-    -- The clock (and in this read the capacity) enter this read and the
-    -- un-count as (SELECT ...), values the planner cannot see, as in
-    -- pglease.claim_slot's read: else every call was planned again on the
-    -- statistics of a table in use.
     SELECT s.slot::integer, s.units::integer,
            (SELECT o.slot FROM pglease.slots AS o
-            WHERE o.scope = p_scope AND o.counted AND o.check_at <= (SELECT p_now)
-              AND o.expires_at <= (SELECT p_now) AND o.slot <> s.slot
+            WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
+              AND o.expires_at <= p_now AND o.slot <> s.slot
             ORDER BY o.check_at LIMIT 1) IS NOT NULL
     INTO v_take, v_tunits, v_more
     FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.counted AND s.check_at <= (SELECT p_now)
-      AND s.expires_at <= (SELECT p_now) AND s.slot <= (SELECT p_capacity)
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
+      AND s.expires_at <= p_now AND s.slot <= p_capacity
     ORDER BY s.check_at LIMIT 1;
     -- Every other counted slot that ended by p_now is un-counted. The
     -- update waits for a renewal in flight of the row (which checked the
@@ -146,8 +142,8 @@ BEGIN
         WITH gone AS (
             UPDATE pglease.slots AS s
             SET counted = false
-            WHERE s.scope = p_scope AND s.counted AND s.check_at <= (SELECT p_now)
-              AND s.expires_at <= (SELECT p_now) AND s.slot IS DISTINCT FROM v_take
+            WHERE s.scope = p_scope AND s.counted AND s.check_at <= p_now
+              AND s.expires_at <= p_now AND s.slot IS DISTINCT FROM v_take
             RETURNING s.units)
         SELECT coalesce(sum(g.units), 0)::integer INTO v_gone FROM gone AS g;
         in_use := in_use - v_gone;
@@ -206,8 +202,7 @@ BEGIN
                                  p_units, p_scope, v_cap),
                 HINT = 'Claim at most that many units, or wait until those holders are gone.';
         END IF;
-        -- A pass fails only when the slot it chose changed under it. Its
-        -- read sees the capacity and the clock as (SELECT ...), as above.
+        -- A pass fails only when the slot it chose changed under it.
         FOR attempt IN 1..10 LOOP
             EXIT WHEN in_use + p_units + v_reserve > least(p_capacity, v_cap);
             UPDATE pglease.slots AS s
@@ -217,7 +212,7 @@ BEGIN
             WHERE (s.scope, s.slot) = (
                     SELECT f.scope, f.slot FROM pglease.slots AS f
                     WHERE f.scope = p_scope AND NOT f.counted
-                      AND f.slot <= (SELECT p_capacity) AND f.expires_at <= (SELECT p_now)
+                      AND f.slot <= p_capacity AND f.expires_at <= p_now
                     ORDER BY f.slot LIMIT 1)
               AND s.expires_at <= p_now AND NOT s.counted
             RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;

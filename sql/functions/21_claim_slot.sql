@@ -113,13 +113,6 @@ BEGIN
     -- counted slots that ended on it, whether the queue has a waiter, and
     -- whether the holder has a slot row in the scope (live or not yet
     -- released). It takes no lock, so no wait follows the clock read.
-    -- The clock enters it as (SELECT v_now), a value the planner cannot
-    -- see: a plan for the call's values then costs what the generic plan
-    -- costs, and PL/pgSQL keeps the generic one. Seen as a constant, the
-    -- clock made the ended range look smaller than a generic plan could
-    -- know on the statistics of a table in use, and every call was
-    -- planned again (a claim took 283-302 µs of server time beside 2,000
-    -- live slots in 200 scopes, against 61-70 µs on new tables).
     v_now := clock_timestamp();
     SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], coalesce(cardinality(e.tids), 0),
            EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope),
@@ -130,8 +123,8 @@ BEGIN
     FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
                  array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
           FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
-                WHERE t.scope = p_scope AND t.counted AND t.check_at <= (SELECT v_now)
-                  AND t.expires_at <= (SELECT v_now)
+                WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
+                  AND t.expires_at <= v_now
                 ORDER BY t.check_at LIMIT 2) AS t) AS e;
     IF v_mine THEN
         -- Lock the holder's own slot rows in the scope: this waits for a
