@@ -66,33 +66,7 @@ func TestNameKeyedCallsUsePrimaryKey(t *testing.T) {
 		LATERAL pglease.acquire('live/' || i, 'h', interval '1 hour') AS a,
 		LATERAL pglease.release('live/' || i, 'h', a.fence) AS r`)
 
-	var mu sync.Mutex
-	var plans []string
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatalf("parse config: %v", err)
-	}
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if strings.Contains(n.Message, "plan:") {
-			mu.Lock()
-			plans = append(plans, n.Message)
-			mu.Unlock()
-		}
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	for _, s := range []string{
-		`LOAD 'auto_explain'`,
-		`SET auto_explain.log_min_duration = 0`,
-		`SET auto_explain.log_nested_statements = on`,
-		`SET auto_explain.log_level = notice`,
-		`SET plan_cache_mode = force_generic_plan`,
-	} {
-		mustExec(t, conn, s)
-	}
+	conn, explained := connectExplained(t, url, `SET plan_cache_mode = force_generic_plan`)
 
 	// Each call runs on its fast path, and again while another transaction
 	// holds the row FOR SHARE (as assert_held does), so that it waits on
@@ -153,9 +127,8 @@ func TestNameKeyedCallsUsePrimaryKey(t *testing.T) {
 		take()
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
 	var scans int
+	plans := explained.take()
 	for _, p := range plans {
 		if !nameKeyed.MatchString(p) {
 			continue // renew_holder's statements by holder: the holder index is theirs
@@ -175,11 +148,9 @@ func TestNameKeyedCallsUsePrimaryKey(t *testing.T) {
 
 	// purge deletes by primary key, without a join: planned on these
 	// statistics, a join was a nested loop, quadratic in the rows deleted.
-	plans = nil
-	mu.Unlock()
 	mustExec(t, conn, `SELECT pglease.purge(interval '0')`)
-	mu.Lock()
 	var deletes int
+	plans = explained.take()
 	for _, p := range plans {
 		if !strings.Contains(p, "DELETE FROM pglease.leases") && !strings.Contains(p, "DELETE FROM pglease.waiters") {
 			continue
@@ -195,6 +166,54 @@ func TestNameKeyedCallsUsePrimaryKey(t *testing.T) {
 	if deletes != 2 {
 		t.Fatalf("auto_explain reported %d DELETE statements of purge, want 2 (leases, waiters)", deletes)
 	}
+}
+
+// planLog holds the plans auto_explain sent a connection as notices.
+type planLog struct {
+	mu    sync.Mutex
+	plans []string
+}
+
+// take returns the plans sent since the last take, and forgets them.
+func (l *planLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	plans := l.plans
+	l.plans = nil
+	return plans
+}
+
+// connectExplained connects to url with auto_explain sending the plan of
+// every statement, nested ones included, as a notice to the planLog it
+// returns; settings run on the connection after that.
+func connectExplained(t *testing.T, url string, settings ...string) (*pgx.Conn, *planLog) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatalf("parse config: %v", err)
+	}
+	l := &planLog{}
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.Contains(n.Message, "plan:") {
+			l.mu.Lock()
+			l.plans = append(l.plans, n.Message)
+			l.mu.Unlock()
+		}
+	}
+	conn, err := pgx.ConnectConfig(testContext(t), cfg)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for _, s := range append([]string{
+		`LOAD 'auto_explain'`,
+		`SET auto_explain.log_min_duration = 0`,
+		`SET auto_explain.log_nested_statements = on`,
+		`SET auto_explain.log_level = notice`,
+	}, settings...) {
+		mustExec(t, conn, s)
+	}
+	return conn, l
 }
 
 // mustBeTrue runs sql, which returns one boolean, and fails unless it is
@@ -228,32 +247,7 @@ func TestClaimsScanSlotsWithoutBitmaps(t *testing.T) {
 		LATERAL pglease.claim_slot('busy/' || i % 200, 'h' || i, 64, interval '1 hour') AS c`)
 	mustExec(t, admin, `ANALYZE pglease.slots, pglease.slot_scopes`)
 
-	var mu sync.Mutex
-	var plans []string
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatalf("parse config: %v", err)
-	}
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if strings.Contains(n.Message, "plan:") {
-			mu.Lock()
-			plans = append(plans, n.Message)
-			mu.Unlock()
-		}
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	for _, s := range []string{
-		`LOAD 'auto_explain'`,
-		`SET auto_explain.log_min_duration = 0`,
-		`SET auto_explain.log_nested_statements = on`,
-		`SET auto_explain.log_level = notice`,
-	} {
-		mustExec(t, conn, s)
-	}
+	conn, explained := connectExplained(t, url)
 
 	claim := `SELECT slot, fence FROM pglease.claim_slot($1, $2, $3, interval '1 hour', 1)`
 	cycle := func(sql, scope, holder string, capacity int) (int32, int64) {
@@ -266,15 +260,12 @@ func TestClaimsScanSlotsWithoutBitmaps(t *testing.T) {
 		return slot, fence
 	}
 	// A release's plans are not a claim's: they are dropped.
+	var plans []string
 	release := func(scope, holder string, slot int32, fence int64) {
 		t.Helper()
-		mu.Lock()
-		n := len(plans)
-		mu.Unlock()
+		plans = append(plans, explained.take()...)
 		mustBeTrue(t, conn, `SELECT released FROM pglease.release_slot($1, $2, $3, $4)`, scope, slot, holder, fence)
-		mu.Lock()
-		plans = plans[:n]
-		mu.Unlock()
+		explained.take()
 	}
 	for i := range 7 {
 		n := func(s string) string { return fmt.Sprintf("%s/%d", s, i) }
@@ -296,9 +287,8 @@ func TestClaimsScanSlotsWithoutBitmaps(t *testing.T) {
 		cycle(`SELECT slot, fence FROM pglease.claim_slot($1, $2, $3, interval '1 hour')`, n("o"), "a", 64)
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
 	var scans, reads int
+	plans = append(plans, explained.take()...)
 	for _, p := range plans {
 		for _, m := range scanOfTenureTable.FindAllStringSubmatch(p, -1) {
 			if m[1] != "slots" {
