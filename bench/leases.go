@@ -337,30 +337,39 @@ func pkgCycle(acquire func(ctx context.Context) (*pglease.Lease, error)) []step 
 
 // slotCycle is a claim of one slot of scope at capacity and its release.
 func slotCycle(conn *pgx.Conn, scope string, capacity int) []step {
+	return claimCycle(conn, scope, claimSlotSQL, releaseSlotSQL, capacity, cycleTTL)
+}
+
+// claimCycle is a claim in scope and the release of what it took, as
+// "bench/" + scope: claimSQL takes the scope, the holder and args and
+// returns claimed, slot and fence (claimed NULL or false: refused);
+// releaseSQL takes the scope, slot, holder and fence and returns released.
+func claimCycle(conn *pgx.Conn, scope, claimSQL, releaseSQL string, args ...any) []step {
 	holder := "bench/" + scope
+	claimArgs := append([]any{scope, holder}, args...)
 	var slot int32
 	var fence int64
 	return []step{
 		func(ctx context.Context) error {
-			var claimed bool
+			var claimed *bool
 			var s *int32
 			var f *int64
-			if err := conn.QueryRow(ctx, claimSlotSQL, scope, holder, capacity, cycleTTL).Scan(&claimed, &s, &f); err != nil {
+			if err := conn.QueryRow(ctx, claimSQL, claimArgs...).Scan(&claimed, &s, &f); err != nil {
 				return err
 			}
-			if !claimed {
-				return errRefused("claim_slot " + scope)
+			if claimed == nil || !*claimed {
+				return errRefused(fmt.Sprintf("%s in %s", claimSQL, scope))
 			}
 			slot, fence = *s, *f
 			return nil
 		},
 		func(ctx context.Context) error {
 			var released bool
-			if err := conn.QueryRow(ctx, releaseSlotSQL, scope, slot, holder, fence).Scan(&released); err != nil {
+			if err := conn.QueryRow(ctx, releaseSQL, scope, slot, holder, fence).Scan(&released); err != nil {
 				return err
 			}
 			if !released {
-				return errRefused("release_slot " + scope)
+				return errRefused(fmt.Sprintf("%s in %s", releaseSQL, scope))
 			}
 			return nil
 		},

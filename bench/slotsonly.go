@@ -87,66 +87,12 @@ func slotFloorCycle(ctx context.Context, conn *pgx.Conn, scope string, capacity 
 			return nil, fmt.Errorf("the floor's rows: %w", err)
 		}
 	}
-	holder := "bench/" + scope
-	var slot int32
-	var fence int64
-	return []step{
-		func(ctx context.Context) error {
-			var claimed *bool
-			var s *int32
-			var f *int64
-			if err := conn.QueryRow(ctx, slotFloorClaimSQL, scope, holder, capacity, cycleTTL, 1).Scan(&claimed, &s, &f); err != nil {
-				return err
-			}
-			if claimed == nil || !*claimed {
-				return errRefused("the floor's claim " + scope)
-			}
-			slot, fence = *s, *f
-			return nil
-		},
-		func(ctx context.Context) error {
-			var released bool
-			if err := conn.QueryRow(ctx, slotFloorReleaseSQL, scope, slot, holder, fence).Scan(&released); err != nil {
-				return err
-			}
-			if !released {
-				return errRefused("the floor's release " + scope)
-			}
-			return nil
-		},
-	}, nil
+	return claimCycle(conn, scope, slotFloorClaimSQL, slotFloorReleaseSQL, capacity, cycleTTL, 1), nil
 }
 
 // unitsCycle is a claim of units units of scope at capacity and its release.
 func unitsCycle(conn *pgx.Conn, scope string, capacity, units int) []step {
-	holder := "bench/" + scope
-	var slot int32
-	var fence int64
-	return []step{
-		func(ctx context.Context) error {
-			var claimed bool
-			var s *int32
-			var f *int64
-			if err := conn.QueryRow(ctx, claimUnitsSQL, scope, holder, capacity, cycleTTL, units).Scan(&claimed, &s, &f); err != nil {
-				return err
-			}
-			if !claimed {
-				return errRefused("claim_slot " + scope)
-			}
-			slot, fence = *s, *f
-			return nil
-		},
-		func(ctx context.Context) error {
-			var released bool
-			if err := conn.QueryRow(ctx, releaseSlotSQL, scope, slot, holder, fence).Scan(&released); err != nil {
-				return err
-			}
-			if !released {
-				return errRefused("release_slot " + scope)
-			}
-			return nil
-		},
-	}
+	return claimCycle(conn, scope, claimUnitsSQL, releaseSlotSQL, capacity, cycleTTL, units)
 }
 
 // slotsOnlyWorkloads: the lease cycle, the 0.2.0 claim of one slot, and
