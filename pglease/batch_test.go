@@ -58,6 +58,27 @@ func (r *rowLocker) lock(names ...string) {
 	}
 }
 
+// awaitWaiter waits until a backend waits on a lock of the locker's
+// transaction, as pg_stat_activity and pg_blocking_pids report it: a call
+// that reached the server, so whatever its sender did before sending it
+// (such as reading the clock for its deadline) is done.
+func (r *rowLocker) awaitWaiter() {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var waiting bool
+		if err := r.conn.QueryRow(r.t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity AS a
+			WHERE a.wait_event_type = 'Lock' AND pg_catalog.pg_backend_pid() = ANY (pg_catalog.pg_blocking_pids(a.pid)))`).Scan(&waiting); err != nil {
+			r.t.Fatalf("look for a waiter on the locked rows: %v", err)
+		}
+		if waiting {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.t.Fatal("no call waited on the locked rows within 10s")
+}
+
 func (r *rowLocker) unlock() {
 	r.t.Helper()
 	if _, err := r.conn.Exec(r.t.Context(), "ROLLBACK"); err != nil {
@@ -116,6 +137,7 @@ func TestBatchCoalesces(t *testing.T) {
 	if n := h.sending.Await(t, "the first call"); n != 1 {
 		t.Fatalf("first call sent with %d calls, want 1 (an idle client sends at once)", n)
 	}
+	locker.awaitWaiter() // its send time is taken, before the unlock's
 	for i, name := range []string{"new", "theirs", "mine"} {
 		goTry(t.Context(), c, name, ttl, out)
 		if n := h.queued.Await(t, "a queued call"); n != i+1 {
