@@ -144,7 +144,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.purgeNames, "purge-names", 1_000_000, "unique names of the table-size run, with and without purge (0: skip it)")
 	fs.BoolVar(&cfg.purgeOnly, "purge-only", false, "run only the table-size run: print its section and write -json, leave -out alone")
 	fs.BoolVar(&cfg.fencedOnly, "fenced-only", false, "run only the fenced-write comparison (an application UPDATE with and without assert_held, in a transaction and in one round trip with Lease.SendFenced, at -clients) and print its section")
-	fs.BoolVar(&cfg.metricsOnly, "metrics-only", false, "run only the metrics overhead comparison (renew with and without an OpenTelemetry SDK, at -clients) and print its section")
+	fs.BoolVar(&cfg.metricsOnly, "metrics-only", false, "run only the metrics overhead comparison (renew with and without an OpenTelemetry SDK, and without again as an A/A control, at -clients, each cell at least 12s in 12 turns) and print its section")
 	keeperLeases := fs.String("keeper-leases", "", "run only the keeper comparison, for these lease counts (e.g. 1000,10000), and print its section")
 	fs.IntVar(&cfg.waiters, "waiters", 0, "run only the waiters run (this many standbys blocked in Acquire on one lease: server CPU while they wait, handover time, acquire calls per handover) and print its section")
 	heldLeases := fs.String("held-leases", "", "run only the held-leases run (one holder, renew_holder against a bare UPDATE, server CPU per lease), for these lease counts (e.g. 10000,100000,1000000), and print its section")
@@ -318,6 +318,9 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	if r.SlotCycles, err = e.benchSlotCycles(ctx, cfg, []int{targetClients}); err != nil {
+		return err
+	}
+	if r.Metrics, err = e.benchMetrics(ctx, cfg, []int{targetClients}); err != nil {
 		return err
 	}
 

@@ -145,6 +145,11 @@ func (r *Report) writeMarkdown(w io.Writer, notes bool) {
 		p("")
 	}
 
+	if r.Metrics != nil {
+		r.Metrics.writeMarkdown(w, "##")
+		p("")
+	}
+
 	rh := r.RenewHolder
 	p("## Renewing every lease of a holder")
 	p("")

@@ -19,6 +19,7 @@ type Report struct {
 	Slots       []SlotRow         `json:"slots"`
 	SlotExec    []SlotExec        `json:"slot_execution"`
 	SlotCycles  *SlotCycles       `json:"slot_cycles,omitempty"`
+	Metrics     *MetricsOverhead  `json:"metrics,omitempty"`
 	RenewHolder RenewHolderResult `json:"renew_holder"`
 	Handover    []HandoverResult  `json:"handover"`
 	Purge       *PurgeResult      `json:"purge,omitempty"`
