@@ -152,16 +152,8 @@ func measureStores(ctx context.Context, e *env, cfg config) (_ *StoreComparison,
 	for _, s := range ss {
 		c.Versions[s.name] = s.version
 	}
-	ws := e.storeWorkloads(ss)
-	for _, n := range cfg.clients {
-		log.Printf("against %s at C=%d: %d rows × %s", strings.Join(cfg.stores, " and "), n, len(ws), cfg.cell)
-		ts, err := runGroupOn(ctx, e, ws, n, cfg)
-		if err != nil {
-			return nil, err
-		}
-		for i, w := range ws {
-			c.Rows = append(c.Rows, newRow(w, n, ts[i]))
-		}
+	if c.Rows, err = measureAt(ctx, e, "against "+strings.Join(cfg.stores, " and "), e.storeWorkloads(ss), cfg.clients, cfg); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -254,11 +246,4 @@ func (c *StoreComparison) writeMarkdown(w io.Writer, clients []int) {
 }
 
 // row returns the comparison's row of key at n clients, or nil.
-func (c *StoreComparison) row(key string, n int) *Row {
-	for i := range c.Rows {
-		if r := &c.Rows[i]; r.Key == key && r.Clients == n {
-			return r
-		}
-	}
-	return nil
-}
+func (c *StoreComparison) row(key string, n int) *Row { return findRow(c.Rows, key, n) }

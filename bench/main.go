@@ -388,6 +388,23 @@ func measure(ctx context.Context, e *env, ws []workload, n int, cfg config) ([]R
 	return rows, nil
 }
 
+// measureAt runs the group ws at each of clients on e, interleaved turn by
+// turn at each, and returns their rows, logging each group as what.
+func measureAt(ctx context.Context, e *env, what string, ws []workload, clients []int, cfg config) ([]Row, error) {
+	var rows []Row
+	for _, n := range clients {
+		log.Printf("%s at C=%d: %d rows × %s in %d turns", what, n, len(ws), cfg.cell, cfg.rounds)
+		ts, err := runGroupOn(ctx, e, ws, n, cfg)
+		if err != nil {
+			return nil, err
+		}
+		for i, w := range ws {
+			rows = append(rows, newRow(w, n, ts[i]))
+		}
+	}
+	return rows, nil
+}
+
 // runGroupOn runs the group ws at n clients while e has a pool capped at
 // two connections per client, so that no client waits for a connection even
 // if a client library holds a second one.

@@ -117,30 +117,16 @@ func metricsSettings(cfg config) config {
 // benchMetrics measures the metrics section on e at each of clients.
 func (e *env) benchMetrics(ctx context.Context, cfg config, clients []int) (*MetricsOverhead, error) {
 	cfg = metricsSettings(cfg)
-	mo := &MetricsOverhead{CellSeconds: cfg.cell.Seconds(), Rounds: cfg.rounds}
 	ws := []workload{e.renewPkg(renewPkgKey), e.renewPkg(renewPkgMetricsKey), e.renewPkg(renewPkgControlKey)}
-	for _, n := range clients {
-		log.Printf("metrics overhead at C=%d: %d rows × %s in %d turns", n, len(ws), cfg.cell, cfg.rounds)
-		ts, err := runGroupOn(ctx, e, ws, n, cfg)
-		if err != nil {
-			return nil, err
-		}
-		for i, w := range ws {
-			mo.Rows = append(mo.Rows, newRow(w, n, ts[i]))
-		}
+	rows, err := measureAt(ctx, e, "metrics overhead", ws, clients, cfg)
+	if err != nil {
+		return nil, err
 	}
-	return mo, nil
+	return &MetricsOverhead{CellSeconds: cfg.cell.Seconds(), Rounds: cfg.rounds, Rows: rows}, nil
 }
 
 // row returns the row of key at n clients, or nil.
-func (mo *MetricsOverhead) row(key string, n int) *Row {
-	for i := range mo.Rows {
-		if r := &mo.Rows[i]; r.Key == key && r.Clients == n {
-			return r
-		}
-	}
-	return nil
-}
+func (mo *MetricsOverhead) row(key string, n int) *Row { return findRow(mo.Rows, key, n) }
 
 // writeMarkdown writes the section's table under a heading of level h.
 func (mo *MetricsOverhead) writeMarkdown(w io.Writer, h string) {

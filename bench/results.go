@@ -107,10 +107,13 @@ func newRow(w workload, n int, t *tally) Row {
 }
 
 // row returns the row of key at n clients, or nil.
-func (r *Report) row(key string, n int) *Row {
-	for i := range r.Throughput {
-		if t := &r.Throughput[i]; t.Key == key && t.Clients == n {
-			return t
+func (r *Report) row(key string, n int) *Row { return findRow(r.Throughput, key, n) }
+
+// findRow returns the row of rows with key at n clients, or nil.
+func findRow(rows []Row, key string, n int) *Row {
+	for i := range rows {
+		if r := &rows[i]; r.Key == key && r.Clients == n {
+			return r
 		}
 	}
 	return nil

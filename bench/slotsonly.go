@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"runtime"
 	"strconv"
 	"time"
@@ -228,16 +227,9 @@ func slotCycleSettings(cfg config) config {
 func (e *env) benchSlotCycles(ctx context.Context, cfg config, clients []int) (*SlotCycles, error) {
 	cfg = slotCycleSettings(cfg)
 	sc := &SlotCycles{CellSeconds: cfg.cell.Seconds(), Rounds: cfg.rounds}
-	ws := e.slotsOnlyWorkloads()
-	for _, n := range clients {
-		log.Printf("slot cycles at C=%d: %d rows × %s in %d turns", n, len(ws), cfg.cell, cfg.rounds)
-		ts, err := runGroupOn(ctx, e, ws, n, cfg)
-		if err != nil {
-			return nil, err
-		}
-		for i, w := range ws {
-			sc.Rows = append(sc.Rows, newRow(w, n, ts[i]))
-		}
+	var err error
+	if sc.Rows, err = measureAt(ctx, e, "slot cycles", e.slotsOnlyWorkloads(), clients, cfg); err != nil {
+		return nil, err
 	}
 	renew, renewSlot, hot, err := e.renewShare(ctx)
 	if err != nil {
@@ -248,14 +240,7 @@ func (e *env) benchSlotCycles(ctx context.Context, cfg config, clients []int) (*
 }
 
 // row returns the row of key at n clients, or nil.
-func (sc *SlotCycles) row(key string, n int) *Row {
-	for i := range sc.Rows {
-		if r := &sc.Rows[i]; r.Key == key && r.Clients == n {
-			return r
-		}
-	}
-	return nil
-}
+func (sc *SlotCycles) row(key string, n int) *Row { return findRow(sc.Rows, key, n) }
 
 // vsLease is the row's paired ratio over the lease cycle at its C.
 func (sc *SlotCycles) vsLease(row *Row) Paired {
