@@ -31,9 +31,10 @@ var slotsOnlyUnits = []int{1, 4, 16}
 // holder's rows in the scope (re-entrancy) and takes slot 1 in place by its
 // primary key (a new fence: the row's holder, check_at, capacity and units
 // change, so the update writes every index entry a take does). The release
-// locks its row, tries the scope lock (what keeps a wake-up from being
-// lost), and ends the tenure as release_slot does. Both are SECURITY
-// DEFINER PL/pgSQL with a pinned search_path, as pglease's functions are.
+// locks its row and tries the scope lock (what keeps a wake-up from being
+// lost) in one statement, and ends the tenure as release_slot does. Both
+// are SECURITY DEFINER PL/pgSQL with a pinned search_path, as pglease's
+// functions are.
 // They live in the bench's scratch database and write pglease.slots
 // itself, so every index and every domain of the real table is paid.
 const (
@@ -63,10 +64,10 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 DECLARE
     v_tid tid;
 BEGIN
-    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
+    SELECT s.ctid INTO v_tid FROM pglease.slots AS s, pglease.slot_scopes AS sc
     WHERE s.scope = p_scope AND s.slot = p_slot AND s.holder = p_holder AND s.fence = p_fence
-    FOR NO KEY UPDATE SKIP LOCKED;
-    PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE SKIP LOCKED;
+      AND sc.scope = p_scope
+    FOR NO KEY UPDATE OF s SKIP LOCKED FOR UPDATE OF sc SKIP LOCKED;
     UPDATE pglease.slots AS s
     SET holder = NULL, expires_at = clock_timestamp(), check_at = clock_timestamp()
     WHERE s.ctid = v_tid;

@@ -58,9 +58,17 @@ CREATE INDEX leases_holder_idx ON pglease.leases (holder) WHERE holder IS NOT NU
 -- change of counted lowers it and un-counts rows; so a claim that takes a
 -- slot back in place with the capacity and units it had keeps it, whatever
 -- the other rows' capacities (pglease.claim_slot relies on it).
+-- queued (0.3.0) is false only while the scope's queue (pglease.slot_queue)
+-- has no entry: every entry is added under the scope lock, which sets it in
+-- the same transaction (pglease._slot_queue), and a scope row created
+-- afresh starts with it set when entries of the scope are left over (a
+-- purge deletes the row, not the queue); a claim that finds the queue
+-- empty under the lock clears it. So the claims and releases that hold the
+-- lock read it from the locked row, not from the queue.
 CREATE TABLE pglease.slot_scopes (
     scope   text    PRIMARY KEY,
-    counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0)
+    counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0),
+    queued  boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE pglease.slot_scopes IS
     'pglease slot scopes; the row lock serialises claims within one scope';
@@ -1584,19 +1592,39 @@ $$;
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
 -- lock, so counting the units in use and taking a slot cannot interleave.
+-- It returns only once the row is the caller's: locked, or inserted by its
+-- transaction (which no one else can lock or delete before it ends). A
+-- purge can delete the row while this call waits for its lock (the lock
+-- then returns no row), also after this call found the row missing and
+-- another claim created it; so each miss tries to create the row, and each
+-- conflict looks again. (0.2.0 returned after one miss without the lock: a
+-- claim racing a purge of its scope could count without it, and more units
+-- than the capacity were granted; contract test TestQueueFlagUnderTraffic.)
 -- The lock only: the caller counts on the clock it reads once every lock
--- is granted (see pglease._slot_claim_locked).
+-- is granted (see pglease._slot_claim_locked). A row created here has
+-- queued set when the queue holds entries of the scope (left by a purge
+-- of the scope's row; only a holder of the row's lock adds any).
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
-    IF NOT FOUND THEN
+    LOOP
+        PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
+        EXIT WHEN FOUND;
         INSERT INTO pglease.slot_scopes AS s (scope) VALUES (p_scope)
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
-        PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
-    END IF;
+        IF FOUND THEN
+            -- The insert may have waited for a purge of the scope's row to
+            -- commit: the queue is read in a statement of its own, whose
+            -- snapshot is taken after it (a subquery of the insert would
+            -- read the queue as it was before that wait).
+            UPDATE pglease.slot_scopes AS s SET queued = true
+            WHERE s.scope = p_scope
+              AND EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope);
+            EXIT;
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -1630,8 +1658,9 @@ $$;
 -- whatever p_units says). p_reentrant false says that the caller, holding
 -- the scope lock, found no slot row of the holder's in the scope (live or
 -- not yet released) before it read p_now, so none is live at p_now (only
--- a claim starts a tenure), and skips that step. p_counted is the scope's
--- counter as the caller read it under the lock (NULL: read here).
+-- a claim starts a tenure), and skips that step. p_counted and p_queued
+-- are the scope's counter and queue flag as the caller read them under the
+-- lock (either NULL: both read here).
 -- Otherwise it takes a slot numbered up to p_capacity whose tenure is
 -- over (fence + 1): one that ended since the scope was last looked at, in
 -- place (it stays counted: one row written), else the lowest-numbered slot
@@ -1646,11 +1675,14 @@ $$;
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer, p_units integer,
     p_now timestamptz, p_ttl interval, p_counted integer, p_reentrant boolean,
+    p_queued boolean,
     OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT units integer,
     OUT in_use integer, OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
+    v_queued boolean;
+    v_clear  boolean := false;
     v_role   text := session_user::text;
     v_count  integer;
     v_cap    integer;
@@ -1666,8 +1698,10 @@ DECLARE
     v_end    timestamptz;
 BEGIN
     v_count := p_counted;
-    IF v_count IS NULL THEN
-        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    v_queued := p_queued;
+    IF v_count IS NULL OR v_queued IS NULL THEN
+        SELECT sc.counted, sc.queued INTO v_count, v_queued
+        FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
     END IF;
     in_use := v_count;
     claimed := false;
@@ -1735,9 +1769,15 @@ BEGIN
     -- No starvation: the head of the scope's queue (the oldest refused
     -- claim that has not lapsed, see pglease.slot_queue) keeps room for its
     -- units against every other claim, unless it could not fit anyway.
-    -- An empty queue (the common case) costs one index probe.
-    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
-    IF FOUND THEN
+    -- An empty queue (the common case) costs nothing: the scope's flag
+    -- says so (see pglease.slot_scopes); a flag left set by a queue that
+    -- has emptied costs one index probe, and is cleared below.
+    IF v_queued THEN
+        PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
+        v_queued := FOUND;
+        v_clear := NOT FOUND;
+    END IF;
+    IF v_queued THEN
         DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
         SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
         FROM pglease.slot_queue AS q
@@ -1818,8 +1858,10 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    IF in_use IS DISTINCT FROM v_count THEN
-        UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
+    IF in_use IS DISTINCT FROM v_count OR v_clear THEN
+        UPDATE pglease.slot_scopes AS sc
+        SET counted = in_use, queued = sc.queued AND NOT v_clear
+        WHERE sc.scope = p_scope;
     END IF;
     IF claimed THEN
         IF v_head IS NOT NULL THEN
@@ -1868,6 +1910,8 @@ BEGIN
             p_now + least(p_retry_in, interval '5 seconds') + interval '2 seconds')
     ON CONFLICT ON CONSTRAINT slot_queue_pkey
     DO UPDATE SET units = excluded.units, until = excluded.until;
+    UPDATE pglease.slot_scopes AS sc SET queued = true
+    WHERE sc.scope = p_scope AND NOT sc.queued;
 END
 $$;
 
@@ -2018,26 +2062,27 @@ BEGIN
         v_ttl := pglease._check_ttl('claim_slot', p_ttl);
     END IF;
 
-    -- The scope lock (pglease._scope_lock), and the scope's counter as
-    -- the lock returns it: the row version of the last claim that held it.
-    SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc
+    -- The scope lock (pglease._scope_lock), and the scope's counter and
+    -- queue flag as the lock returns them: the row version of the last
+    -- claim that held it.
+    SELECT sc.counted, sc.queued INTO v_count, v_queued FROM pglease.slot_scopes AS sc
     WHERE sc.scope = p_scope FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM pglease._scope_lock(p_scope);
-        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+        SELECT sc.counted, sc.queued INTO v_count, v_queued
+        FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
     END IF;
     -- The clock is read once the scope is ours: slots that expired or were
     -- released meanwhile count as free. One read then: the first two
-    -- counted slots that ended on it, whether the queue has a waiter, and
-    -- whether the holder has a slot row in the scope (live or not yet
-    -- released). It takes no lock, so no wait follows the clock read.
+    -- counted slots that ended on it, and whether the holder has a slot
+    -- row in the scope (live or not yet released). It takes no lock, so no
+    -- wait follows the clock read.
     v_now := clock_timestamp();
     SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], coalesce(cardinality(e.tids), 0),
-           EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope),
            EXISTS (SELECT 1 FROM pglease.slots AS h
                    WHERE h.holder = p_holder AND h.scope = p_scope
                      AND coalesce(h.holder_role = v_role, true))
-    INTO v_tid, v_tslot, v_tunits, v_tcap, v_ended, v_queued, v_mine
+    INTO v_tid, v_tslot, v_tunits, v_tcap, v_ended, v_mine
     FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
                  array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
           FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
@@ -2060,7 +2105,8 @@ BEGIN
         FOR NO KEY UPDATE;
         v_mine := FOUND;
         v_now := clock_timestamp();
-    -- The common claim: the holder has no slot here, the queue is empty,
+    -- The common claim: the holder has no slot here, the queue is empty
+    -- (the scope's flag is clear, see pglease.slot_scopes),
     -- and the counted slot that ended first is the only one that ended,
     -- so nothing is un-counted; it is taken in place when the units fit.
     -- This decides exactly as pglease._slot_claim_locked would (same
@@ -2104,7 +2150,7 @@ BEGIN
         SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in, c.units
         INTO claimed, slot, fence, in_use, retry_in, units
         FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl,
-                                        v_count, v_mine) AS c;
+                                        v_count, v_mine, v_queued) AS c;
     END IF;
     IF claimed THEN
         expires_at := v_now + v_ttl;
@@ -2221,7 +2267,7 @@ BEGIN
             SELECT * INTO v_claim
             FROM pglease._slot_claim_locked(v_scope, p_holder,
                      p_capacities[array_lower(p_capacities, 1) + i - 1],
-                     p_units[array_lower(p_units, 1) + i - 1], v_now, v_ttl, NULL, v_mine);
+                     p_units[array_lower(p_units, 1) + i - 1], v_now, v_ttl, NULL, v_mine, NULL);
             in_use[i] := v_claim.in_use;
             IF NOT v_claim.claimed THEN
                 refused_scope := v_scope;
@@ -2383,6 +2429,8 @@ DECLARE
     v_role text := session_user::text;
     v_counted boolean := false;
     v_wake    boolean; -- notify: a claim holds the scope lock, or a waiter is registered
+    v_queued  boolean; -- the scope's flag: its queue may have a waiter
+    v_locked  boolean; -- the caller's live slot is locked (and the scope lock tried)
     v_now  timestamptz;
     v_tid  tid;
 BEGIN
@@ -2402,46 +2450,75 @@ BEGIN
     -- slots_holder_idx.
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
-    -- The fast path's statement also reads the scope's queue (a one-time
-    -- filter, read first): with a waiter in it, the release goes the
-    -- queued way below.
-    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-    WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
-      AND s.scope = p_scope AND s.slot = p_slot
+    -- The common release takes both of its locks in one statement, each
+    -- without waiting: the caller's live slot, then the scope's row (a
+    -- joined row's tables are locked in the order of the locking clauses,
+    -- so a slot locked by someone else is skipped before the scope's row is
+    -- tried, and no wait below holds the scope lock; contract test
+    -- TestReleaseSlotLockOrder). With both, no claim is in flight in the
+    -- scope, and the scope's flag, read from the locked row, says whether
+    -- the queue may have a waiter (see pglease.slot_scopes): if it has one,
+    -- this release holds the scope lock from before its change, so it
+    -- counts (v_counted), as a queued release below does.
+    SELECT s.ctid, sc.queued INTO v_tid, v_queued
+    FROM pglease.slots AS s, pglease.slot_scopes AS sc
+    WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
-    FOR NO KEY UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        -- While the scope's queue has a waiter, a release says how many
-        -- units it leaves free (pglease._slot_wake), and it must count them
-        -- alone: it takes the scope lock before its change, as claims do
-        -- (scope, then slot: no deadlock with them), so that the releases
-        -- of a queued scope count one after another, each seeing those
-        -- before it. Only the caller's live tenure takes it (read here
-        -- without a lock), so a stranger's call holds up no claim. Any
-        -- other release notifies without a count, which wakes every
-        -- waiter. One statement: the queue is looked at first (a one-time
-        -- filter), the slot only when it has a waiter.
-        PERFORM 1 FROM pglease.slots AS s
-        WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
-          AND s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > clock_timestamp();
-        IF FOUND THEN
-            PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
-            v_counted := true;
+      AND sc.scope = p_scope
+    FOR NO KEY UPDATE OF s SKIP LOCKED
+    FOR UPDATE OF sc SKIP LOCKED;
+    v_locked := FOUND;
+    IF v_locked THEN
+        IF v_queued THEN
+            PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
+            v_counted := FOUND;
         END IF;
+        v_wake := false;
+    ELSE
+        -- Otherwise (the slot or the scope's row was locked, or the slot is
+        -- not the caller's live tenure) one statement locks the slot, and
+        -- reads the scope's queue (a one-time filter, read first): with a
+        -- waiter in it, the release goes the queued way below.
         SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.slot = p_slot
+        WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+          AND s.scope = p_scope AND s.slot = p_slot
           AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp()
         FOR NO KEY UPDATE SKIP LOCKED;
-    END IF;
-    IF FOUND THEN
-        IF NOT v_counted THEN
+        v_locked := FOUND;
+        IF NOT v_locked THEN
+            -- While the scope's queue has a waiter, a release says how many
+            -- units it leaves free (pglease._slot_wake), and it must count
+            -- them alone: it takes the scope lock before its change, as
+            -- claims do (scope, then slot: no deadlock with them), so that
+            -- the releases of a queued scope count one after another, each
+            -- seeing those before it. Only the caller's live tenure takes
+            -- it (read here without a lock), so a stranger's call holds up
+            -- no claim. Any other release notifies without a count, which
+            -- wakes every waiter. One statement: the queue is looked at
+            -- first (a one-time filter), the slot only when it has a waiter.
+            PERFORM 1 FROM pglease.slots AS s
+            WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+              AND s.scope = p_scope AND s.slot = p_slot
+              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+              AND coalesce(s.holder_role = v_role, true)
+              AND s.expires_at > clock_timestamp();
+            IF FOUND THEN
+                PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
+                v_counted := true;
+            END IF;
+            SELECT s.ctid INTO v_tid FROM pglease.slots AS s
+            WHERE s.scope = p_scope AND s.slot = p_slot
+              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+              AND coalesce(s.holder_role = v_role, true)
+              AND s.expires_at > clock_timestamp()
+            FOR NO KEY UPDATE SKIP LOCKED;
+            v_locked := FOUND;
+        END IF;
+        IF v_locked AND NOT v_counted THEN
             -- The lock claims hold while they count (see pglease._wake),
             -- taken before the change without waiting: when a claim holds
             -- it, notify whether or not someone registered; otherwise only
@@ -2452,6 +2529,8 @@ BEGIN
             FOR UPDATE SKIP LOCKED;
             v_wake := NOT FOUND;
         END IF;
+    END IF;
+    IF v_locked THEN
         v_now := clock_timestamp();
         UPDATE pglease.slots AS s
         SET holder = NULL, expires_at = least(s.expires_at, v_now),
@@ -2581,7 +2660,7 @@ CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
 LANGUAGE sql VOLATILE
 AS $$
     SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
-    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, 1, p_now, p_ttl, NULL, true) AS c;
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, 1, p_now, p_ttl, NULL, true, NULL) AS c;
 $$;
 
 -- Source: sql/functions/30_renew_holder.sql

@@ -64,10 +64,11 @@ DROP VIEW pglease.slot_status;
 DROP VIEW pglease.slot_scope_status;
 DROP FUNCTION pglease.claim_slot(text, text, integer, interval, integer, boolean);
 DROP FUNCTION pglease.claim_slots(text, text[], integer[], interval, integer[], boolean);
-DROP FUNCTION pglease._slot_claim_locked(text, text, integer, integer, timestamptz, interval, integer, boolean);
+DROP FUNCTION pglease._slot_claim_locked(text, text, integer, integer, timestamptz, interval, integer, boolean, boolean);
 DROP FUNCTION pglease._slot_queue(text, text, integer, timestamptz, interval);
 DROP FUNCTION pglease._slot_wake(text, boolean);
 DROP TABLE pglease.slot_queue;
+ALTER TABLE pglease.slot_scopes DROP COLUMN queued;
 DROP INDEX pglease.slots_counted_check_idx;
 DROP INDEX pglease.slots_free_idx;
 ALTER TABLE pglease.slots

@@ -220,7 +220,7 @@ func testLeastPrivilege(t *testing.T, db *testDB) {
 			`SELECT * FROM pglease.waiters`,
 			`DELETE FROM pglease.waiters`,
 			`SELECT pglease._scope_lock({scope})`,
-			`SELECT * FROM pglease._slot_claim_locked({scope}, {client}, 10, 1, clock_timestamp(), interval '1 hour', NULL, true)`,
+			`SELECT * FROM pglease._slot_claim_locked({scope}, {client}, 10, 1, clock_timestamp(), interval '1 hour', NULL, true, NULL)`,
 			`SELECT pglease._check_text('f', 'a', 'v')`,
 			`CREATE TABLE pglease.mine (id int)`,
 			`CREATE FUNCTION pglease.acquire(p_name int) RETURNS int LANGUAGE sql AS 'SELECT 1'`,

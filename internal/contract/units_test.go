@@ -3,6 +3,10 @@ package contract
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +27,128 @@ func TestWeightedSlots(t *testing.T) {
 		{"OneShotClaimsAreNotQueued", testOneShotClaimsAreNotQueued},
 		{"ClaimInOpenTransactionDelaysNoRenewal", testClaimInOpenTransactionDelaysNoRenewal},
 		{"TakeInPlaceDecidesAsEveryClaim", testTakeInPlaceDecidesAsEveryClaim},
+		{"ReleaseWaitsWithoutTheScopeLock", testReleaseWaitsWithoutTheScopeLock},
+		{"QueueFlagFollowsTheQueue", testQueueFlagFollowsTheQueue},
 	})
+}
+
+// TestQueueFlagSurvivesPurge: a purge deletes a scope's row but not its
+// queue; the row made again by the next claim starts flagged, so the
+// queue's head keeps its room (a database of its own: purge is global).
+func TestQueueFlagSurvivesPurge(t *testing.T) {
+	t.Parallel()
+	runGroup(t, 4, []subtest{{"HeadKeepsItsRoom", testQueueFlagSurvivesPurge}})
+}
+
+func testQueueFlagSurvivesPurge(t *testing.T, db *testDB) {
+	n := namer(t)
+	for _, h := range []string{"x", "y", "z"} {
+		claimUnits(t, db.pool, n("s"), h, 1, false)
+	}
+	if claimed, _ := claimUnits(t, db.pool, n("s"), "big", 4, true); claimed {
+		t.Fatal("4 units with 3 of 4 in use: claimed")
+	}
+	admin := pgtest.Pool(t, db.url)
+	// The three tenures over two hours ago, then a purge of what has been
+	// free for an hour: the scope's slots and row go, its queue stays.
+	mustExec(t, admin, `UPDATE pglease.slots SET expires_at = clock_timestamp() - interval '2 hours',
+		check_at = clock_timestamp() - interval '2 hours' WHERE scope = $1`, n("s"))
+	mustExec(t, admin, `SELECT pglease.purge('1 hour')`)
+	var rows, queued int
+	mustScan(t, admin, `SELECT (SELECT count(*) FROM pglease.slot_scopes WHERE scope = $1),
+		(SELECT count(*) FROM pglease.slot_queue WHERE scope = $1)`, []any{n("s")}, &rows, &queued)
+	if rows != 0 || queued != 1 {
+		t.Fatalf("after the purge: %d scope rows, %d queue entries; want 0 and 1", rows, queued)
+	}
+	if claimed, inUse := claimUnits(t, db.pool, n("s"), "small", 1, false); claimed || inUse != 0 {
+		t.Fatalf("1 unit in the purged scope while a 4-unit claim is queued: got claimed %v, in_use %d; want refused, 0", claimed, inUse)
+	}
+	if claimed, inUse := claimUnits(t, db.pool, n("s"), "big", 4, true); !claimed || inUse != 4 {
+		t.Fatalf("the head's claim again: got claimed %v, in_use %d; want claimed, 4", claimed, inUse)
+	}
+}
+
+// testReleaseWaitsWithoutTheScopeLock: a release of a slot whose row a
+// transaction in flight holds (a renewal) waits for it, and holds no
+// scope lock meanwhile: another holder's claim in the scope goes ahead.
+// (release_slot takes the slot's lock and the scope's in one statement;
+// the slot's must come first.)
+func testReleaseWaitsWithoutTheScopeLock(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	c := mustClaimSlot(t, db.pool, n("s"), "a", 4, time.Hour, 1, 1)
+	renewer, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = renewer.Rollback(context.Background()) }()
+	if r := renewSlot(t, renewer, n("s"), *c.Slot, "a", *c.Fence, time.Hour); !r.Renewed {
+		t.Fatal("a's renewal in a transaction: not renewed")
+	}
+	releaser := connect(t, db.url)
+	releaserPID, renewerPID := backendPID(t, releaser), backendPID(t, renewer)
+	released := make(chan error, 1)
+	go func() {
+		var ok bool
+		err := releaser.QueryRow(ctx, `SELECT released FROM pglease.release_slot($1, $2, 'a', $3)`, n("s"), *c.Slot, *c.Fence).Scan(&ok)
+		if err == nil && !ok {
+			err = errors.New("released = false")
+		}
+		released <- err
+	}()
+	waitBlockedBy(t, db.pool, releaserPID, renewerPID)
+	claimer := connect(t, db.url)
+	mustExec(t, claimer, `SET lock_timeout = '5s'`)
+	var claimed bool
+	if err := claimer.QueryRow(ctx, `SELECT claimed FROM pglease.claim_slot($1, 'b', 4, '1 hour', 1)`, n("s")).Scan(&claimed); err != nil || !claimed {
+		t.Fatalf("b's claim while a's release waits for a's renewal: got %v, %v; want claimed without waiting", claimed, err)
+	}
+	if err := renewer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("a's release after the renewal committed: %v", err)
+	}
+}
+
+// testQueueFlagFollowsTheQueue: the scope's flag is set by the first
+// queued claim, stays set while the queue has an entry, and the first
+// claim that finds the queue empty clears it.
+func testQueueFlagFollowsTheQueue(t *testing.T, db *testDB) {
+	n := namer(t)
+	flag := func() bool {
+		t.Helper()
+		var queued bool
+		mustScan(t, db.pool, `SELECT queued FROM pglease.slot_scopes WHERE scope = $1`, []any{n("s")}, &queued)
+		return queued
+	}
+	var held []unitsClaim
+	for _, h := range []string{"x", "y", "z"} {
+		held = append(held, claimUnitsOf(t, db.pool, n("s"), h, 4, 1, false))
+	}
+	if flag() {
+		t.Fatal("flag set with an empty queue")
+	}
+	if claimed, _ := claimUnits(t, db.pool, n("s"), "big", 4, true); claimed || !flag() {
+		t.Fatalf("a refused 4-unit claim that waits: claimed %v, flag %v; want refused, set", claimed, flag())
+	}
+	// x, y, z release (the releases count: the queue has a waiter); the
+	// head gets its 4 units, and its entry goes with the claim.
+	for i, h := range []string{"x", "y", "z"} {
+		if !releaseSlot(t, db.pool, n("s"), *held[i].slot, h, *held[i].fence) {
+			t.Fatalf("%s's release: refused", h)
+		}
+	}
+	big := claimUnitsOf(t, db.pool, n("s"), "big", 4, 4, true)
+	if !big.claimed || !flag() {
+		t.Fatalf("the head's claim: claimed %v, flag %v; want claimed, still set (cleared by the next claim)", big.claimed, flag())
+	}
+	if !releaseSlot(t, db.pool, n("s"), *big.slot, "big", *big.fence) {
+		t.Fatal("big's release: refused")
+	}
+	if c := claimUnitsOf(t, db.pool, n("s"), "small", 4, 1, false); !c.claimed || flag() {
+		t.Fatalf("a claim on the empty queue: claimed %v, flag %v; want claimed, cleared", c.claimed, flag())
+	}
 }
 
 // claimUnits claims units of scope (capacity 4, an hour) and returns
@@ -279,4 +404,104 @@ func testTakeInPlaceDecidesAsEveryClaim(t *testing.T, db *testDB) {
 	release(s, "d", d)
 	want("1 unit of capacity 2, slot 3 ended", claimUnitsOf(t, db.pool, s, "e", 2, 1, false), true, 1, 1)
 	counted(s)
+}
+
+// TestQueueFlagUnderTraffic: while workers claim (half of them queuing
+// when refused) and release units in three small scopes, and a purger
+// deletes free scopes as fast as it can, no committed state ever has an
+// entry in a scope's queue while the scope's row says its queue is empty,
+// and no scope has more units in use than its capacity (a database of its
+// own: purge is global). With 0.2.0's pglease._scope_lock, which could
+// return without the lock when a purge deleted the scope's row under it,
+// four runs of four granted more than the capacity.
+func TestQueueFlagUnderTraffic(t *testing.T) {
+	t.Parallel()
+	runGroup(t, 10, []subtest{{"Traffic", testQueueFlagUnderTraffic}})
+}
+
+func testQueueFlagUnderTraffic(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx, cancel := context.WithTimeout(testContext(t), 3*time.Second)
+	defer cancel()
+	scopes := []string{n("a"), n("b"), n("c")}
+	var wg sync.WaitGroup
+	var claims, queued, checks atomic.Int64
+	errs := make(chan error, 16)
+	fail := func(err error) {
+		if ctx.Err() == nil {
+			select {
+			case errs <- err:
+			default:
+			}
+			cancel()
+		}
+	}
+	for w := range 6 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 30))
+			holder := fmt.Sprintf("w%d", w)
+			for ctx.Err() == nil {
+				scope := scopes[rng.IntN(len(scopes))]
+				units, wait := 1+rng.IntN(3), w%2 == 0
+				var claimed bool
+				var slot *int32
+				var fence *int64
+				err := db.pool.QueryRow(ctx, `SELECT claimed, slot, fence FROM pglease.claim_slot($1, $2, 4, '1 hour', $3, $4)`,
+					scope, holder, units, wait).Scan(&claimed, &slot, &fence)
+				if err != nil {
+					fail(fmt.Errorf("claim of %d units in %s as %s: %w", units, scope, holder, err))
+					return
+				}
+				if !claimed {
+					if wait {
+						queued.Add(1)
+					}
+					continue
+				}
+				claims.Add(1)
+				var released bool
+				if err := db.pool.QueryRow(ctx, `SELECT released FROM pglease.release_slot($1, $2, $3, $4)`,
+					scope, *slot, holder, *fence).Scan(&released); err != nil || !released {
+					fail(fmt.Errorf("release of %s's slot %d in %s: %v, %w", holder, *slot, scope, released, err))
+					return
+				}
+			}
+		})
+	}
+	admin := pgtest.Pool(t, db.url)
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			if _, err := admin.Exec(ctx, `SELECT pglease.purge('0')`); err != nil {
+				fail(fmt.Errorf("purge: %w", err))
+			}
+		}
+	})
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			var unflagged, over int
+			err := admin.QueryRow(ctx, `SELECT
+				(SELECT count(*) FROM pglease.slot_queue AS q JOIN pglease.slot_scopes AS sc USING (scope)
+				 WHERE NOT sc.queued),
+				(SELECT count(*) FROM pglease.slot_scope_status AS st
+				 WHERE st.scope = ANY ($1) AND st.units_in_use > 4)`, scopes).Scan(&unflagged, &over)
+			if err != nil {
+				fail(fmt.Errorf("check: %w", err))
+				return
+			}
+			if unflagged != 0 || over != 0 {
+				fail(fmt.Errorf("%d queue entries in scopes whose flag says the queue is empty, %d scopes over capacity 4", unflagged, over))
+				return
+			}
+			checks.Add(1)
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if claims.Load() < 50 || queued.Load() < 10 || checks.Load() < 50 {
+		t.Errorf("too little happened: %d claims granted, %d queued refusals, %d checks", claims.Load(), queued.Load(), checks.Load())
+	}
+	t.Logf("%d claims granted, %d queued refusals, %d checks", claims.Load(), queued.Load(), checks.Load())
 }

@@ -127,6 +127,7 @@ type PgleaseSlotQueue struct {
 type PgleaseSlotScope struct {
 	Scope   string
 	Counted int32
+	Queued  bool
 }
 
 // pglease slot scopes: live holders (in_use), slot rows ever created (slots) and units the live holders hold (units_in_use)

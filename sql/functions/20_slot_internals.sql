@@ -5,19 +5,39 @@
 -- _scope_lock(p_scope): creates the scope's row if missing and locks it until
 -- the caller's transaction ends. Claims in one scope are serialised by this
 -- lock, so counting the units in use and taking a slot cannot interleave.
+-- It returns only once the row is the caller's: locked, or inserted by its
+-- transaction (which no one else can lock or delete before it ends). A
+-- purge can delete the row while this call waits for its lock (the lock
+-- then returns no row), also after this call found the row missing and
+-- another claim created it; so each miss tries to create the row, and each
+-- conflict looks again. (0.2.0 returned after one miss without the lock: a
+-- claim racing a purge of its scope could count without it, and more units
+-- than the capacity were granted; contract test TestQueueFlagUnderTraffic.)
 -- The lock only: the caller counts on the clock it reads once every lock
--- is granted (see pglease._slot_claim_locked).
+-- is granted (see pglease._slot_claim_locked). A row created here has
+-- queued set when the queue holds entries of the scope (left by a purge
+-- of the scope's row; only a holder of the row's lock adds any).
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
-    PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
-    IF NOT FOUND THEN
+    LOOP
+        PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
+        EXIT WHEN FOUND;
         INSERT INTO pglease.slot_scopes AS s (scope) VALUES (p_scope)
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
-        PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
-    END IF;
+        IF FOUND THEN
+            -- The insert may have waited for a purge of the scope's row to
+            -- commit: the queue is read in a statement of its own, whose
+            -- snapshot is taken after it (a subquery of the insert would
+            -- read the queue as it was before that wait).
+            UPDATE pglease.slot_scopes AS s SET queued = true
+            WHERE s.scope = p_scope
+              AND EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope);
+            EXIT;
+        END IF;
+    END LOOP;
 END
 $$;
 
@@ -51,8 +71,9 @@ $$;
 -- whatever p_units says). p_reentrant false says that the caller, holding
 -- the scope lock, found no slot row of the holder's in the scope (live or
 -- not yet released) before it read p_now, so none is live at p_now (only
--- a claim starts a tenure), and skips that step. p_counted is the scope's
--- counter as the caller read it under the lock (NULL: read here).
+-- a claim starts a tenure), and skips that step. p_counted and p_queued
+-- are the scope's counter and queue flag as the caller read them under the
+-- lock (either NULL: both read here).
 -- Otherwise it takes a slot numbered up to p_capacity whose tenure is
 -- over (fence + 1): one that ended since the scope was last looked at, in
 -- place (it stays counted: one row written), else the lowest-numbered slot
@@ -67,11 +88,14 @@ $$;
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer, p_units integer,
     p_now timestamptz, p_ttl interval, p_counted integer, p_reentrant boolean,
+    p_queued boolean,
     OUT claimed boolean, OUT slot integer, OUT fence bigint, OUT units integer,
     OUT in_use integer, OUT retry_in interval)
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
+    v_queued boolean;
+    v_clear  boolean := false;
     v_role   text := session_user::text;
     v_count  integer;
     v_cap    integer;
@@ -87,8 +111,10 @@ DECLARE
     v_end    timestamptz;
 BEGIN
     v_count := p_counted;
-    IF v_count IS NULL THEN
-        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+    v_queued := p_queued;
+    IF v_count IS NULL OR v_queued IS NULL THEN
+        SELECT sc.counted, sc.queued INTO v_count, v_queued
+        FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
     END IF;
     in_use := v_count;
     claimed := false;
@@ -156,9 +182,15 @@ BEGIN
     -- No starvation: the head of the scope's queue (the oldest refused
     -- claim that has not lapsed, see pglease.slot_queue) keeps room for its
     -- units against every other claim, unless it could not fit anyway.
-    -- An empty queue (the common case) costs one index probe.
-    PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
-    IF FOUND THEN
+    -- An empty queue (the common case) costs nothing: the scope's flag
+    -- says so (see pglease.slot_scopes); a flag left set by a queue that
+    -- has emptied costs one index probe, and is cleared below.
+    IF v_queued THEN
+        PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
+        v_queued := FOUND;
+        v_clear := NOT FOUND;
+    END IF;
+    IF v_queued THEN
         DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
         SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
         FROM pglease.slot_queue AS q
@@ -239,8 +271,10 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    IF in_use IS DISTINCT FROM v_count THEN
-        UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
+    IF in_use IS DISTINCT FROM v_count OR v_clear THEN
+        UPDATE pglease.slot_scopes AS sc
+        SET counted = in_use, queued = sc.queued AND NOT v_clear
+        WHERE sc.scope = p_scope;
     END IF;
     IF claimed THEN
         IF v_head IS NOT NULL THEN
@@ -289,6 +323,8 @@ BEGIN
             p_now + least(p_retry_in, interval '5 seconds') + interval '2 seconds')
     ON CONFLICT ON CONSTRAINT slot_queue_pkey
     DO UPDATE SET units = excluded.units, until = excluded.until;
+    UPDATE pglease.slot_scopes AS sc SET queued = true
+    WHERE sc.scope = p_scope AND NOT sc.queued;
 END
 $$;
 

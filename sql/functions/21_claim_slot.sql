@@ -100,26 +100,27 @@ BEGIN
         v_ttl := pglease._check_ttl('claim_slot', p_ttl);
     END IF;
 
-    -- The scope lock (pglease._scope_lock), and the scope's counter as
-    -- the lock returns it: the row version of the last claim that held it.
-    SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc
+    -- The scope lock (pglease._scope_lock), and the scope's counter and
+    -- queue flag as the lock returns them: the row version of the last
+    -- claim that held it.
+    SELECT sc.counted, sc.queued INTO v_count, v_queued FROM pglease.slot_scopes AS sc
     WHERE sc.scope = p_scope FOR UPDATE;
     IF NOT FOUND THEN
         PERFORM pglease._scope_lock(p_scope);
-        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+        SELECT sc.counted, sc.queued INTO v_count, v_queued
+        FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
     END IF;
     -- The clock is read once the scope is ours: slots that expired or were
     -- released meanwhile count as free. One read then: the first two
-    -- counted slots that ended on it, whether the queue has a waiter, and
-    -- whether the holder has a slot row in the scope (live or not yet
-    -- released). It takes no lock, so no wait follows the clock read.
+    -- counted slots that ended on it, and whether the holder has a slot
+    -- row in the scope (live or not yet released). It takes no lock, so no
+    -- wait follows the clock read.
     v_now := clock_timestamp();
     SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], coalesce(cardinality(e.tids), 0),
-           EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope),
            EXISTS (SELECT 1 FROM pglease.slots AS h
                    WHERE h.holder = p_holder AND h.scope = p_scope
                      AND coalesce(h.holder_role = v_role, true))
-    INTO v_tid, v_tslot, v_tunits, v_tcap, v_ended, v_queued, v_mine
+    INTO v_tid, v_tslot, v_tunits, v_tcap, v_ended, v_mine
     FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
                  array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
           FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
@@ -142,7 +143,8 @@ BEGIN
         FOR NO KEY UPDATE;
         v_mine := FOUND;
         v_now := clock_timestamp();
-    -- The common claim: the holder has no slot here, the queue is empty,
+    -- The common claim: the holder has no slot here, the queue is empty
+    -- (the scope's flag is clear, see pglease.slot_scopes),
     -- and the counted slot that ended first is the only one that ended,
     -- so nothing is un-counted; it is taken in place when the units fit.
     -- This decides exactly as pglease._slot_claim_locked would (same
@@ -186,7 +188,7 @@ BEGIN
         SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in, c.units
         INTO claimed, slot, fence, in_use, retry_in, units
         FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl,
-                                        v_count, v_mine) AS c;
+                                        v_count, v_mine, v_queued) AS c;
     END IF;
     IF claimed THEN
         expires_at := v_now + v_ttl;

@@ -99,7 +99,7 @@ BEGIN
             SELECT * INTO v_claim
             FROM pglease._slot_claim_locked(v_scope, p_holder,
                      p_capacities[array_lower(p_capacities, 1) + i - 1],
-                     p_units[array_lower(p_units, 1) + i - 1], v_now, v_ttl, NULL, v_mine);
+                     p_units[array_lower(p_units, 1) + i - 1], v_now, v_ttl, NULL, v_mine, NULL);
             in_use[i] := v_claim.in_use;
             IF NOT v_claim.claimed THEN
                 refused_scope := v_scope;

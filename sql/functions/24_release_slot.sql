@@ -23,6 +23,8 @@ DECLARE
     v_role text := session_user::text;
     v_counted boolean := false;
     v_wake    boolean; -- notify: a claim holds the scope lock, or a waiter is registered
+    v_queued  boolean; -- the scope's flag: its queue may have a waiter
+    v_locked  boolean; -- the caller's live slot is locked (and the scope lock tried)
     v_now  timestamptz;
     v_tid  tid;
 BEGIN
@@ -42,46 +44,75 @@ BEGIN
     -- slots_holder_idx.
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
-    -- The fast path's statement also reads the scope's queue (a one-time
-    -- filter, read first): with a waiter in it, the release goes the
-    -- queued way below.
-    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-    WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
-      AND s.scope = p_scope AND s.slot = p_slot
+    -- The common release takes both of its locks in one statement, each
+    -- without waiting: the caller's live slot, then the scope's row (a
+    -- joined row's tables are locked in the order of the locking clauses,
+    -- so a slot locked by someone else is skipped before the scope's row is
+    -- tried, and no wait below holds the scope lock; contract test
+    -- TestReleaseSlotLockOrder). With both, no claim is in flight in the
+    -- scope, and the scope's flag, read from the locked row, says whether
+    -- the queue may have a waiter (see pglease.slot_scopes): if it has one,
+    -- this release holds the scope lock from before its change, so it
+    -- counts (v_counted), as a queued release below does.
+    SELECT s.ctid, sc.queued INTO v_tid, v_queued
+    FROM pglease.slots AS s, pglease.slot_scopes AS sc
+    WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
-    FOR NO KEY UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        -- While the scope's queue has a waiter, a release says how many
-        -- units it leaves free (pglease._slot_wake), and it must count them
-        -- alone: it takes the scope lock before its change, as claims do
-        -- (scope, then slot: no deadlock with them), so that the releases
-        -- of a queued scope count one after another, each seeing those
-        -- before it. Only the caller's live tenure takes it (read here
-        -- without a lock), so a stranger's call holds up no claim. Any
-        -- other release notifies without a count, which wakes every
-        -- waiter. One statement: the queue is looked at first (a one-time
-        -- filter), the slot only when it has a waiter.
-        PERFORM 1 FROM pglease.slots AS s
-        WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
-          AND s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > clock_timestamp();
-        IF FOUND THEN
-            PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
-            v_counted := true;
+      AND sc.scope = p_scope
+    FOR NO KEY UPDATE OF s SKIP LOCKED
+    FOR UPDATE OF sc SKIP LOCKED;
+    v_locked := FOUND;
+    IF v_locked THEN
+        IF v_queued THEN
+            PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
+            v_counted := FOUND;
         END IF;
+        v_wake := false;
+    ELSE
+        -- Otherwise (the slot or the scope's row was locked, or the slot is
+        -- not the caller's live tenure) one statement locks the slot, and
+        -- reads the scope's queue (a one-time filter, read first): with a
+        -- waiter in it, the release goes the queued way below.
         SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.slot = p_slot
+        WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+          AND s.scope = p_scope AND s.slot = p_slot
           AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
           AND coalesce(s.holder_role = v_role, true)
           AND s.expires_at > clock_timestamp()
         FOR NO KEY UPDATE SKIP LOCKED;
-    END IF;
-    IF FOUND THEN
-        IF NOT v_counted THEN
+        v_locked := FOUND;
+        IF NOT v_locked THEN
+            -- While the scope's queue has a waiter, a release says how many
+            -- units it leaves free (pglease._slot_wake), and it must count
+            -- them alone: it takes the scope lock before its change, as
+            -- claims do (scope, then slot: no deadlock with them), so that
+            -- the releases of a queued scope count one after another, each
+            -- seeing those before it. Only the caller's live tenure takes
+            -- it (read here without a lock), so a stranger's call holds up
+            -- no claim. Any other release notifies without a count, which
+            -- wakes every waiter. One statement: the queue is looked at
+            -- first (a one-time filter), the slot only when it has a waiter.
+            PERFORM 1 FROM pglease.slots AS s
+            WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+              AND s.scope = p_scope AND s.slot = p_slot
+              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+              AND coalesce(s.holder_role = v_role, true)
+              AND s.expires_at > clock_timestamp();
+            IF FOUND THEN
+                PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
+                v_counted := true;
+            END IF;
+            SELECT s.ctid INTO v_tid FROM pglease.slots AS s
+            WHERE s.scope = p_scope AND s.slot = p_slot
+              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
+              AND coalesce(s.holder_role = v_role, true)
+              AND s.expires_at > clock_timestamp()
+            FOR NO KEY UPDATE SKIP LOCKED;
+            v_locked := FOUND;
+        END IF;
+        IF v_locked AND NOT v_counted THEN
             -- The lock claims hold while they count (see pglease._wake),
             -- taken before the change without waiting: when a claim holds
             -- it, notify whether or not someone registered; otherwise only
@@ -92,6 +123,8 @@ BEGIN
             FOR UPDATE SKIP LOCKED;
             v_wake := NOT FOUND;
         END IF;
+    END IF;
+    IF v_locked THEN
         v_now := clock_timestamp();
         UPDATE pglease.slots AS s
         SET holder = NULL, expires_at = least(s.expires_at, v_now),

@@ -58,5 +58,5 @@ CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
 LANGUAGE sql VOLATILE
 AS $$
     SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in
-    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, 1, p_now, p_ttl, NULL, true) AS c;
+    FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, 1, p_now, p_ttl, NULL, true, NULL) AS c;
 $$;

@@ -51,9 +51,17 @@ CREATE INDEX leases_holder_idx ON pglease.leases (holder) WHERE holder IS NOT NU
 -- change of counted lowers it and un-counts rows; so a claim that takes a
 -- slot back in place with the capacity and units it had keeps it, whatever
 -- the other rows' capacities (pglease.claim_slot relies on it).
+-- queued (0.3.0) is false only while the scope's queue (pglease.slot_queue)
+-- has no entry: every entry is added under the scope lock, which sets it in
+-- the same transaction (pglease._slot_queue), and a scope row created
+-- afresh starts with it set when entries of the scope are left over (a
+-- purge deletes the row, not the queue); a claim that finds the queue
+-- empty under the lock clears it. So the claims and releases that hold the
+-- lock read it from the locked row, not from the queue.
 CREATE TABLE pglease.slot_scopes (
     scope   text    PRIMARY KEY,
-    counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0)
+    counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0),
+    queued  boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE pglease.slot_scopes IS
     'pglease slot scopes; the row lock serialises claims within one scope';

@@ -113,6 +113,9 @@ CREATE UNLOGGED TABLE pglease.slot_queue (
 COMMENT ON TABLE pglease.slot_queue IS
     'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
 CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);
+-- The queue is empty, so every scope's flag starts false. A column with a
+-- constant default rewrites nothing.
+ALTER TABLE pglease.slot_scopes ADD COLUMN queued boolean NOT NULL DEFAULT false;
 
 -- Shard groups (docs/groups.md, sql/functions/70_groups.sql): three new
 -- tables, empty; created here as in sql/schema/10_schema.sql. No existing
