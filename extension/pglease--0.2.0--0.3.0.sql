@@ -1932,7 +1932,9 @@ $$;
 -- place in it (since stays that of its first refusal; the units are those
 -- of this claim). Its entry lapses unless the holder claims again within
 -- p_retry_in or 5 seconds, whichever is less, plus 2 seconds (runslots
--- claims again at least every 5 seconds while it waits).
+-- claims again at least every 5 seconds while it waits). It sets the
+-- scope's flag (pglease.slot_scopes.queued) in the same transaction; the
+-- caller holds the scope lock.
 CREATE OR REPLACE FUNCTION pglease._slot_queue(
     p_scope text, p_holder text, p_units integer, p_now timestamptz, p_retry_in interval)
 RETURNS void
