@@ -183,15 +183,70 @@ func (e *env) renewShare(ctx context.Context) (renew, renewSlot time.Duration, h
 	return median(rs), median(ss), hot, nil
 }
 
+// cycleServerTimes times a claim of one unit of capacity slotsOnlyCapacity
+// with its release, and an acquire with its release, on the server
+// (EXPLAIN ANALYZE, median of slotsOnlyRenews cycles each), the two cycles
+// taking turns on one connection, so that a drift of the machine's speed
+// hits both alike (unlike throughput, whose rows run a second apart).
+func (e *env) cycleServerTimes(ctx context.Context) (slot, lease time.Duration, err error) {
+	conn, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close(ctx)
+	const name, holder = "slots-only/server-time", "bench/slots-only/server-time"
+	ss, ls := make([]time.Duration, slotsOnlyRenews), make([]time.Duration, slotsOnlyRenews)
+	for i := -1; i < slotsOnlyRenews; i++ { // one warm-up cycle each
+		claim, err := explainExec(ctx, conn, claimUnitsSQL, name, holder, slotsOnlyCapacity, cycleTTL, 1)
+		if err != nil {
+			return 0, 0, err
+		}
+		var number int32
+		var fence int64
+		if err := conn.QueryRow(ctx, `SELECT slot, fence FROM pglease.slot_status WHERE scope = $1 AND holder = $2 AND state = 'held'`,
+			name, holder).Scan(&number, &fence); err != nil {
+			return 0, 0, fmt.Errorf("the claim's slot: %w", err)
+		}
+		release, err := explainExec(ctx, conn, releaseSlotSQL, name, number, holder, fence)
+		if err != nil {
+			return 0, 0, err
+		}
+		acquire, err := explainExec(ctx, conn, acquireSQL, name, holder, cycleTTL)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := conn.QueryRow(ctx, `SELECT fence FROM pglease.lease_status WHERE name = $1 AND holder = $2 AND state = 'held'`,
+			name, holder).Scan(&fence); err != nil {
+			return 0, 0, fmt.Errorf("the acquire's fence: %w", err)
+		}
+		releaseLease, err := explainExec(ctx, conn, releaseSQL, name, holder, fence)
+		if err != nil {
+			return 0, 0, err
+		}
+		if i >= 0 {
+			ss[i], ls[i] = claim+release, acquire+releaseLease
+		}
+	}
+	return median(ss), median(ls), nil
+}
+
 // SlotCycles is the slot section: claim + release cycles against a lease's
-// acquire + release, and renew_slot's server time against renew's.
+// acquire + release, with both cycles' server time, and renew_slot's
+// server time against renew's.
 type SlotCycles struct {
 	CellSeconds float64 `json:"cell_seconds"`
 	Rounds      int     `json:"rounds"`
 	Rows        []Row   `json:"rows"`
-	RenewUs     float64 `json:"renew_us"`
-	RenewSlotUs float64 `json:"renew_slot_us"`
-	HotShare    float64 `json:"renew_slot_hot_share"`
+	// The cycles' server time right after the section's VACUUM, and again
+	// after its throughput rows (no VACUUM between: autovacuum is off on
+	// the CI server).
+	CycleUs      float64 `json:"slot_cycle_us"`
+	LeaseUs      float64 `json:"lease_cycle_us"`
+	CycleAfterUs float64 `json:"slot_cycle_after_us"`
+	LeaseAfterUs float64 `json:"lease_cycle_after_us"`
+	RenewUs      float64 `json:"renew_us"`
+	RenewSlotUs  float64 `json:"renew_slot_us"`
+	HotShare     float64 `json:"renew_slot_hot_share"`
 }
 
 // Targets of the slot section (issue 30).
@@ -229,7 +284,11 @@ func slotCycleSettings(cfg config) config {
 func (e *env) benchSlotCycles(ctx context.Context, cfg config, clients []int) (*SlotCycles, error) {
 	cfg = slotCycleSettings(cfg)
 	sc := &SlotCycles{CellSeconds: cfg.cell.Seconds(), Rounds: cfg.rounds}
-	var err error
+	slot, lease, err := e.cycleServerTimes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the cycles' server time: %w", err)
+	}
+	sc.CycleUs, sc.LeaseUs = float64(slot.Nanoseconds())/1e3, float64(lease.Nanoseconds())/1e3
 	if sc.Rows, err = measureAt(ctx, e, "slot cycles", e.slotsOnlyWorkloads(), clients, cfg); err != nil {
 		return nil, err
 	}
@@ -238,6 +297,10 @@ func (e *env) benchSlotCycles(ctx context.Context, cfg config, clients []int) (*
 		return nil, fmt.Errorf("renew_slot's server time: %w", err)
 	}
 	sc.RenewUs, sc.RenewSlotUs, sc.HotShare = float64(renew.Nanoseconds())/1e3, float64(renewSlot.Nanoseconds())/1e3, hot
+	if slot, lease, err = e.cycleServerTimes(ctx); err != nil {
+		return nil, fmt.Errorf("the cycles' server time: %w", err)
+	}
+	sc.CycleAfterUs, sc.LeaseAfterUs = float64(slot.Nanoseconds())/1e3, float64(lease.Nanoseconds())/1e3
 	return sc, nil
 }
 
@@ -273,6 +336,11 @@ func (sc *SlotCycles) writeMarkdown(w io.Writer, h string) {
 	p("")
 	p("Server time (EXPLAIN ANALYZE, median of %d each, interleaved): renew %.1f µs, renew_slot %.1f µs, %.2f× (target at most %.2f×); %.0f%% of those slot renewals were HOT updates.",
 		slotsOnlyRenews, sc.RenewUs, sc.RenewSlotUs, sc.RenewSlotUs/sc.RenewUs, maxRenewSlot, 100*sc.HotShare)
+	if sc.LeaseUs > 0 && sc.LeaseAfterUs > 0 {
+		p("")
+		p("The cycles' server time, taking turns cycle by cycle on one connection (EXPLAIN ANALYZE, median of %d each; no round trip, no commit), so that a drift of the machine's speed hits both alike (the throughput rows above run a second apart): right after the section's VACUUM, claim_slot of 1 unit + release_slot %.1f µs against acquire + release %.1f µs, %.2f×; after the throughput rows, on the dead rows they left, %.1f µs against %.1f µs, %.2f×.",
+			slotsOnlyRenews, sc.CycleUs, sc.LeaseUs, sc.CycleUs/sc.LeaseUs, sc.CycleAfterUs, sc.LeaseAfterUs, sc.CycleAfterUs/sc.LeaseAfterUs)
+	}
 }
 
 // checkSlotTargets adds the slot section's targets to r.
