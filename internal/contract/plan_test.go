@@ -311,3 +311,52 @@ func TestClaimsScanSlotsWithoutBitmaps(t *testing.T) {
 		t.Fatalf("auto_explain reported %d scans of slots and %d runs of the common claim's read in %d plans, want at least 100 and 30", scans, reads, len(plans))
 	}
 }
+
+// TestClaimsKeepGenericPlansOnStaleStatistics: statistics taken when a
+// table was small say little about it once tens of thousands of rows went
+// through it (autovacuum off); the claims keep their generic plans all
+// the same (plan_cache_mode = force_generic_plan), instead of planning
+// their reads again at every call: without the setting, all twelve runs
+// below were planned for their values, not only the first five.
+func TestClaimsKeepGenericPlansOnStaleStatistics(t *testing.T) {
+	url := pgtest.NewMigrated(t)
+	admin := connect(t, url)
+	mustExec(t, admin, `SELECT count(*) FROM generate_series(1, 200) AS i,
+		LATERAL pglease.claim_slot('busy/' || i % 20, 'h' || i, 64, interval '1 hour') AS c`)
+	mustExec(t, admin, `ANALYZE pglease.slots, pglease.slot_scopes`)
+	// 20,000 claims and releases since that ANALYZE, in scopes of their own.
+	mustExec(t, admin, `DO $$
+		DECLARE c record;
+		BEGIN
+			FOR i IN 1..20000 LOOP
+				SELECT * INTO c FROM pglease.claim_slot('churn/' || i % 50, 'h', 64, interval '1 hour');
+				PERFORM pglease.release_slot('churn/' || i % 50, c.slot, 'h', c.fence);
+				IF i % 100 = 0 THEN
+					COMMIT;
+				END IF;
+			END LOOP;
+		END $$`)
+
+	conn, explained := connectExplained(t, url)
+	ctx := testContext(t)
+	var reads int
+	for i := range 12 {
+		var slot int32
+		var fence int64
+		if err := conn.QueryRow(ctx, `SELECT slot, fence FROM pglease.claim_slot('stale', 'a', 64, interval '1 hour', 1)`).Scan(&slot, &fence); err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+		for _, p := range explained.take() {
+			if strings.Contains(p, "array_agg(t.ctid)") {
+				if reads++; customPlan.MatchString(p) {
+					t.Errorf("run %d of the common claim's read was planned for its values, not generic:\n%s", reads, p)
+				}
+			}
+		}
+		mustBeTrue(t, conn, `SELECT released FROM pglease.release_slot('stale', $1, 'a', $2)`, slot, fence)
+		explained.take()
+	}
+	if reads < 12 {
+		t.Fatalf("auto_explain reported %d runs of the common claim's read, want 12", reads)
+	}
+}

@@ -60,7 +60,12 @@
 -- index grew as fast as the claims ran (929 pages after 45 s at C=8,
 -- against 15). The planner picks the bitmap scan on the statistics of a
 -- table in use. Contract test TestClaimsScanSlotsWithoutBitmaps checks the
--- plans.
+-- plans. plan_cache_mode is force_generic_plan for the call too: the reads
+-- compare with the clock, a constant to the plans PostgreSQL makes for a
+-- statement's values, and on statistics older than the table (autovacuum
+-- off) those kept looking cheaper than the generic plan, so every call
+-- planned its statements again (about 250 µs more per claim here; see
+-- docs/scaling.md). The generic plans read the same index ranges.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
     p_wait boolean DEFAULT false,
@@ -70,6 +75,7 @@ CREATE OR REPLACE FUNCTION pglease.claim_slot(
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET enable_bitmapscan = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now   timestamptz;

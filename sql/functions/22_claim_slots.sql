@@ -34,6 +34,7 @@ CREATE OR REPLACE FUNCTION pglease.claim_slots(
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET enable_bitmapscan = off -- as pglease.claim_slot
+SET plan_cache_mode = force_generic_plan -- as pglease.claim_slot
 AS $$
 DECLARE
     v_now   timestamptz;
