@@ -2497,11 +2497,12 @@ BEGIN
     -- joined row's tables are locked in the order of the locking clauses,
     -- so a slot locked by someone else is skipped before the scope's row is
     -- tried, and no wait below holds the scope lock; contract test
-    -- TestReleaseSlotLockOrder). With both, no claim is in flight in the
-    -- scope, and the scope's flag, read from the locked row, says whether
-    -- the queue may have a waiter (see pglease.slot_scopes): if it has one,
-    -- this release holds the scope lock from before its change, so it
-    -- counts (v_counted), as a queued release below does.
+    -- WeightedSlots/ReleaseWaitsWithoutTheScopeLock). With both, no claim
+    -- is in flight in the scope, and the scope's flag, read from the
+    -- locked row, says whether the queue may have a waiter (see
+    -- pglease.slot_scopes): if it has one, this release holds the scope
+    -- lock from before its change, so it counts (v_counted), as a queued
+    -- release below does.
     SELECT s.ctid, sc.queued INTO v_tid, v_queued
     FROM pglease.slots AS s, pglease.slot_scopes AS sc
     WHERE s.scope = p_scope AND s.slot = p_slot
