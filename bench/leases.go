@@ -290,7 +290,8 @@ func (e *env) claimReleaseSQL(key string) workload {
 		steps: []string{"claim", "release"},
 		start: func(ctx context.Context, n int) (*instance, error) {
 			return e.perConn(ctx, n, func(_ context.Context, i int, conn *pgx.Conn) ([]step, error) {
-				return slotCycle(conn, id(key, i), claimCapacity), nil
+				scope := id(key, i)
+				return slotCycle(conn, scope, ownHolder(scope), claimCapacity), nil
 			})
 		},
 	}
@@ -335,17 +336,20 @@ func pkgCycle(acquire func(ctx context.Context) (*pglease.Lease, error)) []step 
 	}
 }
 
-// slotCycle is a claim of one slot of scope at capacity and its release.
-func slotCycle(conn *pgx.Conn, scope string, capacity int) []step {
-	return claimCycle(conn, scope, claimSlotSQL, releaseSlotSQL, capacity, cycleTTL)
+// slotCycle is a claim of one slot of scope at capacity and its release,
+// as holder.
+func slotCycle(conn *pgx.Conn, scope, holder string, capacity int) []step {
+	return claimCycle(conn, scope, holder, claimSlotSQL, releaseSlotSQL, capacity, cycleTTL)
 }
 
+// ownHolder is the holder of the client that has scope to itself.
+func ownHolder(scope string) string { return "bench/" + scope }
+
 // claimCycle is a claim in scope and the release of what it took, as
-// "bench/" + scope: claimSQL takes the scope, the holder and args and
-// returns claimed, slot and fence (claimed NULL or false: refused);
-// releaseSQL takes the scope, slot, holder and fence and returns released.
-func claimCycle(conn *pgx.Conn, scope, claimSQL, releaseSQL string, args ...any) []step {
-	holder := "bench/" + scope
+// holder: claimSQL takes the scope, the holder and args and returns
+// claimed, slot and fence (claimed NULL or false: refused); releaseSQL
+// takes the scope, slot, holder and fence and returns released.
+func claimCycle(conn *pgx.Conn, scope, holder, claimSQL, releaseSQL string, args ...any) []step {
 	claimArgs := append([]any{scope, holder}, args...)
 	var slot int32
 	var fence int64

@@ -121,7 +121,7 @@ func (r *Report) writeMarkdown(w io.Writer, notes bool) {
 
 	p("## Slot claims against capacity and rows")
 	p("")
-	p("claim_slot + release_slot cycles; at C > 1 each client claims in a scope of its own, so only the capacity and the scope's other rows change between rows. × capacity 1 is the claim's p50 over the p50 of capacity 1 on an empty scope at the same C. The prefilled scopes had %d holders (%d in the largest) claim a slot each before the clock started (then release it, for the free rows), and were vacuumed before it.", prefillSlots, prefillHolders)
+	p("claim_slot + release_slot cycles; at C > 1 each client claims in a scope of its own, so only the capacity and the scope's other rows change between rows; except in the last row of each C, where all C clients claim in one scope of capacity %d, each as a holder of its own: a claim holds the scope's row lock from its count until it commits, so the claims of one scope take turns, and that row is what a cap shared by C workers sustains. × capacity 1 is the claim's p50 over the p50 of capacity 1 on an empty scope at the same C. The prefilled scopes had %d holders (%d in the largest) claim a slot each before the clock started (then release it, for the free rows), and were vacuumed before it.", sharedCapacity, prefillSlots, prefillHolders)
 	p("")
 	p("| Capacity | Other rows in the scope | C | cycles/s | claim p50 ms | claim p99 ms | × capacity 1 | release p50 ms |")
 	p("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")

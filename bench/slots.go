@@ -40,12 +40,23 @@ const (
 type slotVariant struct {
 	Capacity int    `json:"capacity"`
 	Rows     string `json:"rows"` // what the scope holds besides the client
-	prefill  func(ctx context.Context, conn *pgx.Conn, scope string, capacity int) error
+	// Shared: every client claims in client 0's scope (as a holder of its
+	// own), instead of in a scope of its own.
+	Shared  bool `json:"shared"`
+	prefill func(ctx context.Context, conn *pgx.Conn, scope string, capacity int) error
 }
+
+// sharedCapacity is the capacity of the scope all clients share: above any
+// concurrency the sweep runs at, so that no claim is refused.
+const sharedCapacity = 64
+
+// sharedRows is what the shared scope's row says in the tables.
+const sharedRows = "the other clients (one scope shared by all)"
 
 // slotVariants returns the sweep: each capacity on an empty scope, then the
 // largest capacity on a scope with prefillSlots rows, all free and all held,
-// and on a scope with prefillHolders live holders.
+// and on a scope with prefillHolders live holders; last, one scope of
+// sharedCapacity that every client claims in.
 func slotVariants() []slotVariant {
 	var vs []slotVariant
 	for _, c := range slotCapacities {
@@ -56,6 +67,7 @@ func slotVariants() []slotVariant {
 		slotVariant{Capacity: top, Rows: fmt.Sprintf("%d free slot rows", prefillSlots), prefill: prefill(prefillSlots, true)},
 		slotVariant{Capacity: top, Rows: fmt.Sprintf("%d live holders", prefillSlots), prefill: prefill(prefillSlots, false)},
 		slotVariant{Capacity: top, Rows: fmt.Sprintf("%d live holders", prefillHolders), prefill: prefill(prefillHolders, false)},
+		slotVariant{Capacity: sharedCapacity, Rows: sharedRows, Shared: true},
 	)
 }
 
@@ -96,8 +108,9 @@ func prefill(holders int, release bool) func(ctx context.Context, conn *pgx.Conn
 // id(slotKey(k), i).
 func slotKey(k int) string { return fmt.Sprintf("slots/%d", k) }
 
-// workload returns the claim+release cycle of v; every client claims in a
-// scope of its own, so that only the capacity and the rows differ.
+// workload returns the claim+release cycle of v; unless v is Shared,
+// every client claims in a scope of its own, so that only the capacity and
+// the rows differ.
 func (v slotVariant) workload(e *env, k int) workload {
 	key := slotKey(k)
 	return workload{
@@ -105,13 +118,16 @@ func (v slotVariant) workload(e *env, k int) workload {
 		steps: []string{"claim", "release"},
 		start: func(ctx context.Context, n int) (*instance, error) {
 			return e.perConn(ctx, n, func(ctx context.Context, i int, conn *pgx.Conn) ([]step, error) {
-				scope := id(key, i)
+				scope, holder := id(key, i), ownHolder(id(key, i))
+				if v.Shared {
+					scope = id(key, 0)
+				}
 				if v.prefill != nil {
 					if err := v.prefill(ctx, conn, scope, v.Capacity); err != nil {
 						return nil, err
 					}
 				}
-				return slotCycle(conn, scope, v.Capacity), nil
+				return slotCycle(conn, scope, holder, v.Capacity), nil
 			})
 		},
 	}
@@ -136,7 +152,7 @@ type SlotExec struct {
 // execTime returns the execution time of one claim at v's capacity in
 // scope (EXPLAIN ANALYZE's Execution Time), and releases it again.
 func (v slotVariant) execTime(ctx context.Context, conn *pgx.Conn, scope string) (time.Duration, error) {
-	holder := "bench/" + scope
+	holder := ownHolder(scope)
 	t, err := explainExec(ctx, conn, claimSlotSQL, scope, holder, v.Capacity, cycleTTL)
 	if err != nil {
 		return 0, err
@@ -210,7 +226,15 @@ func (e *env) benchSlots(ctx context.Context, cfg config) ([]SlotRow, []SlotExec
 		}
 	}
 	log.Printf("slot claims' execution time on the server")
-	exec, err := e.slotExec(ctx, variants)
+	// One client alone in the shared scope times what the empty scope of
+	// its capacity does: that variant is left out.
+	var alone []slotVariant
+	for _, v := range variants {
+		if !v.Shared {
+			alone = append(alone, v)
+		}
+	}
+	exec, err := e.slotExec(ctx, alone)
 	if err != nil {
 		return nil, nil, fmt.Errorf("slot execution time: %w", err)
 	}

@@ -87,12 +87,12 @@ func slotFloorCycle(ctx context.Context, conn *pgx.Conn, scope string, capacity 
 			return nil, fmt.Errorf("the floor's rows: %w", err)
 		}
 	}
-	return claimCycle(conn, scope, slotFloorClaimSQL, slotFloorReleaseSQL, capacity, cycleTTL, 1), nil
+	return claimCycle(conn, scope, ownHolder(scope), slotFloorClaimSQL, slotFloorReleaseSQL, capacity, cycleTTL, 1), nil
 }
 
 // unitsCycle is a claim of units units of scope at capacity and its release.
 func unitsCycle(conn *pgx.Conn, scope string, capacity, units int) []step {
-	return claimCycle(conn, scope, claimUnitsSQL, releaseSlotSQL, capacity, cycleTTL, units)
+	return claimCycle(conn, scope, ownHolder(scope), claimUnitsSQL, releaseSlotSQL, capacity, cycleTTL, units)
 }
 
 // slotsOnlyWorkloads: the lease cycle, the 0.2.0 claim of one slot, and
@@ -105,7 +105,8 @@ func (e *env) slotsOnlyWorkloads() []workload {
 		steps: []string{"claim", "release"},
 		start: func(ctx context.Context, n int) (*instance, error) {
 			return e.perConn(ctx, n, func(ctx context.Context, i int, conn *pgx.Conn) ([]step, error) {
-				return slotCycle(conn, id(key, i), slotsOnlyCapacity), nil
+				scope := id(key, i)
+				return slotCycle(conn, scope, ownHolder(scope), slotsOnlyCapacity), nil
 			})
 		},
 	})
