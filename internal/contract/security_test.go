@@ -178,6 +178,7 @@ func testOtherRoleCannotHoldUpRenewals(t *testing.T, db *testDB) {
 	}{
 		{`SELECT acquired FROM pglease.acquire($1, $2, '1 hour')`, []any{name, holder}},
 		{`SELECT renewed FROM pglease.renew($1, $2, 1, '1 hour')`, []any{name, holder}},
+		{`SELECT renewed FROM pglease.renew_lease($1, $2, 1, '1 hour')`, []any{name, holder}},
 		{`SELECT released FROM pglease.release($1, $2, 1)`, []any{name, holder}},
 		{`SELECT renewed FROM pglease.renew_slot($1, 1, $2, 1, '1 hour')`, []any{n("scope"), holder}},
 		{`SELECT released FROM pglease.release_slot($1, 1, $2, 1)`, []any{n("scope"), holder}},
