@@ -2471,7 +2471,6 @@ DECLARE
     v_role text := session_user::text;
     v_counted boolean := false;
     v_wake    boolean; -- notify: a claim holds the scope lock, or a waiter is registered
-    v_queued  boolean; -- the scope's flag: its queue may have a waiter
     v_locked  boolean; -- the caller's live slot is locked (and the scope lock tried)
     v_now  timestamptz;
     v_tid  tid;
@@ -2492,36 +2491,40 @@ BEGIN
     -- slots_holder_idx.
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
-    -- The common release takes both of its locks in one statement, each
-    -- without waiting: the caller's live slot, then the scope's row (a
-    -- joined row's tables are locked in the order of the locking clauses,
-    -- so a slot locked by someone else is skipped before the scope's row is
-    -- tried, and no wait below holds the scope lock; contract test
-    -- WeightedSlots/ReleaseWaitsWithoutTheScopeLock). With both, no claim
-    -- is in flight in the scope, and the scope's flag, read from the
-    -- locked row, says whether the queue may have a waiter (see
-    -- pglease.slot_scopes): if it has one, this release holds the scope
-    -- lock from before its change, so it counts (v_counted), as a queued
-    -- release below does.
-    SELECT s.ctid, sc.queued INTO v_tid, v_queued
+    -- The common release, on a scope whose queue is empty (its flag is
+    -- clear, see pglease.slot_scopes), takes both of its locks in one
+    -- statement, each without waiting: the caller's live slot, then the
+    -- scope's row (a joined row's tables are locked in the order of the
+    -- locking clauses, so a slot locked by someone else is skipped before
+    -- the scope's row is tried, and no wait below holds the scope lock;
+    -- contract test WeightedSlots/ReleaseWaitsWithoutTheScopeLock). With
+    -- both, no claim is in flight in the scope. The flag is tested before
+    -- any lock (and again on the row version locked, when a claim changed
+    -- it meanwhile): a release of a queued scope locks nothing here, and
+    -- takes the scope's lock before its slot's below, as claims do; had it
+    -- locked its slot here, its wait for the scope's lock could close a
+    -- cycle with a claim that waits for the slot (contract test
+    -- WeightedSlots/QueuedReleaseLocksTheScopeFirst). The one way left: a
+    -- claim in flight queues the scope's first waiter while this statement
+    -- runs; the release then waits for the scope's lock holding its slot,
+    -- and a deadlock is found only if the next claim waits for that slot
+    -- (the same holder's, or one that expired meanwhile).
+    SELECT s.ctid INTO v_tid
     FROM pglease.slots AS s, pglease.slot_scopes AS sc
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
-      AND sc.scope = p_scope
+      AND sc.scope = p_scope AND NOT sc.queued
     FOR NO KEY UPDATE OF s SKIP LOCKED
     FOR UPDATE OF sc SKIP LOCKED;
     v_locked := FOUND;
     IF v_locked THEN
-        IF v_queued THEN
-            PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
-            v_counted := FOUND;
-        END IF;
         v_wake := false;
     ELSE
-        -- Otherwise (the slot or the scope's row was locked, or the slot is
-        -- not the caller's live tenure) one statement locks the slot, and
+        -- Otherwise (the slot or the scope's row was locked, the scope's
+        -- queue may have a waiter, or the slot is not the caller's live
+        -- tenure) one statement locks the slot, and
         -- reads the scope's queue (a one-time filter, read first): with a
         -- waiter in it, the release goes the queued way below.
         SELECT s.ctid INTO v_tid FROM pglease.slots AS s

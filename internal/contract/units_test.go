@@ -29,6 +29,7 @@ func TestWeightedSlots(t *testing.T) {
 		{"TakeInPlaceDecidesAsEveryClaim", testTakeInPlaceDecidesAsEveryClaim},
 		{"ReleaseWaitsWithoutTheScopeLock", testReleaseWaitsWithoutTheScopeLock},
 		{"QueueFlagFollowsTheQueue", testQueueFlagFollowsTheQueue},
+		{"QueuedReleaseLocksTheScopeFirst", testQueuedReleaseLocksTheScopeFirst},
 	})
 }
 
@@ -108,6 +109,51 @@ func testReleaseWaitsWithoutTheScopeLock(t *testing.T, db *testDB) {
 	}
 	if err := <-released; err != nil {
 		t.Fatalf("a's release after the renewal committed: %v", err)
+	}
+}
+
+// testQueuedReleaseLocksTheScopeFirst: while the scope's queue has a
+// waiter, a release that finds the scope's row locked waits for that lock
+// before it locks its slot, as claims take them (scope, then the holder's
+// slot rows). A claim in flight is played by a transaction that holds the
+// scope's row and then locks the releasing holder's rows, as a re-entrant
+// claim of that holder does: it must get them once the release is
+// waiting, and no deadlock may be found (before, the release locked its
+// slot first and then waited for the scope: 40P01 after deadlock_timeout).
+func testQueuedReleaseLocksTheScopeFirst(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	held := claimUnitsOf(t, db.pool, n("s"), "a", 1, 1, false)
+	if claimed, _ := claimUnits(t, db.pool, n("s"), "w", 1, true); claimed {
+		t.Fatal("w's claim of a full scope: claimed, want queued")
+	}
+	claim, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = claim.Rollback(context.Background()) }()
+	mustExec(t, claim, `SET LOCAL lock_timeout = '5s'`)
+	mustExec(t, claim, `SELECT 1 FROM pglease.slot_scopes WHERE scope = $1 FOR UPDATE`, n("s"))
+	releaser := connect(t, db.url)
+	releaserPID, claimPID := backendPID(t, releaser), backendPID(t, claim)
+	released := make(chan error, 1)
+	go func() {
+		var ok bool
+		err := releaser.QueryRow(ctx, `SELECT released FROM pglease.release_slot($1, $2, 'a', $3)`, n("s"), *held.slot, *held.fence).Scan(&ok)
+		if err == nil && !ok {
+			err = errors.New("released = false")
+		}
+		released <- err
+	}()
+	waitBlockedBy(t, db.pool, releaserPID, claimPID)
+	if _, err := claim.Exec(ctx, `SELECT 1 FROM pglease.slots WHERE scope = $1 AND holder = 'a' FOR NO KEY UPDATE`, n("s")); err != nil {
+		t.Fatalf("the claim in flight locking a's rows while a's release waits: %v", err)
+	}
+	if err := claim.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("a's release after the claim committed: %v", err)
 	}
 }
 
