@@ -52,7 +52,8 @@ ALTER TABLE pglease.leases
     DROP COLUMN value,
     DROP COLUMN release_requested_at,
     DROP COLUMN release_to,
-    DROP COLUMN release_for;
+    DROP COLUMN release_for,
+    DROP COLUMN release_to_role;
 
 -- Weighted slot claims go: the five-argument claims, units and check_at,
 -- and the indexes on expires_at come back. A tenure of more than one unit
@@ -68,8 +69,8 @@ DROP FUNCTION pglease.claim_slots(text, text[], integer[], interval, integer[], 
 DROP FUNCTION pglease._slot_claim_locked(text, text, integer, integer, timestamptz, interval, integer, boolean, boolean);
 DROP FUNCTION pglease._slot_queue(text, text, integer, timestamptz, interval);
 DROP FUNCTION pglease._slot_wake(text, boolean);
+DROP FUNCTION pglease._slot_retry_in(text, timestamptz, interval);
 DROP TABLE pglease.slot_queue;
-ALTER TABLE pglease.slot_scopes DROP COLUMN queued;
 DROP INDEX pglease.slots_counted_check_idx;
 DROP INDEX pglease.slots_free_idx;
 ALTER TABLE pglease.slots
@@ -105,6 +106,43 @@ DROP FUNCTION pglease._group_max_shards();
 DROP TABLE pglease.group_members;
 DROP TABLE pglease.group_shards;
 DROP TABLE pglease.groups;
+
+-- Waiter registrations go back to one per name (they only save retries).
+DELETE FROM pglease.waiters;
+ALTER TABLE pglease.waiters
+    DROP CONSTRAINT waiters_pkey,
+    DROP COLUMN caller_role,
+    ADD CONSTRAINT waiters_pkey PRIMARY KEY (kind, name);
+
+-- The fence floors go back to the row of pglease.fence_floor, at the
+-- sequences' values: every fence stays as it is.
+CREATE TABLE pglease.fence_floor (
+    id          boolean     PRIMARY KEY DEFAULT true CHECK (id),
+    lease_fence bigint      NOT NULL DEFAULT 0 CHECK (lease_fence >= 0),
+    slot_fence  bigint      NOT NULL DEFAULT 0 CHECK (slot_fence >= 0),
+    purged      bigint      NOT NULL DEFAULT 0 CHECK (purged >= 0),
+    last_purge  timestamptz
+);
+COMMENT ON TABLE pglease.fence_floor IS
+    'pglease: fences of purged rows never come back; change only through the pglease functions';
+INSERT INTO pglease.fence_floor (id, lease_fence, slot_fence, purged, last_purge)
+SELECT true, lf.last_value, sf.last_value, pr.last_value,
+       CASE WHEN lp.last_value > 0 THEN pg_catalog.to_timestamp(lp.last_value / 1000000.0) END
+FROM pglease.lease_fence_floor AS lf, pglease.slot_fence_floor AS sf,
+     pglease.purged_rows AS pr, pglease.last_purge AS lp
+WHERE lf.last_value + sf.last_value + pr.last_value + lp.last_value > 0;
+DROP SEQUENCE pglease.lease_fence_floor;
+DROP SEQUENCE pglease.slot_fence_floor;
+DROP SEQUENCE pglease.purged_rows;
+DROP SEQUENCE pglease.last_purge;
+DROP TABLE pglease.purge_lock;
+
+-- The helpers 0.3.0 added for the rules above.
+DROP FUNCTION pglease._trusted();
+DROP FUNCTION pglease._reserved(timestamptz, text, text, interval, text, text, timestamptz);
+DROP FUNCTION pglease._raise_floors(bigint, bigint, bigint);
+DROP FUNCTION pglease._check_age(text, text, interval);
+DROP FUNCTION pglease._check_flag(text, text, boolean);
 
 -- Views of sql/schema/10_schema.sql
 

@@ -12,8 +12,8 @@
 -- crash and is not replicated, which would restart fences and break fencing.
 -- A lease row keeps its fence across release and expiry, so the next tenure
 -- always gets a larger one. pglease.purge deletes rows that have been free
--- for a while; it first raises pglease.fence_floor above their fences, and
--- a row created later starts above the floor, so fences never go backwards
+-- for a while; it first raises the fence floor above their fences, and a
+-- row created later starts above the floor, so fences never go backwards
 -- across purge either.
 
 COMMENT ON SCHEMA pglease IS
@@ -58,17 +58,11 @@ CREATE INDEX leases_holder_idx ON pglease.leases (holder) WHERE holder IS NOT NU
 -- change of counted lowers it and un-counts rows; so a claim that takes a
 -- slot back in place with the capacity and units it had keeps it, whatever
 -- the other rows' capacities (pglease.claim_slot relies on it).
--- queued (0.3.0) is false only while the scope's queue (pglease.slot_queue)
--- has no entry: every entry is added under the scope lock, which sets it in
--- the same transaction (pglease._slot_queue), and a scope row created
--- afresh starts with it set when entries of the scope are left over (a
--- purge deletes the row, not the queue); a claim that finds the queue
--- empty under the lock clears it. So the claims and releases that hold the
--- lock read it from the locked row, not from the queue.
+-- Claims lock the row FOR NO KEY UPDATE; a refused claim keeps only FOR KEY
+-- SHARE, which no claim waits for (see pglease.claim_slot).
 CREATE TABLE pglease.slot_scopes (
     scope   text    PRIMARY KEY,
-    counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0),
-    queued  boolean NOT NULL DEFAULT false
+    counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0)
 );
 COMMENT ON TABLE pglease.slot_scopes IS
     'pglease slot scopes; the row lock serialises claims within one scope';
@@ -137,11 +131,14 @@ CREATE INDEX slots_free_idx ON pglease.slots (scope, slot) WHERE NOT counted;
 -- no fence and no grant, registering must not wait for a WAL flush, and
 -- losing it (crash, failover) only makes waiters wake at the expiry they
 -- were told rather than at the release.
+-- One row per waiting role (0.3.0): a registration never waits for another
+-- role's registration in flight.
 CREATE UNLOGGED TABLE pglease.waiters (
-    kind  text        NOT NULL,  -- 'lease' or 'slot'
-    name  text        NOT NULL,  -- lease name or slot scope
-    until timestamptz NOT NULL,  -- waiters retry by then anyway
-    PRIMARY KEY (kind, name)
+    kind        text        NOT NULL,  -- 'lease' or 'slot'
+    name        text        NOT NULL,  -- lease name or slot scope
+    until       timestamptz NOT NULL,  -- waiters retry by then anyway
+    caller_role text        NOT NULL,  -- the waiting role (session_user)
+    PRIMARY KEY (kind, name, caller_role)
 );
 COMMENT ON TABLE pglease.waiters IS
     'pglease: refused acquires and claims waiting for a release notification';
@@ -169,22 +166,32 @@ COMMENT ON TABLE pglease.slot_queue IS
     'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
 CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);
 
--- The fence floor: one row. pglease.purge raises lease_fence (slot_fence) to
--- the largest fence of the lease (slot) rows it deletes, in the same
--- transaction; a lease name or slot created afterwards starts at floor + 1,
--- so a purged name never sees a fence again that it had before. last_purge
--- lets pglease.purge_due run one purge per interval across a fleet. The
--- row is made by the first purge (none: every floor is 0), so that a
--- restored dump of an extension install brings it back once.
-CREATE TABLE pglease.fence_floor (
-    id          boolean     PRIMARY KEY DEFAULT true CHECK (id),
-    lease_fence bigint      NOT NULL DEFAULT 0 CHECK (lease_fence >= 0),
-    slot_fence  bigint      NOT NULL DEFAULT 0 CHECK (slot_fence >= 0),
-    purged      bigint      NOT NULL DEFAULT 0 CHECK (purged >= 0),
-    last_purge  timestamptz
-);
-COMMENT ON TABLE pglease.fence_floor IS
-    'pglease: fences of purged rows never come back; change only through the pglease functions';
+-- The fence floors. pglease.purge raises lease_fence_floor (slot_fence_floor)
+-- to the largest fence of the lease (slot) rows it deletes, before its
+-- commit; a lease name or slot created afterwards starts at floor + 1, so a
+-- purged name never sees a fence again that it had before. Sequences, not a
+-- table row: a caller reads a sequence as it stands, whatever its snapshot,
+-- so an acquire or claim under REPEATABLE READ or SERIALIZABLE whose
+-- snapshot is older than a purge still starts above that purge's floor,
+-- and nobody ever waits for a purge to read it. A floor raised by a purge
+-- that then rolls back stays raised: fences skip numbers, never repeat.
+-- setval is WAL-logged before the purge's commit record, so the floors
+-- survive a crash and a failover with the deletes they guard.
+-- purged_rows counts the rows purges deleted (pglease.metrics), and
+-- last_purge is when pglease.purge_due last let a purge through, in
+-- microseconds since 1970 (0: never).
+CREATE SEQUENCE pglease.lease_fence_floor AS bigint MINVALUE 0 START 0;
+CREATE SEQUENCE pglease.slot_fence_floor AS bigint MINVALUE 0 START 0;
+CREATE SEQUENCE pglease.purged_rows AS bigint MINVALUE 0 START 0;
+CREATE SEQUENCE pglease.last_purge AS bigint MINVALUE 0 START 0;
+
+-- Purges raise the sequences above one at a time, under this table's lock,
+-- taken inside a subtransaction that ends before the purge returns. It has
+-- no rows and no grant: no client can lock it, so no purge waits for
+-- another purge, or for anyone, longer than that subtransaction.
+CREATE TABLE pglease.purge_lock ();
+COMMENT ON TABLE pglease.purge_lock IS
+    'pglease: locked by purges while they raise the fence floors; holds no rows';
 
 -- The run ledger (0.3.0): one row per run of a job under a lease tenure
 -- (pglease.run_begin to pglease.run_end), so that a fleet of cron hosts
@@ -230,22 +237,27 @@ CREATE INDEX runs_started_idx ON pglease.runs (name, started_at);
 --                         holder to hand over (NULL: not asked); a new
 --                         tenure clears it.
 --   release_to            the preferred next holder of that request (NULL:
---                         anyone), and release_for how long after this
---                         tenure ends (expires_at, which a release moves to
---                         the release) the next grant is reserved for it.
+--                         anyone), release_to_role the role it asked as
+--                         (a holder is a pair of string and role), and
+--                         release_for how long after this tenure ends
+--                         (expires_at, which a release moves to the
+--                         release) the next grant is reserved for it.
 ALTER TABLE pglease.leases
     ADD COLUMN value                text CHECK (octet_length(value) <= 1024),
     ADD COLUMN release_requested_at timestamptz,
     ADD COLUMN release_to           text,
-    ADD COLUMN release_for          interval;
+    ADD COLUMN release_for          interval,
+    ADD COLUMN release_to_role      text;
 
 -- Who observes a lease (pglease.observe), so that a change of it NOTIFYs
 -- only when someone listens (see pglease._observed_wake), as waiters do
 -- for releases. UNLOGGED for the same reasons as pglease.waiters: losing
 -- it only makes observers notice the change at their next look.
 CREATE UNLOGGED TABLE pglease.observers (
-    name  text        PRIMARY KEY,  -- lease name
-    until timestamptz NOT NULL      -- observers look again by then anyway
+    name        text        NOT NULL,  -- lease name
+    until       timestamptz NOT NULL,  -- observers look again by then anyway
+    caller_role text        NOT NULL,  -- the observing role (session_user)
+    PRIMARY KEY (name, caller_role)
 );
 COMMENT ON TABLE pglease.observers IS
     'pglease: observed leases, whose changes are notified';
@@ -255,10 +267,11 @@ COMMENT ON TABLE pglease.observers IS
 -- next holder. UNLOGGED: losing it only refuses a preferred holder (PGL05)
 -- until it asks again.
 CREATE UNLOGGED TABLE pglease.candidates (
-    name   text        NOT NULL,  -- lease name
-    holder text        NOT NULL,  -- the refused holder
-    until  timestamptz NOT NULL,  -- forgotten after
-    PRIMARY KEY (name, holder)
+    name        text        NOT NULL,  -- lease name
+    holder      text        NOT NULL,  -- the refused holder
+    until       timestamptz NOT NULL,  -- forgotten after
+    holder_role text        NOT NULL,  -- the refused holder's role
+    PRIMARY KEY (name, holder, holder_role)
 );
 COMMENT ON TABLE pglease.candidates IS
     'pglease: refused holders of a lease, which a release request may prefer';
@@ -483,19 +496,22 @@ $$;
 -- the registration committed before the release looked (and is seen). No
 -- wake-up is lost.
 
--- _wait_register(p_kind, p_name, p_until): records a waiter for a release
--- of p_name until p_until. Writes only when no registration lasts that
--- long yet, so waiters of a busy lease rarely contend.
+-- _wait_register(p_kind, p_name, p_until): records a waiter of the caller's
+-- role (session_user) for a release of p_name until p_until. Writes only
+-- when no registration of that role lasts that long yet, so waiters of a
+-- busy lease rarely contend; a registration in flight of another role is
+-- another row, which this never waits for.
 CREATE OR REPLACE FUNCTION pglease._wait_register(p_kind text, p_name text, p_until timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     PERFORM 1 FROM pglease.waiters AS w
-    WHERE w.kind = p_kind AND w.name = p_name AND w.until >= p_until;
+    WHERE w.kind = p_kind AND w.name = p_name AND w.caller_role = session_user
+      AND w.until >= p_until;
     IF NOT FOUND THEN
-        INSERT INTO pglease.waiters AS w (kind, name, until)
-        VALUES (p_kind, p_name, p_until)
+        INSERT INTO pglease.waiters AS w (kind, name, until, caller_role)
+        VALUES (p_kind, p_name, p_until, session_user)
         ON CONFLICT ON CONSTRAINT waiters_pkey
         DO UPDATE SET until = greatest(w.until, excluded.until);
     END IF;
@@ -556,6 +572,131 @@ BEGIN
 END
 $$;
 
+-- _trusted(): whether the caller (session_user) acts for every role: the
+-- schema's owner, a superuser, or a member of pglease_operator. A trusted
+-- caller's purge deletes what any role left; anyone else's deletes only
+-- what its own role left (see pglease.purge).
+CREATE OR REPLACE FUNCTION pglease._trusted()
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER')
+        OR EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                   WHERE r.rolname = 'pglease_operator'
+                     AND pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'))
+    FROM pg_catalog.pg_namespace AS n
+    WHERE n.nspname = 'pglease'
+$$;
+
+-- _reserved(p_expires, p_to, p_to_role, p_for, p_holder, p_role, p_now):
+-- whether a lease whose tenure ends (ended) at p_expires, released on
+-- request for holder p_to of role p_to_role for p_for after that end, is
+-- reserved at p_now for someone other than holder p_holder of role p_role.
+-- The one rule of reservations: pglease.acquire, pglease.acquire_batch and
+-- pglease.purge apply it. A request of a holder without a role (none
+-- recorded) is reserved for no role: nobody but its end takes it.
+CREATE OR REPLACE FUNCTION pglease._reserved(
+    p_expires timestamptz, p_to text, p_to_role text, p_for interval,
+    p_holder text, p_role text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_to IS NOT NULL
+       AND (p_to IS DISTINCT FROM p_holder OR p_to_role IS DISTINCT FROM p_role)
+       AND p_expires + p_for > p_now
+$$;
+
+-- _raise_floors(p_lease, p_slot, p_purged): raises the lease and slot fence
+-- floors to at least p_lease and p_slot, and adds p_purged to the count of
+-- purged rows (pglease.lease_fence_floor and the others: sequences, read
+-- by everyone as they stand). One raise at a time, under the lock of
+-- pglease.purge_lock, which the subtransaction below releases at once:
+-- sequences do not roll back, so the raise stays, and no caller ever
+-- waits for another's purge to end. Call it before the deletes commit.
+CREATE OR REPLACE FUNCTION pglease._raise_floors(p_lease bigint, p_slot bigint, p_purged bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    LOCK TABLE pglease.purge_lock IN EXCLUSIVE MODE;
+    PERFORM pg_catalog.setval('pglease.lease_fence_floor', p_lease, true)
+    FROM pglease.lease_fence_floor AS f WHERE f.last_value < p_lease;
+    PERFORM pg_catalog.setval('pglease.slot_fence_floor', p_slot, true)
+    FROM pglease.slot_fence_floor AS f WHERE f.last_value < p_slot;
+    PERFORM pg_catalog.setval('pglease.purged_rows', f.last_value + p_purged, true)
+    FROM pglease.purged_rows AS f WHERE p_purged > 0;
+    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: floors raised';
+EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+    NULL; -- the lock goes with the subtransaction; the sequences keep their values
+END
+$$;
+
+-- _check_age(p_func, p_arg, p_value): p_value, an age (how long ago, how
+-- often), must be 0 or more and at most 100 years. Returns it as plain
+-- seconds. 22004 for NULL, 22023 out of range.
+CREATE OR REPLACE FUNCTION pglease._check_age(p_func text, p_arg text, p_value interval)
+RETURNS interval
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    v_secs numeric;
+BEGIN
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.%s: %s must not be NULL', p_func, p_arg),
+            HINT = format('Pass %s as an interval from 0 to 100 years, e.g. interval ''1 day''.', p_arg);
+    END IF;
+    v_secs := extract(epoch FROM p_value);
+    IF v_secs < 0 OR v_secs > 3162240000 THEN  -- 100 years of 366 days
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: %s must be from 0 to 100 years, got %s', p_func, p_arg, p_value),
+            HINT = format('Pass %s as an interval from 0 to 100 years, e.g. interval ''1 day''.', p_arg);
+    END IF;
+    RETURN make_interval(secs => v_secs);
+END
+$$;
+
+-- pglease._check_span(p_func, p_arg, p_value, p_max): p_value must be
+-- more than 0 and at most p_max. Returns it as plain seconds (no calendar
+-- days or months). 22004 for NULL, 22023 out of range. Internal.
+CREATE OR REPLACE FUNCTION pglease._check_span(p_func text, p_arg text, p_value interval, p_max interval)
+RETURNS interval
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    v_secs numeric;
+BEGIN
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.%s: %s must not be NULL', p_func, p_arg),
+            HINT = format('Pass %s as an interval more than 0 and at most %s.', p_arg, p_max);
+    END IF;
+    v_secs := extract(epoch FROM p_value);
+    IF v_secs <= 0 OR v_secs > extract(epoch FROM p_max) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: %s must be more than 0 and at most %s, got %s',
+                             p_func, p_arg, p_max, p_value),
+            HINT = format('Pass %s as an interval more than 0 and at most %s.', p_arg, p_max);
+    END IF;
+    RETURN make_interval(secs => v_secs);
+END
+$$;
+
+-- _check_flag(p_func, p_arg, p_value): a boolean argument must not be NULL
+-- (22004).
+CREATE OR REPLACE FUNCTION pglease._check_flag(p_func text, p_arg text, p_value boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.%s: %s must not be NULL', p_func, p_arg),
+            HINT = format('Pass %s as true or false.', p_arg);
+    END IF;
+END
+$$;
+
 -- Source: sql/functions/01_version.sql
 
 -- pglease.version(): the version of the pglease schema installed, such as
@@ -581,7 +722,8 @@ $$;
 -- Returns one row:
 --   * lease free, released or expired: acquired = true, a new tenure with
 --     fence = previous fence + 1 (for a new or purged name: one more than
---     the fence floor, see pglease.purge), starting at now (at or after the
+--     the fence floor, see pglease.purge, read as it stands at any
+--     isolation level), starting at now (at or after the
 --     previous tenure's end), expires_at = now + p_ttl.
 --   * lease live and held by p_holder of the caller's role: acquired = true,
 --     same fence (a retry after a lost reply is the same tenure),
@@ -604,6 +746,8 @@ $$;
 -- is that holder's alone for release_for after the end (expires_at): any
 -- other caller is refused as if the preferred holder held the lease until
 -- then (holder = the preferred holder, expires_at = the reservation's end).
+-- The preferred holder is a holder of a role: the same string from another
+-- role is refused during the reservation.
 -- A new tenure starts without a value or a request, and NOTIFYs observers
 -- (see pglease._observed_wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
@@ -630,6 +774,7 @@ DECLARE
     v_next    text;
     v_tid     tid;
     v_rto     text;
+    v_rrole   text;
     v_rfor    interval;
     v_observed boolean;
 BEGIN
@@ -664,8 +809,8 @@ BEGIN
         FROM pglease.leases AS l
         WHERE l.name = p_name
           AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                AND (l.release_to IS NULL OR l.release_to = p_holder
-                     OR l.expires_at + l.release_for <= clock_timestamp()))
+                AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                          l.release_for, p_holder, v_role, clock_timestamp()))
                OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
                    AND l.expires_at > clock_timestamp()))
         FOR NO KEY UPDATE SKIP LOCKED;
@@ -675,8 +820,9 @@ BEGIN
         ELSE
             -- Locked by someone, held by someone else, or no row yet: look
             -- without locking.
-            SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.release_to, l.release_for
-            INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rfor
+            SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.release_to, l.release_to_role,
+                   l.release_for
+            INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rrole, v_rfor
             FROM pglease.leases AS l
             WHERE l.name = p_name;
             IF NOT FOUND THEN
@@ -685,7 +831,8 @@ BEGIN
                   AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
                 v_next := 'refuse';
             ELSIF (v_holder IS NULL OR v_expires <= clock_timestamp())
-                  AND v_rto <> p_holder AND v_expires + v_rfor > clock_timestamp() THEN
+                  AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor, p_holder, v_role,
+                                        clock_timestamp()) THEN
                 v_next := 'refuse'; -- reserved for the preferred holder
             ELSE
                 -- Ours to take, but locked (a release, takeover, renewal,
@@ -696,8 +843,8 @@ BEGIN
                 -- grant stays with the transaction when the block ends.
                 BEGIN
                     SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid,
-                           l.release_to, l.release_for
-                    INTO v_holder, v_hrole, v_fence, v_expires, v_tid, v_rto, v_rfor
+                           l.release_to, l.release_to_role, l.release_for
+                    INTO v_holder, v_hrole, v_fence, v_expires, v_tid, v_rto, v_rrole, v_rfor
                     FROM pglease.leases AS l
                     WHERE l.name = p_name
                     FOR NO KEY UPDATE;
@@ -709,7 +856,8 @@ BEGIN
                         IF (v_holder IS NOT NULL AND v_expires > v_now
                             AND (v_holder <> p_holder OR v_hrole <> v_role))
                            OR ((v_holder IS NULL OR v_expires <= v_now)
-                               AND v_rto <> p_holder AND v_expires + v_rfor > v_now) THEN
+                               AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor,
+                                                     p_holder, v_role, v_now)) THEN
                             RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
                         END IF;
                         v_next := 'take';
@@ -734,7 +882,8 @@ BEGIN
                 UPDATE pglease.leases AS l
                 SET holder = p_holder, holder_role = v_role, fence = v_fence + 1,
                     acquired_at = v_now, expires_at = v_now + v_ttl, value = NULL,
-                    release_requested_at = NULL, release_to = NULL, release_for = NULL
+                    release_requested_at = NULL, release_to = NULL, release_for = NULL,
+                    release_to_role = NULL
                 WHERE l.ctid = v_tid
                 -- A look for observers, read with the update (a statement
                 -- after the row lock, as pglease.observe needs): most
@@ -759,15 +908,15 @@ BEGIN
             v_now := clock_timestamp();
             INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at, holder_role)
             VALUES (p_name, p_holder,
-                    coalesce((SELECT f.lease_fence FROM pglease.fence_floor AS f), 0) + 1,
+                    (SELECT f.last_value FROM pglease.lease_fence_floor AS f) + 1,
                     v_now, v_now + v_ttl, v_role)
             ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
             RETURNING l.fence INTO fence;
             IF FOUND THEN
                 -- The insert may have waited for a purge of this very name
                 -- to commit, after it read the floor: read it again, now
-                -- that the purge is visible, and stay above it.
-                SELECT f.lease_fence INTO v_floor FROM pglease.fence_floor AS f;
+                -- that the purge has raised it, and stay above it.
+                SELECT f.last_value INTO v_floor FROM pglease.lease_fence_floor AS f;
                 IF v_floor >= fence THEN
                     fence := v_floor + 1;
                     UPDATE pglease.leases AS l SET fence = v_floor + 1 WHERE l.name = p_name;
@@ -788,8 +937,9 @@ BEGIN
         -- decided on the clock read after that lock, and expires_in is
         -- taken on that same reading (so it is > 0), not after the waiter's
         -- registration, which may itself wait.
-        SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.release_to, l.release_for
-        INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rfor
+        SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.release_to, l.release_to_role,
+               l.release_for
+        INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rrole, v_rfor
         FROM pglease.leases AS l
         WHERE l.name = p_name
         FOR KEY SHARE;
@@ -805,7 +955,7 @@ BEGIN
             RETURN;
         END IF;
         IF FOUND AND (v_holder IS NULL OR v_expires <= v_now)
-           AND v_rto <> p_holder AND v_expires + v_rfor > v_now THEN
+           AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor, p_holder, v_role, v_now) THEN
             -- Reserved for the preferred holder until v_expires + v_rfor.
             acquired := false;
             holder := v_rto;
@@ -1325,8 +1475,8 @@ BEGIN
                   WHERE date_part('epoch', u.ttl) > 0 AND date_part('epoch', u.ttl) <= 86400
                     AND coalesce(octet_length(u.value) <= 1024, true)
                     AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                          AND (l.release_to IS NULL OR l.release_to = p_holder
-                               OR l.expires_at + l.release_for <= clock_timestamp()))
+                          AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                                    l.release_for, p_holder, v_role, clock_timestamp()))
                          OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
                              AND l.expires_at > clock_timestamp()))
                   ORDER BY l.name COLLATE "C"
@@ -1352,12 +1502,13 @@ BEGIN
                     expires_at = v_now + d.ttl, value = d.value,
                     release_requested_at = CASE WHEN d.own THEN l.release_requested_at END,
                     release_to = CASE WHEN d.own THEN l.release_to END,
-                    release_for = CASE WHEN d.own THEN l.release_for END
+                    release_for = CASE WHEN d.own THEN l.release_for END,
+                    release_to_role = CASE WHEN d.own THEN l.release_to_role END
                 FROM d
                 WHERE l.name = d.name
                   AND (d.own OR ((d.holder IS NULL OR d.expires_at <= v_now)
-                                 AND (l.release_to IS NULL OR l.release_to = p_holder
-                                      OR l.expires_at + l.release_for <= v_now)))
+                                 AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                                           l.release_for, p_holder, v_role, v_now)))
                 RETURNING d.i, d.name, d.own, d.ttl, d.value, d.old, l.fence
             )
             SELECT count(*), array_agg(true ORDER BY w.i), array_agg(w.fence ORDER BY w.i),
@@ -1413,8 +1564,8 @@ BEGIN
         FROM pglease.leases AS l
         WHERE l.name = e.name
           AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                AND (l.release_to IS NULL OR l.release_to = p_holder
-                     OR l.expires_at + l.release_for <= clock_timestamp()))
+                AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                          l.release_for, p_holder, v_role, clock_timestamp()))
                OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
                    AND l.expires_at > clock_timestamp()))
         FOR NO KEY UPDATE SKIP LOCKED;
@@ -1435,7 +1586,8 @@ BEGIN
                 UPDATE pglease.leases AS l
                 SET holder = p_holder, holder_role = v_role, fence = v_fence + 1,
                     acquired_at = v_now, expires_at = v_now + v_ttl, value = e.value,
-                    release_requested_at = NULL, release_to = NULL, release_for = NULL
+                    release_requested_at = NULL, release_to = NULL, release_for = NULL,
+                    release_to_role = NULL
                 WHERE l.ctid = v_tid;
                 fences[e.i] := v_fence + 1;
                 fresh[e.i] := true;
@@ -1589,9 +1741,12 @@ $$;
 -- run with the search_path of the SECURITY DEFINER entry points that call
 -- them (see 00_checks.sql).
 
--- _scope_lock(p_scope): creates the scope's row if missing and locks it until
--- the caller's transaction ends. Claims in one scope are serialised by this
--- lock, so counting the units in use and taking a slot cannot interleave.
+-- _scope_lock(p_scope): creates the scope's row if missing and locks it FOR
+-- NO KEY UPDATE until the caller's (sub)transaction ends. Claims in one
+-- scope are serialised by this lock, so counting the units in use and
+-- taking a slot cannot interleave. (A refused claim rolls its lock back
+-- and keeps only a FOR KEY SHARE lock, which no claim waits for; see
+-- pglease.claim_slot.)
 -- It returns only once the row is the caller's: locked, or inserted by its
 -- transaction (which no one else can lock or delete before it ends). A
 -- purge can delete the row while this call waits for its lock (the lock
@@ -1601,29 +1756,18 @@ $$;
 -- claim racing a purge of its scope could count without it, and more units
 -- than the capacity were granted; contract test TestQueueFlagUnderTraffic.)
 -- The lock only: the caller counts on the clock it reads once every lock
--- is granted (see pglease._slot_claim_locked). A row created here has
--- queued set when the queue holds entries of the scope (left by a purge
--- of the scope's row; only a holder of the row's lock adds any).
+-- is granted (see pglease._slot_claim_locked).
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     LOOP
-        PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
+        PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR NO KEY UPDATE;
         EXIT WHEN FOUND;
         INSERT INTO pglease.slot_scopes AS s (scope) VALUES (p_scope)
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
-        IF FOUND THEN
-            -- The insert may have waited for a purge of the scope's row to
-            -- commit: the queue is read in a statement of its own, whose
-            -- snapshot is taken after it (a subquery of the insert would
-            -- read the queue as it was before that wait).
-            UPDATE pglease.slot_scopes AS s SET queued = true
-            WHERE s.scope = p_scope
-              AND EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope);
-            EXIT;
-        END IF;
+        EXIT WHEN FOUND;
     END LOOP;
 END
 $$;
@@ -1658,9 +1802,9 @@ $$;
 -- whatever p_units says). p_reentrant false says that the caller, holding
 -- the scope lock, found no slot row of the holder's in the scope (live or
 -- not yet released) before it read p_now, so none is live at p_now (only
--- a claim starts a tenure), and skips that step. p_counted and p_queued
--- are the scope's counter and queue flag as the caller read them under the
--- lock (either NULL: both read here).
+-- a claim starts a tenure), and skips that step. p_counted is the scope's
+-- counter as the caller read it under the lock, and p_queued whether the
+-- scope's queue had an entry then (either NULL: read here).
 -- Otherwise it takes a slot numbered up to p_capacity whose tenure is
 -- over (fence + 1): one that ended since the scope was last looked at, in
 -- place (it stays counted: one row written), else the lowest-numbered slot
@@ -1682,7 +1826,6 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_queued boolean;
-    v_clear  boolean := false;
     v_role   text := session_user::text;
     v_count  integer;
     v_cap    integer;
@@ -1692,6 +1835,8 @@ DECLARE
     v_more   boolean;
     v_best   timestamptz;
     v_head   integer;
+    v_hrole  text;
+    v_own    integer := 0;
     v_mine   boolean;
     v_reserve integer;
     v_check  timestamptz;
@@ -1700,8 +1845,8 @@ BEGIN
     v_count := p_counted;
     v_queued := p_queued;
     IF v_count IS NULL OR v_queued IS NULL THEN
-        SELECT sc.counted, sc.queued INTO v_count, v_queued
-        FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+        v_queued := EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope);
     END IF;
     in_use := v_count;
     claimed := false;
@@ -1768,23 +1913,34 @@ BEGIN
 
     -- No starvation: the head of the scope's queue (the oldest refused
     -- claim that has not lapsed, see pglease.slot_queue) keeps room for its
-    -- units against every other claim, unless it could not fit anyway.
-    -- An empty queue (the common case) costs nothing: the scope's flag
-    -- says so (see pglease.slot_scopes); a flag left set by a queue that
-    -- has emptied costs one index probe, and is cleared below.
+    -- units against every other claim, unless it could not fit anyway: it
+    -- asks for more than the capacity, or, against a claim of another
+    -- role, for more than the capacity less the units the head's own role
+    -- holds live (which its role, not the caller's, must release first: a
+    -- role cannot make its waiter keep room from other roles with its own
+    -- units). Within one role the head keeps its room whatever that role
+    -- holds: a fleet's big claim is not starved by its own small ones. An
+    -- empty queue (the common case) costs the
+    -- caller's one index probe. Lapsed entries are deleted, but for those
+    -- locked by a refusal in flight, which are skipped: a claim never
+    -- waits for a refused claim's transaction.
     IF v_queued THEN
-        PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
-        v_queued := FOUND;
-        v_clear := NOT FOUND;
-    END IF;
-    IF v_queued THEN
-        DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
-        SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
+        DELETE FROM pglease.slot_queue AS q
+        WHERE q.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.slot_queue AS d
+                                  WHERE d.scope = p_scope AND d.until <= p_now
+                                  FOR UPDATE SKIP LOCKED));
+        SELECT q.units, q.holder_role, q.holder = p_holder AND q.holder_role = v_role
+        INTO v_head, v_hrole, v_mine
         FROM pglease.slot_queue AS q
-        WHERE q.scope = p_scope
+        WHERE q.scope = p_scope AND q.until > p_now
         ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+        IF v_head IS NOT NULL AND v_hrole <> v_role THEN
+            v_own := coalesce((SELECT sum(s.units)::integer FROM pglease.slots AS s
+                               WHERE s.scope = p_scope AND s.counted
+                                 AND s.holder_role = v_hrole AND s.expires_at > p_now), 0);
+        END IF;
     END IF;
-    v_reserve := CASE WHEN v_mine OR v_head > least(p_capacity, v_cap) THEN 0
+    v_reserve := CASE WHEN v_mine OR v_head + v_own > least(p_capacity, v_cap) THEN 0
                       ELSE coalesce(v_head, 0) END;
 
     IF v_take IS NOT NULL THEN
@@ -1845,7 +2001,7 @@ BEGIN
                     INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at,
                                                     holder_role, capacity, counted, units, check_at)
                     VALUES (p_scope, slot, p_holder,
-                            coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
+                            (SELECT f.last_value FROM pglease.slot_fence_floor AS f) + 1,
                             p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl)
                     ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
                     RETURNING s.fence::bigint, s.units::integer INTO fence, units;
@@ -1858,10 +2014,8 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    IF in_use IS DISTINCT FROM v_count OR v_clear THEN
-        UPDATE pglease.slot_scopes AS sc
-        SET counted = in_use, queued = sc.queued AND NOT v_clear
-        WHERE sc.scope = p_scope;
+    IF in_use IS DISTINCT FROM v_count THEN
+        UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
     END IF;
     IF claimed THEN
         IF v_head IS NOT NULL THEN
@@ -1898,9 +2052,9 @@ $$;
 -- place in it (since stays that of its first refusal; the units are those
 -- of this claim). Its entry lapses unless the holder claims again within
 -- p_retry_in or 5 seconds, whichever is less, plus 2 seconds (runslots
--- claims again at least every 5 seconds while it waits). It sets the
--- scope's flag (pglease.slot_scopes.queued) in the same transaction; the
--- caller holds the scope lock.
+-- claims again at least every 5 seconds while it waits). The caller holds
+-- no scope lock (a refused claim rolled it back): only this role's entry
+-- is written, which no other role's claim waits for.
 CREATE OR REPLACE FUNCTION pglease._slot_queue(
     p_scope text, p_holder text, p_units integer, p_now timestamptz, p_retry_in interval)
 RETURNS void
@@ -1912,8 +2066,6 @@ BEGIN
             p_now + least(p_retry_in, interval '5 seconds') + interval '2 seconds')
     ON CONFLICT ON CONSTRAINT slot_queue_pkey
     DO UPDATE SET units = excluded.units, until = excluded.until;
-    UPDATE pglease.slot_scopes AS sc SET queued = true
-    WHERE sc.scope = p_scope AND NOT sc.queued;
 END
 $$;
 
@@ -1958,6 +2110,23 @@ BEGIN
         'kind', 'slot', 'event', 'released', 'name', p_scope,
         'free', greatest(coalesce(v_cap, 0) - (coalesce(v_used, 0) - v_ended), 0))::text);
 END
+$$;
+
+-- _slot_retry_in(p_scope, p_now, p_retry_in): the retry_in of a claim
+-- refused on the clock p_now, once its scope lock is rolled back and the
+-- scope's row is locked FOR KEY SHARE (see pglease.claim_slot): p_retry_in,
+-- or less when a tenure of the scope ended (was released) after p_now,
+-- in the moment between the two locks: p_now + the result is the
+-- earliest end, as a refusal's retry_in always is. Reads the counted rows
+-- whose check_at passed (a release sets it to the release): an index range.
+CREATE OR REPLACE FUNCTION pglease._slot_retry_in(p_scope text, p_now timestamptz, p_retry_in interval)
+RETURNS interval
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT coalesce(least(p_retry_in, min(s.expires_at) - p_now), p_retry_in)
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= clock_timestamp()
+      AND s.expires_at > p_now AND s.expires_at <= clock_timestamp()
 $$;
 
 -- Source: sql/functions/21_claim_slot.sql
@@ -2005,8 +2174,11 @@ $$;
 -- the call decides on the same reading; if it rolls back, the slot is
 -- taken with a start and an expiry from that reading: the tenure is
 -- shorter than p_ttl by the wait, never longer.
--- Claims in one scope are serialised by a row lock held until the caller's
--- transaction ends, so the cap holds however many claimers race. One round
+-- Claims in one scope are serialised by a row lock; a granted claim holds
+-- it until the caller's transaction ends, so the cap holds however many
+-- claimers race (and other claims of the scope wait for a grant left open
+-- in a transaction). A refused claim releases it before it returns, and
+-- keeps only a lock no claim waits for. One round
 -- trip; its cost grows neither with live holders nor with p_capacity (the
 -- scope keeps count of its live holders; see pglease._slot_claim_locked).
 -- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
@@ -2059,111 +2231,134 @@ BEGIN
     IF (octet_length(p_scope) BETWEEN 1 AND 256
         AND octet_length(p_holder) BETWEEN 1 AND 256
         AND p_capacity BETWEEN 1 AND 1000000
-        AND p_units BETWEEN 1 AND p_capacity) IS NOT TRUE THEN
+        AND p_units BETWEEN 1 AND p_capacity
+        AND p_wait IS NOT NULL) IS NOT TRUE THEN
         PERFORM pglease._check_text('claim_slot', 'p_scope', p_scope);
         PERFORM pglease._check_text('claim_slot', 'p_holder', p_holder);
         PERFORM pglease._check_int('claim_slot', 'p_capacity', p_capacity, 1, 1000000);
         PERFORM pglease._check_int('claim_slot', 'p_units', p_units, 1, p_capacity);
+        PERFORM pglease._check_flag('claim_slot', 'p_wait', p_wait);
     END IF;
     v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('claim_slot', p_ttl);
     END IF;
 
-    -- The scope lock (pglease._scope_lock), and the scope's counter and
-    -- queue flag as the lock returns them: the row version of the last
-    -- claim that held it.
-    SELECT sc.counted, sc.queued INTO v_count, v_queued FROM pglease.slot_scopes AS sc
-    WHERE sc.scope = p_scope FOR UPDATE;
-    IF NOT FOUND THEN
-        PERFORM pglease._scope_lock(p_scope);
-        SELECT sc.counted, sc.queued INTO v_count, v_queued
-        FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
-    END IF;
-    -- The clock is read once the scope is ours: slots that expired or were
-    -- released meanwhile count as free. One read then: the first two
-    -- counted slots that ended on it, and whether the holder has a slot
-    -- row in the scope (live or not yet released). It takes no lock, so no
-    -- wait follows the clock read.
-    v_now := clock_timestamp();
-    SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], coalesce(cardinality(e.tids), 0),
-           EXISTS (SELECT 1 FROM pglease.slots AS h
-                   WHERE h.holder = p_holder AND h.scope = p_scope
-                     AND coalesce(h.holder_role = v_role, true))
-    INTO v_tid, v_tslot, v_tunits, v_tcap, v_ended, v_mine
-    FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
-                 array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
-          FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
-                WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
-                  AND t.expires_at <= v_now
-                ORDER BY t.check_at LIMIT 2) AS t) AS e;
-    IF v_mine THEN
-        -- Lock the holder's own slot rows in the scope: this waits for a
-        -- renewal in flight of one (which a re-entrant claim re-pins), and
-        -- then sees the row as renewed; the clock is read again after it.
-        -- Liveness is not tested here: a row that looks ended may be under
-        -- a renewal that checked it live before its end and commits after.
-        -- None found (a release cleared it meanwhile): the holder has no
-        -- tenure in the scope that a renewal could extend, and none starts
-        -- before the clock read (only a claim, which needs the scope lock,
-        -- starts one).
-        PERFORM 1 FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.holder = p_holder
-          AND coalesce(s.holder_role = v_role, true)
-        FOR NO KEY UPDATE;
-        v_mine := FOUND;
-        v_now := clock_timestamp();
-    -- The common claim: the holder has no slot here, the queue is empty
-    -- (the scope's flag is clear, see pglease.slot_scopes),
-    -- and the counted slot that ended first is the only one that ended,
-    -- so nothing is un-counted; it is taken in place when the units fit.
-    -- This decides exactly as pglease._slot_claim_locked would (same
-    -- reads, same test, no reserve with no queue), with the test in
-    -- PL/pgSQL rather than as subqueries of the UPDATE (a statement's cost
-    -- here is mostly its plan's set-up), and the take by the row's
-    -- address, which the UPDATE checks is still that slot's (no lock kept
-    -- the row version read: once a renewal replaced it, its place on the
-    -- page can hold another row). When the slot is taken back with its
-    -- capacity and units, the units in use do not change and the capacity
-    -- test holds by the scope's invariant (sql/schema/10_schema.sql: the
-    -- units in use are at most the capacity of every counted slot), so the
-    -- smallest capacity of the others is read only when either changes.
-    -- Anything else, or nothing taken (the UPDATE re-tests the row, which
-    -- a renewal in flight may have extended), goes to
-    -- pglease._slot_claim_locked on the same clock: nothing changed.
-    ELSIF v_ended = 1 AND v_tslot <= p_capacity AND NOT v_queued THEN
-        IF v_tcap IS DISTINCT FROM p_capacity OR v_tunits <> p_units THEN
-            SELECT min(o.capacity) INTO v_cap FROM pglease.slots AS o
-            WHERE o.scope = p_scope AND o.counted AND o.slot <> v_tslot;
+    -- The decision runs in a subtransaction: a refusal rolls it back, with
+    -- the scope lock and whatever it un-counted (the next claim does that
+    -- again), so that a refused call left open in a transaction holds up
+    -- no claim. Only a grant keeps the lock until the caller's
+    -- transaction ends.
+    BEGIN
+        -- The scope lock (pglease._scope_lock), and the scope's counter as the
+        -- lock returns it: the row version of the last claim that held it.
+        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc
+        WHERE sc.scope = p_scope FOR NO KEY UPDATE;
+        IF NOT FOUND THEN
+            PERFORM pglease._scope_lock(p_scope);
+            SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
         END IF;
-        IF (v_tcap = p_capacity AND v_tunits = p_units)
-           OR v_count - v_tunits + p_units <= least(p_capacity, v_cap) THEN
-            UPDATE pglease.slots AS s
-            SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
-                units = p_units, fence = s.fence + 1, acquired_at = v_now,
-                expires_at = v_now + v_ttl, check_at = v_now + v_ttl
-            WHERE s.ctid = v_tid AND s.scope = p_scope AND s.slot = v_tslot
-              AND s.counted AND s.expires_at <= v_now
-            RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
-            claimed := FOUND;
-            IF claimed THEN
-                in_use := v_count - v_tunits + p_units;
-                IF in_use <> v_count THEN
-                    UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
+        -- Whether the scope's queue has an entry (one index probe; almost
+        -- always none).
+        v_queued := EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope);
+        -- The clock is read once the scope is ours: slots that expired or were
+        -- released meanwhile count as free. One read then: the first two
+        -- counted slots that ended on it, and whether the holder has a slot
+        -- row in the scope (live or not yet released). It takes no lock, so no
+        -- wait follows the clock read.
+        v_now := clock_timestamp();
+        SELECT e.tids[1], e.slots[1], e.units[1], e.caps[1], coalesce(cardinality(e.tids), 0),
+               EXISTS (SELECT 1 FROM pglease.slots AS h
+                       WHERE h.holder = p_holder AND h.scope = p_scope
+                         AND coalesce(h.holder_role = v_role, true))
+        INTO v_tid, v_tslot, v_tunits, v_tcap, v_ended, v_mine
+        FROM (SELECT array_agg(t.ctid) AS tids, array_agg(t.slot::integer) AS slots,
+                     array_agg(t.units::integer) AS units, array_agg(t.capacity::integer) AS caps
+              FROM (SELECT t.ctid, t.slot, t.units, t.capacity FROM pglease.slots AS t
+                    WHERE t.scope = p_scope AND t.counted AND t.check_at <= v_now
+                      AND t.expires_at <= v_now
+                    ORDER BY t.check_at LIMIT 2) AS t) AS e;
+        IF v_mine THEN
+            -- Lock the holder's own slot rows in the scope: this waits for a
+            -- renewal in flight of one (which a re-entrant claim re-pins), and
+            -- then sees the row as renewed; the clock is read again after it.
+            -- Liveness is not tested here: a row that looks ended may be under
+            -- a renewal that checked it live before its end and commits after.
+            -- None found (a release cleared it meanwhile): the holder has no
+            -- tenure in the scope that a renewal could extend, and none starts
+            -- before the clock read (only a claim, which needs the scope lock,
+            -- starts one).
+            PERFORM 1 FROM pglease.slots AS s
+            WHERE s.scope = p_scope AND s.holder = p_holder
+              AND coalesce(s.holder_role = v_role, true)
+            FOR NO KEY UPDATE;
+            v_mine := FOUND;
+            v_now := clock_timestamp();
+        -- The common claim: the holder has no slot here, the queue is empty,
+        -- and the counted slot that ended first is the only one that ended,
+        -- so nothing is un-counted; it is taken in place when the units fit.
+        -- This decides exactly as pglease._slot_claim_locked would (same
+        -- reads, same test, no reserve with no queue), with the test in
+        -- PL/pgSQL rather than as subqueries of the UPDATE (a statement's cost
+        -- here is mostly its plan's set-up), and the take by the row's
+        -- address, which the UPDATE checks is still that slot's (no lock kept
+        -- the row version read: once a renewal replaced it, its place on the
+        -- page can hold another row). When the slot is taken back with its
+        -- capacity and units, the units in use do not change and the capacity
+        -- test holds by the scope's invariant (sql/schema/10_schema.sql: the
+        -- units in use are at most the capacity of every counted slot), so the
+        -- smallest capacity of the others is read only when either changes.
+        -- Anything else, or nothing taken (the UPDATE re-tests the row, which
+        -- a renewal in flight may have extended), goes to
+        -- pglease._slot_claim_locked on the same clock: nothing changed.
+        ELSIF v_ended = 1 AND v_tslot <= p_capacity AND NOT v_queued THEN
+            IF v_tcap IS DISTINCT FROM p_capacity OR v_tunits <> p_units THEN
+                SELECT min(o.capacity) INTO v_cap FROM pglease.slots AS o
+                WHERE o.scope = p_scope AND o.counted AND o.slot <> v_tslot;
+            END IF;
+            IF (v_tcap = p_capacity AND v_tunits = p_units)
+               OR v_count - v_tunits + p_units <= least(p_capacity, v_cap) THEN
+                UPDATE pglease.slots AS s
+                SET holder = p_holder, holder_role = v_role, capacity = p_capacity,
+                    units = p_units, fence = s.fence + 1, acquired_at = v_now,
+                    expires_at = v_now + v_ttl, check_at = v_now + v_ttl
+                WHERE s.ctid = v_tid AND s.scope = p_scope AND s.slot = v_tslot
+                  AND s.counted AND s.expires_at <= v_now
+                RETURNING s.slot::integer, s.fence::bigint, s.units::integer INTO slot, fence, units;
+                claimed := FOUND;
+                IF claimed THEN
+                    in_use := v_count - v_tunits + p_units;
+                    IF in_use <> v_count THEN
+                        UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
+                    END IF;
                 END IF;
             END IF;
         END IF;
-    END IF;
-    IF claimed IS NOT TRUE THEN
-        SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in, c.units
-        INTO claimed, slot, fence, in_use, retry_in, units
-        FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl,
-                                        v_count, v_mine, v_queued) AS c;
-    END IF;
+        IF claimed IS NOT TRUE THEN
+            SELECT c.claimed, c.slot, c.fence, c.in_use, c.retry_in, c.units
+            INTO claimed, slot, fence, in_use, retry_in, units
+            FROM pglease._slot_claim_locked(p_scope, p_holder, p_capacity, p_units, v_now, v_ttl,
+                                            v_count, v_mine, v_queued) AS c;
+        END IF;
+        IF NOT claimed THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL02', MESSAGE = 'pglease: refused';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'PGL02' THEN
+        claimed := false;
+    END;
     IF claimed THEN
         expires_at := v_now + v_ttl;
         expires_in := v_ttl;
     ELSE
+        -- Refused: the scope's row stays locked FOR KEY SHARE until the
+        -- caller's transaction ends. No claim waits for that lock (claims
+        -- take FOR NO KEY UPDATE), but a release does not get the FOR
+        -- UPDATE it tries without waiting, and so notifies: the
+        -- registration below, not yet committed, cannot miss a release.
+        -- A release that committed between the rollback and this lock
+        -- ended a tenure after v_now: its end is the earliest.
+        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR KEY SHARE;
+        retry_in := pglease._slot_retry_in(p_scope, v_now, retry_in);
         PERFORM pglease._wait_register('slot', p_scope, v_now + retry_in);
         IF p_wait THEN
             PERFORM pglease._slot_queue(p_scope, p_holder, p_units, v_now, retry_in);
@@ -2193,10 +2388,12 @@ $$;
 --     retry_in its earliest live slot's end minus now (> 0);
 --     slots, fences and in_use are empty arrays, expires_at and expires_in
 --     NULL; nothing is held or changed in any scope (claims already made in
---     this call are rolled back); the holder is registered as a waiter of
---     the refused scope (see pglease._wake).
+--     this call are rolled back, and the scope locks with them); the holder
+--     is registered as a waiter of the refused scope (see pglease._wake).
 -- Scope locks are taken in one global order (byte order of the scope), so
--- concurrent multi-scope claims cannot deadlock each other.
+-- concurrent multi-scope claims cannot deadlock each other. As with
+-- pglease.claim_slot, a granted call keeps them until the caller's
+-- transaction ends; a refused one keeps none that a claim waits for.
 -- Raises 22004 for NULL arrays, elements or arguments; 22023 for arrays of
 -- different lengths, empty or longer than 64, duplicate scopes, or an element
 -- out of claim_slot's ranges; PGL06 as claim_slot, for the first scope in
@@ -2254,23 +2451,25 @@ BEGIN
             HINT = 'Name each scope once.';
     END IF;
     v_ttl := pglease._check_ttl('claim_slots', p_ttl);
-
-    FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
-        PERFORM pglease._scope_lock(v_scope);
-    END LOOP;
-    -- Wait for renewals in flight of the holder's own slots (see claim_slot).
-    PERFORM 1 FROM pglease.slots AS s
-    WHERE s.scope = ANY (p_scopes) AND s.holder = p_holder
-      AND coalesce(s.holder_role = v_role, true)
-    FOR NO KEY UPDATE;
-    v_mine := FOUND;
-    -- The clock is read once every scope is ours (see claim_slot).
-    v_now := clock_timestamp();
+    PERFORM pglease._check_flag('claim_slots', 'p_wait', p_wait);
 
     in_use := array_fill(NULL::integer, ARRAY[v_n]);
     slots := array_fill(NULL::integer, ARRAY[v_n]);
     fences := array_fill(NULL::bigint, ARRAY[v_n]);
+    -- A subtransaction: a refusal rolls back its locks with its changes
+    -- (see claim_slot).
     BEGIN
+        FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
+            PERFORM pglease._scope_lock(v_scope);
+        END LOOP;
+        -- Wait for renewals in flight of the holder's own slots (see claim_slot).
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE s.scope = ANY (p_scopes) AND s.holder = p_holder
+          AND coalesce(s.holder_role = v_role, true)
+        FOR NO KEY UPDATE;
+        v_mine := FOUND;
+        -- The clock is read once every scope is ours (see claim_slot).
+        v_now := clock_timestamp();
         FOR i IN 1..v_n LOOP
             v_scope := p_scopes[array_lower(p_scopes, 1) + i - 1];
             SELECT * INTO v_claim
@@ -2292,6 +2491,10 @@ BEGIN
         slots := '{}';
         fences := '{}';
         in_use := '{}';
+        -- As claim_slot: only a FOR KEY SHARE lock of the refused scope's
+        -- row stays, until the caller's transaction ends.
+        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = refused_scope FOR KEY SHARE;
+        retry_in := pglease._slot_retry_in(refused_scope, v_now, retry_in);
         PERFORM pglease._wait_register('slot', refused_scope, v_now + retry_in);
         IF p_wait THEN
             PERFORM pglease._slot_queue(refused_scope, p_holder,
@@ -2458,31 +2661,32 @@ BEGIN
     -- slots_holder_idx.
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
-    -- The common release, on a scope whose queue is empty (its flag is
-    -- clear, see pglease.slot_scopes), takes both of its locks in one
+    -- The common release, on a scope whose queue is empty, takes both of
+    -- its locks in one
     -- statement, each without waiting: the caller's live slot, then the
     -- scope's row (a joined row's tables are locked in the order of the
     -- locking clauses, so a slot locked by someone else is skipped before
     -- the scope's row is tried, and no wait below holds the scope lock;
     -- contract test WeightedSlots/ReleaseWaitsWithoutTheScopeLock). With
-    -- both, no claim is in flight in the scope. The flag is tested before
-    -- any lock (and again on the row version locked, when a claim changed
-    -- it meanwhile): a release of a queued scope locks nothing here, and
+    -- both, no claim is in flight in the scope (a refused claim keeps a FOR
+    -- KEY SHARE lock, which this FOR UPDATE does not get either). The queue
+    -- is probed before any lock: a release of a queued scope locks nothing
+    -- here, and
     -- takes the scope's lock before its slot's below, as claims do; had it
     -- locked its slot here, its wait for the scope's lock could close a
     -- cycle with a claim that waits for the slot (contract test
-    -- WeightedSlots/QueuedReleaseLocksTheScopeFirst). The one way left: a
-    -- claim in flight queues the scope's first waiter while this statement
-    -- runs; the release then waits for the scope's lock holding its slot,
-    -- and a deadlock is found only if the next claim waits for that slot
-    -- (the same holder's, or one that expired meanwhile).
+    -- WeightedSlots/QueuedReleaseLocksTheScopeFirst). A waiter queued
+    -- while this statement runs holds the scope row FOR KEY SHARE until it
+    -- commits, so the statement finds no row and the release goes the
+    -- other way, which notifies it.
     SELECT s.ctid INTO v_tid
     FROM pglease.slots AS s, pglease.slot_scopes AS sc
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
-      AND sc.scope = p_scope AND NOT sc.queued
+      AND sc.scope = p_scope
+      AND NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
     FOR NO KEY UPDATE OF s SKIP LOCKED
     FOR UPDATE OF sc SKIP LOCKED;
     v_locked := FOUND;
@@ -2520,7 +2724,7 @@ BEGIN
               AND coalesce(s.holder_role = v_role, true)
               AND s.expires_at > clock_timestamp();
             IF FOUND THEN
-                PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
+                PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR NO KEY UPDATE;
                 v_counted := true;
             END IF;
             SELECT s.ctid INTO v_tid FROM pglease.slots AS s
@@ -2913,29 +3117,37 @@ $$;
 --
 -- Deletes, and returns how many rows it deleted in all:
 --   * lease rows released or expired at least p_free_for ago (expires_at is
---     the release or expiry time);
+--     the release or expiry time), except a row reserved for a preferred
+--     holder (pglease.request_release) until its reservation ends;
 --   * the slot rows and the scope row of every scope whose slots have all
 --     been free for at least p_free_for (a scope is purged whole, so slot
 --     numbers stay dense from 1);
---   * waiter registrations past their until;
 --   * run ledger rows (pglease.runs) that ended at least p_free_for ago,
 --     and runs begun that long ago that never ended and whose tenure is
---     over; never a job's newest succeeded run (it keeps its window
---     closed) nor a run whose tenure is live.
---   * waiter registrations past their until (and, uncounted, observer and
---     candidate registrations past theirs).
--- Before any of them is gone, the fence floor (pglease.fence_floor) is
--- raised to the largest fence deleted, in the same transaction, and a name
--- or slot created afterwards starts at floor + 1: fences never go backwards,
--- also across purge, crash and failover (the floor is a logged row committed
--- with the deletes).
+--     over; never a success whose window has not ended, nor a job's newest
+--     succeeded run, nor a run whose tenure is live;
+--   * waiter registrations past their until (and, uncounted, lapsed
+--     observer, candidate and slot queue registrations).
+-- Whose rows: the schema owner, a superuser and members of
+-- pglease_operator purge every role's rows; any other caller purges only
+-- the rows its own role (session_user) left: leases and runs whose last
+-- holder was of its role, scopes all of whose slots were, and its own
+-- registrations. So a client that keeps its purge open in a transaction
+-- holds up only names its own role last held, which it could keep by
+-- renewing anyway (docs/security.md).
+-- Before any of them is gone, the fence floors (pglease.lease_fence_floor,
+-- pglease.slot_fence_floor) are raised to the largest fence deleted, and a
+-- name or slot created afterwards starts at floor + 1: fences never go
+-- backwards, also across purge, crash, failover and at any isolation
+-- level (the floors are sequences, which every caller reads as they stand).
 -- Takes only locks of rows that are free: rows locked by anyone (a takeover
 -- in progress, a refused call, a fenced transaction, a claim holding the
--- scope) are skipped and left for the next purge, so no live holder's renew
--- ever waits for it. An acquire or claim of a name being purged waits until
--- the purge commits, then starts above the floor.
--- Raises 22004 for a NULL p_free_for and 22023 for a negative one; nothing is
--- deleted then.
+-- scope, another purge) are skipped and left for the next purge, so it
+-- waits for nobody, and no live holder's renew ever waits for it. An
+-- acquire or claim of a name being purged waits until the purge commits,
+-- then starts above the floor.
+-- Raises 22004 for a NULL p_free_for and 22023 for a negative one or one
+-- of more than 100 years; nothing is deleted then.
 CREATE OR REPLACE FUNCTION pglease.purge(p_free_for interval)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -2943,6 +3155,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now        timestamptz := clock_timestamp();
+    v_role       text := session_user::text;
+    v_all        boolean := pglease._trusted();
     v_cutoff     timestamptz;
     v_leases     bigint;
     v_lease_max  bigint;
@@ -2953,32 +3167,26 @@ DECLARE
     v_waiters    bigint;
     v_runs       bigint;
     v_scope      text;
+    v_scopes     text[];
 BEGIN
-    IF p_free_for IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22004',
-            MESSAGE = 'pglease.purge: p_free_for must not be NULL',
-            HINT = 'Pass how long a lease or slot must have been free to be deleted, e.g. interval ''1 day''.';
-    END IF;
-    IF extract(epoch FROM p_free_for) < 0 THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.purge: p_free_for must be 0 or more, got %s', p_free_for),
-            HINT = 'Pass how long a lease or slot must have been free to be deleted, e.g. interval ''1 day''.';
-    END IF;
-    v_cutoff := v_now - make_interval(secs => extract(epoch FROM p_free_for));
+    v_cutoff := v_now - pglease._check_age('purge', 'p_free_for', p_free_for);
 
     -- Leases: the row lock taken FOR UPDATE rechecks the condition against
     -- the newest committed version, so a row taken over after this
     -- statement's snapshot is left alone. The locked names are deleted by
     -- primary key (= ANY of an array: no join), so the cost stays linear
-    -- whatever the statistics say; a join planned on the statistics left
-    -- by the previous purge and VACUUM (an empty table) was a nested loop,
-    -- quadratic in the rows deleted.
+    -- whatever the statistics say.
     WITH gone AS (
         DELETE FROM pglease.leases AS l
         WHERE l.name = ANY (ARRAY(SELECT d.name FROM pglease.leases AS d
                                   WHERE d.expires_at <= v_cutoff
+                                    AND (v_all OR d.holder_role = v_role)
+                                    AND NOT pglease._reserved(d.expires_at, d.release_to,
+                                            d.release_to_role, d.release_for, NULL, NULL, v_now)
                                   FOR UPDATE SKIP LOCKED))
           AND l.expires_at <= v_cutoff
+          AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                    l.release_for, NULL, NULL, v_now)
         RETURNING l.fence
     )
     SELECT count(*), coalesce(max(g.fence), 0) INTO v_leases, v_lease_max FROM gone AS g;
@@ -2987,16 +3195,21 @@ BEGIN
     -- again (a new statement sees every claim that committed before the
     -- lock), and delete the whole scope only when none of its slots was in
     -- use since the cutoff.
-    FOR v_scope IN
+    v_scopes := ARRAY(
         SELECT sc.scope FROM pglease.slot_scopes AS sc
         WHERE NOT EXISTS (SELECT 1 FROM pglease.slots AS s
-                          WHERE s.scope = sc.scope AND s.expires_at > v_cutoff)
-    LOOP
+                          WHERE s.scope = sc.scope
+                            AND (s.expires_at > v_cutoff
+                                 OR (NOT v_all AND s.holder_role IS DISTINCT FROM v_role)))
+          AND (v_all OR EXISTS (SELECT 1 FROM pglease.slots AS s WHERE s.scope = sc.scope)));
+    FOREACH v_scope IN ARRAY v_scopes LOOP
         PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = v_scope
         FOR UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
         CONTINUE WHEN EXISTS (SELECT 1 FROM pglease.slots AS s
-                              WHERE s.scope = v_scope AND s.expires_at > v_cutoff);
+                              WHERE s.scope = v_scope
+                                AND (s.expires_at > v_cutoff
+                                     OR (NOT v_all AND s.holder_role IS DISTINCT FROM v_role)));
         WITH gone AS (
             DELETE FROM pglease.slots AS s WHERE s.scope = v_scope RETURNING s.fence
         )
@@ -3006,65 +3219,58 @@ BEGIN
         v_slot_max := greatest(v_slot_max, v_max);
     END LOOP;
 
-    -- Waiters likewise, by kind and then name.
+    -- Lapsed registrations: the caller's own, or everyone's for a trusted
+    -- caller. Rows locked by a registration in flight are skipped.
+    -- Each by the row versions locked (ctid = ANY of an array: a TID scan,
+    -- no join), as the leases by name above.
     WITH gone AS (
         DELETE FROM pglease.waiters AS w
-        WHERE w.kind = 'lease'
-          AND w.name = ANY (ARRAY(SELECT d.name FROM pglease.waiters AS d
-                                  WHERE d.kind = 'lease' AND d.until < v_now
+        WHERE w.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.waiters AS d
+                                  WHERE d.until < v_now AND (v_all OR d.caller_role = v_role)
                                   FOR UPDATE SKIP LOCKED))
-          AND w.until < v_now
-        RETURNING 1
-    ), gone_slots AS (
-        DELETE FROM pglease.waiters AS w
-        WHERE w.kind = 'slot'
-          AND w.name = ANY (ARRAY(SELECT d.name FROM pglease.waiters AS d
-                                  WHERE d.kind = 'slot' AND d.until < v_now
-                                  FOR UPDATE SKIP LOCKED))
-          AND w.until < v_now
         RETURNING 1
     )
-    SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_slots) INTO v_waiters;
+    SELECT count(*) INTO v_waiters FROM gone;
 
-    -- The run ledger (0.3.0): runs that ended before the cutoff, and runs
-    -- still 'running' that started before it whose tenure is not live (so
-    -- never a run that can still record its end), except each job's newest
-    -- succeeded run, which keeps its window closed however old it is. Rows
-    -- locked by a run_end in flight are skipped.
+    -- The run ledger: runs that ended before the cutoff, and runs still
+    -- 'running' that started before it whose tenure is not live (so never a
+    -- run that can still record its end); never a success whose window has
+    -- not ended (it keeps the window closed), nor each job's newest
+    -- succeeded run, whatever its age. Rows locked by a run_end in flight
+    -- are skipped.
     WITH gone AS (
         DELETE FROM pglease.runs AS r
         WHERE (r.name, r.fence) IN (
             SELECT d.name, d.fence FROM pglease.runs AS d
-            WHERE (d.ended_at <= v_cutoff
+            WHERE (v_all OR d.holder_role = v_role)
+              AND (d.ended_at <= v_cutoff
                    OR (d.outcome IN ('running', 'lost') AND d.ended_at IS NULL AND d.started_at <= v_cutoff
                        AND NOT EXISTS (SELECT 1 FROM pglease.leases AS l
                                        WHERE l.name = d.name AND l.fence = d.fence
                                          AND l.holder IS NOT NULL AND l.expires_at > v_now)))
               AND NOT (d.outcome = 'succeeded'
-                       AND d.ended_at = (SELECT max(s.ended_at) FROM pglease.runs AS s
-                                         WHERE s.name = d.name AND s.outcome = 'succeeded'))
+                       AND (d.window_start + d.run_window > v_now
+                            OR d.window_start = (SELECT max(s.window_start) FROM pglease.runs AS s
+                                                 WHERE s.name = d.name AND s.outcome = 'succeeded')))
             FOR UPDATE SKIP LOCKED)
         RETURNING 1
     )
     SELECT count(*) INTO v_runs FROM gone;
-    -- Lapsed observer and candidate registrations (0.3.0, see
-    -- pglease.observe and pglease.acquire with p_value), not counted.
     DELETE FROM pglease.observers AS o
-    WHERE o.name = ANY (ARRAY(SELECT d.name FROM pglease.observers AS d
-                              WHERE d.until < v_now FOR UPDATE SKIP LOCKED))
-      AND o.until < v_now;
+    WHERE o.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.observers AS d
+                              WHERE d.until < v_now AND (v_all OR d.caller_role = v_role)
+                              FOR UPDATE SKIP LOCKED));
     DELETE FROM pglease.candidates AS c
-    WHERE (c.name, c.holder) IN (SELECT d.name, d.holder FROM pglease.candidates AS d
-                                 WHERE d.until < v_now FOR UPDATE SKIP LOCKED)
-      AND c.until < v_now;
+    WHERE c.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.candidates AS d
+                              WHERE d.until < v_now AND (v_all OR d.holder_role = v_role)
+                              FOR UPDATE SKIP LOCKED));
+    DELETE FROM pglease.slot_queue AS q
+    WHERE q.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.slot_queue AS d
+                              WHERE d.until < v_now AND (v_all OR d.holder_role = v_role)
+                              FOR UPDATE SKIP LOCKED));
 
-    IF v_leases + v_slots > 0 THEN
-        INSERT INTO pglease.fence_floor AS f (id, lease_fence, slot_fence, purged)
-        VALUES (true, v_lease_max, v_slot_max, v_leases + v_slots)
-        ON CONFLICT ON CONSTRAINT fence_floor_pkey DO UPDATE
-        SET lease_fence = greatest(f.lease_fence, excluded.lease_fence),
-            slot_fence  = greatest(f.slot_fence, excluded.slot_fence),
-            purged      = f.purged + excluded.purged;
+    IF v_leases + v_slots + v_waiters + v_runs > 0 THEN
+        PERFORM pglease._raise_floors(v_lease_max, v_slot_max, v_leases + v_slots + v_waiters + v_runs);
     END IF;
     RETURN v_leases + v_slots + v_waiters + v_runs;
 END
@@ -3073,42 +3279,45 @@ $$;
 -- pglease.purge_due(p_every, p_free_for): pglease.purge(p_free_for), at
 -- most once per p_every across every caller of the database. Clients (the
 -- Go supervisor, runslots.Run, pglease run) call it now and then; the
--- first caller after p_every has passed purges, the others return at once.
--- Returns the rows deleted, or NULL when no purge was due or another purge
--- is running. Raises 22004 for NULL arguments and 22023 for a p_every not
--- more than 0 or a negative p_free_for; nothing is deleted then.
+-- first caller after p_every has passed purges (what pglease.purge lets
+-- its role purge), the others return at once. The time of the last purge
+-- is taken when the purge starts and stays taken if it fails. Returns the
+-- rows deleted, or NULL when no purge was due. Never waits for another
+-- caller. Raises 22004 for NULL arguments and 22023 for a p_every not more
+-- than 0, or either of more than 100 years, or a negative p_free_for;
+-- nothing is deleted then.
 CREATE OR REPLACE FUNCTION pglease.purge_due(p_every interval, p_free_for interval)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_now timestamptz := clock_timestamp();
+    v_every interval;
+    v_due   boolean := false;
 BEGIN
-    IF p_every IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22004',
-            MESSAGE = 'pglease.purge_due: p_every must not be NULL',
-            HINT = 'Pass how often to purge, e.g. interval ''1 hour''.';
-    END IF;
-    IF extract(epoch FROM p_every) <= 0 THEN
+    v_every := pglease._check_age('purge_due', 'p_every', p_every);
+    IF v_every = interval '0' THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('pglease.purge_due: p_every must be more than 0, got %s', p_every),
             HINT = 'Pass how often to purge, e.g. interval ''1 hour''.';
     END IF;
-    IF p_free_for IS NULL OR extract(epoch FROM p_free_for) < 0 THEN
-        RETURN pglease.purge(p_free_for); -- raises the precise error
-    END IF;
-
-    INSERT INTO pglease.fence_floor AS f (id) VALUES (true)
-    ON CONFLICT ON CONSTRAINT fence_floor_pkey DO NOTHING;
-    PERFORM 1 FROM pglease.fence_floor AS f
-    WHERE f.last_purge IS NULL
-       OR f.last_purge <= v_now - make_interval(secs => extract(epoch FROM p_every))
-    FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
+    PERFORM pglease._check_age('purge_due', 'p_free_for', p_free_for);
+    -- Take the turn under the purges' lock, in a subtransaction that
+    -- releases it at once (the sequence keeps its new value).
+    BEGIN
+        LOCK TABLE pglease.purge_lock IN EXCLUSIVE MODE;
+        PERFORM pg_catalog.setval('pglease.last_purge',
+                    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, true)
+        FROM pglease.last_purge AS lp
+        WHERE lp.last_value <= (extract(epoch FROM clock_timestamp() - v_every) * 1000000)::bigint;
+        v_due := FOUND;
+        RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: turn taken';
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        NULL;
+    END;
+    IF NOT v_due THEN
         RETURN NULL;
     END IF;
-    UPDATE pglease.fence_floor AS f SET last_purge = v_now;
     RETURN pglease.purge(p_free_for);
 END
 $$;
@@ -3156,7 +3365,8 @@ $$;
 --     scope_oldest_free_seconds: likewise for slot scopes, free when all
 --     their slots are;
 --   * purged_rows: the rows pglease.purge has deleted since the schema was
---     installed (0 before the first purge);
+--     installed (0 before the first purge; counted as they are deleted, so
+--     a purge that is rolled back still counts);
 --   * version: pglease.version().
 -- p_names is a POSIX regular expression matched against each lease name
 -- and scope name with ~ (unanchored: '^orders/' for a prefix; '' matches
@@ -3276,7 +3486,7 @@ BEGIN
                          pg_total_relation_size('pglease.slot_scopes'::regclass),
                          pg_total_relation_size('pglease.waiters'::regclass)];
 
-    SELECT coalesce((SELECT f.purged FROM pglease.fence_floor AS f), 0) INTO purged_rows;
+    SELECT f.last_value INTO purged_rows FROM pglease.purged_rows AS f;
 END
 $$;
 
@@ -3338,8 +3548,9 @@ $$;
 --   * refused: value is the current holder's value (NULL when it has none,
 --     or when the lease is reserved for a preferred holder, see
 --     pglease.request_release), and the caller is recorded as a candidate
---     for the lease until the refusing expiry plus p_ttl, so that a release
---     request may name it as the preferred next holder.
+--     for the lease (the pair of p_holder and the caller's role) until
+--     the refusing expiry plus p_ttl, so that a release request may name
+--     it as the preferred next holder.
 -- Raises what the three-argument acquire raises, and 22023 for a value over
 -- 1024 bytes; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.acquire(
@@ -3381,10 +3592,11 @@ BEGIN
     -- that their holders' refusals then wait for, and two transactions
     -- refused on two leases in opposite order deadlocked).
     PERFORM 1 FROM pglease.candidates AS c
-    WHERE c.name = p_name AND c.holder = p_holder AND c.until >= expires_at + p_ttl;
+    WHERE c.name = p_name AND c.holder = p_holder AND c.holder_role = session_user
+      AND c.until >= expires_at + p_ttl;
     IF NOT FOUND THEN
-        INSERT INTO pglease.candidates AS c (name, holder, until)
-        VALUES (p_name, p_holder, expires_at + p_ttl)
+        INSERT INTO pglease.candidates AS c (name, holder, until, holder_role)
+        VALUES (p_name, p_holder, expires_at + p_ttl, session_user)
         ON CONFLICT ON CONSTRAINT candidates_pkey
         DO UPDATE SET until = greatest(c.until, excluded.until);
     END IF;
@@ -3507,10 +3719,14 @@ $$;
 -- 'free' ('free' with fence 0 for an unknown name), the holder, fence and
 -- value (NULL unless held), expires_at, expires_in, and whether a release
 -- of the tenure was requested (release_requested_at, NULL unless held).
--- The row is read under a share lock after the registration: a change in
--- flight is either seen or notified.
--- Raises 22004 for a NULL name or p_for, 22023 for a bad name or a p_for
--- not in (0, 24 hours]; nothing is changed then.
+-- The row is read after the registration, and after waiting for a change
+-- in flight, without keeping a lock: a change that commits before this
+-- call's transaction does is seen, and one that commits after it is
+-- notified. (A change committing in between, while the caller's
+-- transaction is still open, may be neither: call observe in a
+-- transaction of its own.)
+-- Raises 22004 for a NULL name or p_for, 22023 for a bad name or a
+-- p_for not in (0, 24 hours]; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.observe(
     p_name text, p_for interval,
     OUT state text, OUT holder text, OUT fence bigint, OUT value text,
@@ -3524,24 +3740,30 @@ DECLARE
     v_now timestamptz;
 BEGIN
     PERFORM pglease._check_text('observe', 'p_name', p_name);
-    v_for := pglease._check_ttl('observe', p_for);
+    v_for := pglease._check_span('observe', 'p_for', p_for, interval '24 hours');
     v_now := clock_timestamp();
     PERFORM 1 FROM pglease.observers AS o
-    WHERE o.name = p_name AND o.until >= v_now + v_for;
+    WHERE o.name = p_name AND o.caller_role = session_user AND o.until >= v_now + v_for;
     IF NOT FOUND THEN
-        INSERT INTO pglease.observers AS o (name, until)
-        VALUES (p_name, v_now + v_for)
+        INSERT INTO pglease.observers AS o (name, until, caller_role)
+        VALUES (p_name, v_now + v_for, session_user)
         ON CONFLICT ON CONSTRAINT observers_pkey
         DO UPDATE SET until = greatest(o.until, excluded.until);
     END IF;
-    -- FOR SHARE waits for a change in flight (every change locks the row
-    -- for update), which then sees this registration when it commits after
-    -- us, or is seen here when it committed first.
+    -- Wait for a change in flight (every change locks the row for update):
+    -- FOR SHARE in a subtransaction that is rolled back at once, so that
+    -- the lock is gone when this call returns and nobody ever waits for
+    -- the caller's transaction. Then read the row as committed.
+    BEGIN
+        PERFORM 1 FROM pglease.leases AS l WHERE l.name = p_name FOR SHARE;
+        RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: waited';
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        NULL;
+    END;
     SELECT l.holder, l.fence, l.value, l.expires_at, l.release_requested_at
     INTO holder, fence, value, expires_at, release_requested_at
     FROM pglease.leases AS l
-    WHERE l.name = p_name
-    FOR SHARE;
+    WHERE l.name = p_name;
     v_now := clock_timestamp();
     IF NOT FOUND THEN
         state := 'free';
@@ -3577,12 +3799,15 @@ $$;
 -- after this tenure ends is reserved for holder p_to for p_for after the
 -- end (see pglease.acquire); after that anyone may acquire. p_to must be a
 -- candidate: a holder that asked for the lease and was refused recently
--- (pglease.acquire with p_value). Returns requested = true with the
+-- (pglease.acquire with p_value); the reservation is for p_to of the role
+-- it asked as, and another role's acquire under the same string is
+-- refused. Returns requested = true with the
 -- tenure's holder and fence; requested = false when a release of this
 -- tenure was already requested (nothing changes: the first request and its
 -- preferred holder stand, and no notification is sent).
 -- Raises PGL04 when the lease is not held (free, expired or unknown name),
--- PGL05 when p_to is not a candidate (or is the holder itself), 22004 for a
+-- PGL05 when p_to is not a candidate (or is the holder itself, or is a
+-- candidate under more than one role), 22004 for a
 -- NULL name or p_for, 22023 for a bad name or p_to, or a p_for not in
 -- (0, 1 hour]; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.request_release(
@@ -3595,17 +3820,14 @@ DECLARE
     v_for     interval;
     v_expires timestamptz;
     v_asked   timestamptz;
+    v_to_role text;
+    v_roles   bigint;
 BEGIN
     PERFORM pglease._check_text('request_release', 'p_name', p_name);
     IF p_to IS NOT NULL THEN
         PERFORM pglease._check_text('request_release', 'p_to', p_to);
     END IF;
-    v_for := pglease._check_ttl('request_release', p_for);
-    IF v_for > interval '1 hour' THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.request_release: p_for must be at most 1 hour, got %s', p_for),
-            HINT = 'Reserve the lease for its preferred holder for seconds, e.g. interval ''10 seconds''.';
-    END IF;
+    v_for := pglease._check_span('request_release', 'p_for', p_for, interval '1 hour');
     SELECT l.holder, l.fence, l.expires_at, l.release_requested_at
     INTO holder, fence, v_expires, v_asked
     FROM pglease.leases AS l
@@ -3617,9 +3839,17 @@ BEGIN
             HINT = 'A release can be requested only of a live tenure.';
     END IF;
     IF p_to IS NOT NULL THEN
-        PERFORM 1 FROM pglease.candidates AS c
+        -- The candidate's role: the reservation is for the pair.
+        SELECT min(c.holder_role), count(DISTINCT c.holder_role) INTO v_to_role, v_roles
+        FROM pglease.candidates AS c
         WHERE c.name = p_name AND c.holder = p_to AND c.until > clock_timestamp();
-        IF NOT FOUND OR p_to = holder THEN
+        IF v_roles > 1 THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL05',
+                MESSAGE = format('pglease.request_release: %L is a candidate for lease %L under %s roles',
+                                 p_to, p_name, v_roles),
+                HINT = 'Request the release without a preferred holder, or give the holders names unique across roles.';
+        END IF;
+        IF v_roles = 0 OR p_to = holder THEN
             RAISE EXCEPTION USING ERRCODE = 'PGL05',
                 MESSAGE = format('pglease.request_release: %L is not a candidate for lease %L', p_to, p_name),
                 HINT = 'Name a holder that is waiting for the lease (refused by pglease.acquire with a value), or none.';
@@ -3630,7 +3860,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE pglease.leases AS l
-    SET release_requested_at = clock_timestamp(), release_to = p_to,
+    SET release_requested_at = clock_timestamp(), release_to = p_to, release_to_role = v_to_role,
         release_for = CASE WHEN p_to IS NULL THEN NULL ELSE v_for END
     WHERE l.name = p_name;
     requested := true;
@@ -3649,32 +3879,6 @@ $$;
 -- the call's lock waits; every write is bound to the tenure (holder,
 -- fence, and the database role that took it: session_user), as in
 -- pglease.release and pglease.assert_held.
-
--- pglease._check_span(p_func, p_arg, p_value, p_max): p_value must be
--- more than 0 and at most p_max. Returns it as plain seconds (no calendar
--- days or months). 22004 for NULL, 22023 out of range. Internal.
-CREATE OR REPLACE FUNCTION pglease._check_span(p_func text, p_arg text, p_value interval, p_max interval)
-RETURNS interval
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $$
-DECLARE
-    v_secs numeric;
-BEGIN
-    IF p_value IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22004',
-            MESSAGE = format('pglease.%s: %s must not be NULL', p_func, p_arg),
-            HINT = format('Pass %s as an interval more than 0 and at most %s.', p_arg, p_max);
-    END IF;
-    v_secs := extract(epoch FROM p_value);
-    IF v_secs <= 0 OR v_secs > extract(epoch FROM p_max) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.%s: %s must be more than 0 and at most %s, got %s',
-                             p_func, p_arg, p_max, p_value),
-            HINT = format('Pass %s as an interval more than 0 and at most %s.', p_arg, p_max);
-    END IF;
-    RETURN make_interval(secs => v_secs);
-END
-$$;
 
 -- pglease._check_tenure(p_func, p_name, p_holder, p_fence): the checks of
 -- the arguments that name a tenure (pglease._check_text, _check_fence).
@@ -3761,8 +3965,9 @@ END
 $$;
 
 -- pglease._run_tenure(p_func, p_name, p_holder, p_fence): the checks of
--- run_begin and run_end. Locks the lease row FOR SHARE (a takeover waits
--- for the caller's commit, as with pglease.assert_held) and returns the
+-- run_begin and run_end. Locks the lease row FOR SHARE when it is the
+-- caller's tenure (a takeover waits for the caller's commit, as with
+-- pglease.assert_held; nothing is locked otherwise) and returns the
 -- server clock read after the lock, or NULL when p_fence is not the live
 -- tenure of p_holder of the caller's role. Raises 42501 when the lease's
 -- current tenure with that fence was taken by another role. Internal.
@@ -3771,7 +3976,6 @@ RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_holder  text;
     v_fence   bigint;
     v_expires timestamptz;
     v_hrole   text;
@@ -3784,14 +3988,16 @@ BEGIN
                              p_func, p_name, p_fence, session_user),
             HINT = 'Record runs from the database role that acquired the lease.';
     END IF;
-    SELECT l.holder, l.fence, l.expires_at, l.holder_role
-    INTO v_holder, v_fence, v_expires, v_hrole
+    -- Only the caller's own tenure is locked: a row another holder or role
+    -- holds does not match, so a stranger's call (refused, then left open
+    -- in its transaction) holds no lock anyone waits for.
+    SELECT l.expires_at INTO v_expires
     FROM pglease.leases AS l
-    WHERE l.name = p_name
+    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+      AND coalesce(l.holder_role = session_user, true)
     FOR SHARE;
     v_now := clock_timestamp();
-    IF FOUND AND v_holder = p_holder AND v_fence = p_fence AND v_expires > v_now
-       AND coalesce(v_hrole = session_user, true) THEN
+    IF FOUND AND v_expires > v_now THEN
         RETURN v_now;
     END IF;
     RETURN NULL;
@@ -4385,7 +4591,8 @@ BEGIN
     LEFT JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
     WHERE s.group_name = p_group
       AND (l.name IS NULL OR l.holder IS NULL OR l.expires_at <= v_now)
-      AND NOT coalesce(l.release_to IS NOT NULL AND l.expires_at + l.release_for > v_now, false);
+      AND NOT coalesce(pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                         l.release_for, NULL, NULL, v_now), false);
     -- Being handed over: live shards asked to release, or held by no live
     -- member (one that left, or another role's tenure, which frees only at
     -- its end).
@@ -4452,8 +4659,8 @@ BEGIN
       ON l.name = v_prefix || s.shard AND s.shard = substr(l.name, length(v_prefix) + 1)
             WHERE s.group_name = p_group
               AND (l.holder IS NULL OR l.expires_at <= v_now)
-              AND NOT coalesce(l.release_to IS NOT NULL AND l.release_to <> p_member
-                               AND l.expires_at + l.release_for > v_now, false)
+              AND NOT coalesce(pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                                 l.release_for, p_member, v_role, v_now), false)
             ORDER BY s.ord
             FOR NO KEY UPDATE OF l SKIP LOCKED
         LOOP
@@ -4843,7 +5050,11 @@ $pglease$;
 SELECT pg_catalog.pg_extension_config_dump('pglease.leases', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.slot_scopes', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.slots', '');
-SELECT pg_catalog.pg_extension_config_dump('pglease.fence_floor', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.lease_fence_floor', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.slot_fence_floor', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.purged_rows', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.last_purge', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.purge_lock', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.groups', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.group_shards', '');

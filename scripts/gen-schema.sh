@@ -126,8 +126,9 @@ prev_code() {
     ' "extension/pglease--$prev.sql"
 }
 
-# config_dump: pg_dump keeps the rows of the extension's logged tables, so a
-# restored database keeps every fence.
+# config_dump: pg_dump keeps the rows of the extension's logged tables and the
+# values of its sequences (the fence floors), so a restored database keeps
+# every fence.
 config_dump() {
     cat <<'EOF'
 
@@ -135,7 +136,7 @@ config_dump() {
 -- database keeps every fence (a restore that lost them would hand out fences
 -- again from 1).
 EOF
-    sed -n 's/^CREATE TABLE \(pglease\.[a-z_]*\) .*/\1/p' sql/schema/10_schema.sql |
+    sed -n 's/^CREATE \(TABLE\|SEQUENCE\) \(pglease\.[a-z_]*\) .*/\2/p' sql/schema/10_schema.sql |
         while read -r table; do
             printf "SELECT pg_catalog.pg_extension_config_dump('%s', '');\n" "$table"
         done

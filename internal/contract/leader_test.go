@@ -525,8 +525,8 @@ func testObservedChangesNotify(t *testing.T, db *testDB) {
 // registrations past their until, and keeps live ones.
 func testPurgeDropsLapsedRegistrations(t *testing.T, db *testDB) {
 	n := namer(t)
-	mustExec(t, db.pool, `INSERT INTO pglease.observers VALUES ($1, now() - interval '1 second'), ($2, now() + interval '1 hour')`, n("lapsed"), n("live"))
-	mustExec(t, db.pool, `INSERT INTO pglease.candidates VALUES ($1, 'h', now() - interval '1 second'), ($2, 'h', now() + interval '1 hour')`, n("lapsed"), n("live"))
+	mustExec(t, db.pool, `INSERT INTO pglease.observers VALUES ($1, now() - interval '1 second', session_user), ($2, now() + interval '1 hour', session_user)`, n("lapsed"), n("live"))
+	mustExec(t, db.pool, `INSERT INTO pglease.candidates VALUES ($1, 'h', now() - interval '1 second', session_user), ($2, 'h', now() + interval '1 hour', session_user)`, n("lapsed"), n("live"))
 	mustExec(t, db.pool, `SELECT pglease.purge('1 day')`)
 	var observers, candidates []string
 	mustScan(t, db.pool, `SELECT array(SELECT name FROM pglease.observers WHERE name LIKE $1 ORDER BY 1),

@@ -77,14 +77,14 @@ func testRefusalExpiresInOnDecidingClock(t *testing.T, db *testDB) {
 	ctx := testContext(t)
 
 	held := mustAcquire(t, pool, n("held"), "a", liveThenExpiredTTL, 1)
-	// A registration of a waiter of the lease, uncommitted: the refusal's
-	// own registration must wait for it.
+	// A registration of a waiter of the lease by the same role, uncommitted:
+	// the refusal's own registration must wait for it.
 	txA, err := connA.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = txA.Rollback(context.Background()) }()
-	if _, err := txA.Exec(ctx, `INSERT INTO pglease.waiters AS w (kind, name, until) VALUES ('lease', $1, clock_timestamp())
+	if _, err := txA.Exec(ctx, `INSERT INTO pglease.waiters AS w (kind, name, until, caller_role) VALUES ('lease', $1, clock_timestamp(), session_user)
 		ON CONFLICT ON CONSTRAINT waiters_pkey DO UPDATE SET until = excluded.until`, n("held")); err != nil {
 		t.Fatal(err)
 	}

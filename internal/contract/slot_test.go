@@ -152,7 +152,8 @@ func testClaimSlotCapacityShrinks(t *testing.T, db *testDB) {
 // testClaimSlotAfterConcurrentRelease covers a claim that waits for the
 // scope lock while a slot is released: once it runs, fewer than capacity
 // holders are live, so it must succeed. It also shows that claims in one
-// scope are serialised by a lock held until the claimer's transaction ends.
+// scope are serialised by a lock a granted claim holds until its
+// transaction ends.
 func testClaimSlotAfterConcurrentRelease(t *testing.T, db *testDB) {
 	url, pool := db.url, db.pool
 	n := namer(t)
@@ -160,17 +161,18 @@ func testClaimSlotAfterConcurrentRelease(t *testing.T, db *testDB) {
 	connC := connect(t, url)
 	ctx := testContext(t)
 
-	mustClaimSlot(t, pool, n("s"), "a", 2, time.Minute, 1, 1)
-	mustClaimSlot(t, pool, n("s"), "b", 2, time.Minute, 2, 1)
+	mustClaimSlot(t, pool, n("s"), "a", 3, time.Minute, 1, 1)
+	mustClaimSlot(t, pool, n("s"), "b", 3, time.Minute, 2, 1)
 
-	// X's claim is refused but keeps the scope locked until X ends.
+	// X's claim is granted and keeps the scope locked until X ends (a
+	// refused claim keeps no lock a claim waits for).
 	txX, err := connX.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = txX.Rollback(context.Background()) }()
-	if r := claimSlot(t, txX, n("s"), "x", 2, time.Minute); r.Claimed {
-		t.Fatalf("claim by x: got %s, want refused", r)
+	if r := claimSlot(t, txX, n("s"), "x", 3, time.Minute); !r.Claimed {
+		t.Fatalf("claim by x: got %s, want claimed", r)
 	}
 
 	pidX, pidC := backendPID(t, connX), backendPID(t, connC)
@@ -180,7 +182,7 @@ func testClaimSlotAfterConcurrentRelease(t *testing.T, db *testDB) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		r, err := tryClaimSlot(ctx, connC, n("s"), "c", 2, time.Minute)
+		r, err := tryClaimSlot(ctx, connC, n("s"), "c", 3, time.Minute)
 		done <- outcome{r, err}
 	}()
 	waitBlockedBy(t, pool, pidC, pidX)
@@ -201,7 +203,7 @@ func testClaimSlotAfterConcurrentRelease(t *testing.T, db *testDB) {
 		t.Fatalf("claim by c: %v", o.err)
 	}
 	if !o.r.Claimed || *o.r.Slot != 1 || *o.r.Fence != 2 || o.r.InUse != 2 {
-		t.Fatalf("claim by c with 1 of 2 live: got %s, want claimed slot 1 fence 2 in_use 2", o.r)
+		t.Fatalf("claim by c with 1 of 3 live after x rolled back: got %s, want claimed slot 1 fence 2 in_use 2", o.r)
 	}
 }
 

@@ -28,20 +28,20 @@ func TestWeightedSlots(t *testing.T) {
 		{"ClaimInOpenTransactionDelaysNoRenewal", testClaimInOpenTransactionDelaysNoRenewal},
 		{"TakeInPlaceDecidesAsEveryClaim", testTakeInPlaceDecidesAsEveryClaim},
 		{"ReleaseWaitsWithoutTheScopeLock", testReleaseWaitsWithoutTheScopeLock},
-		{"QueueFlagFollowsTheQueue", testQueueFlagFollowsTheQueue},
+		{"QueueFollowsTheClaims", testQueueFollowsTheClaims},
 		{"QueuedReleaseLocksTheScopeFirst", testQueuedReleaseLocksTheScopeFirst},
 	})
 }
 
-// TestQueueFlagSurvivesPurge: a purge deletes a scope's row but not its
-// queue; the row made again by the next claim starts flagged, so the
-// queue's head keeps its room (a database of its own: purge is global).
-func TestQueueFlagSurvivesPurge(t *testing.T) {
+// TestQueueSurvivesPurge: a purge deletes a scope's row but not its live
+// queue entries; the next claim in the scope reads them, so the queue's
+// head keeps its room (a database of its own: purge is global).
+func TestQueueSurvivesPurge(t *testing.T) {
 	t.Parallel()
-	runGroup(t, 4, []subtest{{"HeadKeepsItsRoom", testQueueFlagSurvivesPurge}})
+	runGroup(t, 4, []subtest{{"HeadKeepsItsRoom", testQueueSurvivesPurge}})
 }
 
-func testQueueFlagSurvivesPurge(t *testing.T, db *testDB) {
+func testQueueSurvivesPurge(t *testing.T, db *testDB) {
 	n := namer(t)
 	for _, h := range []string{"x", "y", "z"} {
 		claimUnits(t, db.pool, n("s"), h, 1, false)
@@ -157,26 +157,25 @@ func testQueuedReleaseLocksTheScopeFirst(t *testing.T, db *testDB) {
 	}
 }
 
-// testQueueFlagFollowsTheQueue: the scope's flag is set by the first
-// queued claim, stays set while the queue has an entry, and the first
-// claim that finds the queue empty clears it.
-func testQueueFlagFollowsTheQueue(t *testing.T, db *testDB) {
+// testQueueFollowsTheClaims: a refused claim that waits is queued, its
+// entry goes with its grant, and a one-shot claim is never queued.
+func testQueueFollowsTheClaims(t *testing.T, db *testDB) {
 	n := namer(t)
-	flag := func() bool {
+	queued := func() bool {
 		t.Helper()
 		var queued bool
-		mustScan(t, db.pool, `SELECT queued FROM pglease.slot_scopes WHERE scope = $1`, []any{n("s")}, &queued)
+		mustScan(t, db.pool, `SELECT EXISTS (SELECT 1 FROM pglease.slot_queue WHERE scope = $1)`, []any{n("s")}, &queued)
 		return queued
 	}
 	var held []unitsClaim
 	for _, h := range []string{"x", "y", "z"} {
 		held = append(held, claimUnitsOf(t, db.pool, n("s"), h, 4, 1, false))
 	}
-	if flag() {
-		t.Fatal("flag set with an empty queue")
+	if queued() {
+		t.Fatal("an entry in the queue after three granted claims")
 	}
-	if claimed, _ := claimUnits(t, db.pool, n("s"), "big", 4, true); claimed || !flag() {
-		t.Fatalf("a refused 4-unit claim that waits: claimed %v, flag %v; want refused, set", claimed, flag())
+	if claimed, _ := claimUnits(t, db.pool, n("s"), "big", 4, true); claimed || !queued() {
+		t.Fatalf("a refused 4-unit claim that waits: claimed %v, queued %v; want refused, queued", claimed, queued())
 	}
 	// x, y, z release (the releases count: the queue has a waiter); the
 	// head gets its 4 units, and its entry goes with the claim.
@@ -186,14 +185,14 @@ func testQueueFlagFollowsTheQueue(t *testing.T, db *testDB) {
 		}
 	}
 	big := claimUnitsOf(t, db.pool, n("s"), "big", 4, 4, true)
-	if !big.claimed || !flag() {
-		t.Fatalf("the head's claim: claimed %v, flag %v; want claimed, still set (cleared by the next claim)", big.claimed, flag())
+	if !big.claimed || queued() {
+		t.Fatalf("the head's claim: claimed %v, queued %v; want claimed, the queue empty", big.claimed, queued())
 	}
 	if !releaseSlot(t, db.pool, n("s"), *big.slot, "big", *big.fence) {
 		t.Fatal("big's release: refused")
 	}
-	if c := claimUnitsOf(t, db.pool, n("s"), "small", 4, 1, false); !c.claimed || flag() {
-		t.Fatalf("a claim on the empty queue: claimed %v, flag %v; want claimed, cleared", c.claimed, flag())
+	if c := claimUnitsOf(t, db.pool, n("s"), "small", 4, 1, false); !c.claimed || queued() {
+		t.Fatalf("a one-shot claim on the empty queue: claimed %v, queued %v; want claimed, not queued", c.claimed, queued())
 	}
 }
 
@@ -452,20 +451,19 @@ func testTakeInPlaceDecidesAsEveryClaim(t *testing.T, db *testDB) {
 	counted(s)
 }
 
-// TestQueueFlagUnderTraffic: while workers claim (half of them queuing
+// TestQueueUnderPurgeTraffic: while workers claim (half of them queuing
 // when refused) and release units in three small scopes, and a purger
-// deletes free scopes as fast as it can, no committed state ever has an
-// entry in a scope's queue while the scope's row says its queue is empty,
-// and no scope has more units in use than its capacity (a database of its
-// own: purge is global). With 0.2.0's pglease._scope_lock, which could
+// deletes free scopes as fast as it can, no scope has more units in use
+// than its capacity (a database of its own: purge is global). With
+// 0.2.0's pglease._scope_lock, which could
 // return without the lock when a purge deleted the scope's row under it,
 // four runs of four granted more than the capacity.
-func TestQueueFlagUnderTraffic(t *testing.T) {
+func TestQueueUnderPurgeTraffic(t *testing.T) {
 	t.Parallel()
-	runGroup(t, 10, []subtest{{"Traffic", testQueueFlagUnderTraffic}})
+	runGroup(t, 10, []subtest{{"Traffic", testQueueUnderPurgeTraffic}})
 }
 
-func testQueueFlagUnderTraffic(t *testing.T, db *testDB) {
+func testQueueUnderPurgeTraffic(t *testing.T, db *testDB) {
 	n := namer(t)
 	ctx, cancel := context.WithTimeout(testContext(t), 3*time.Second)
 	defer cancel()
@@ -524,18 +522,15 @@ func testQueueFlagUnderTraffic(t *testing.T, db *testDB) {
 	})
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			var unflagged, over int
-			err := admin.QueryRow(ctx, `SELECT
-				(SELECT count(*) FROM pglease.slot_queue AS q JOIN pglease.slot_scopes AS sc USING (scope)
-				 WHERE NOT sc.queued),
-				(SELECT count(*) FROM pglease.slot_scope_status AS st
-				 WHERE st.scope = ANY ($1) AND st.units_in_use > 4)`, scopes).Scan(&unflagged, &over)
+			var over int
+			err := admin.QueryRow(ctx, `SELECT count(*) FROM pglease.slot_scope_status AS st
+				WHERE st.scope = ANY ($1) AND st.units_in_use > 4`, scopes).Scan(&over)
 			if err != nil {
 				fail(fmt.Errorf("check: %w", err))
 				return
 			}
-			if unflagged != 0 || over != 0 {
-				fail(fmt.Errorf("%d queue entries in scopes whose flag says the queue is empty, %d scopes over capacity 4", unflagged, over))
+			if over != 0 {
+				fail(fmt.Errorf("%d scopes over capacity 4", over))
 				return
 			}
 			checks.Add(1)

@@ -12,18 +12,10 @@ import (
 
 // pglease: refused holders of a lease, which a release request may prefer
 type PgleaseCandidate struct {
-	Name   string
-	Holder string
-	Until  time.Time
-}
-
-// pglease: fences of purged rows never come back; change only through the pglease functions
-type PgleaseFenceFloor struct {
-	ID         bool
-	LeaseFence int64
-	SlotFence  int64
-	Purged     int64
-	LastPurge  *time.Time
+	Name       string
+	Holder     string
+	Until      time.Time
+	HolderRole string
 }
 
 // pglease shard groups; change only through the pglease functions
@@ -62,6 +54,7 @@ type PgleaseLease struct {
 	ReleaseRequestedAt *time.Time
 	ReleaseTo          pgtype.Text
 	ReleaseFor         *time.Duration
+	ReleaseToRole      pgtype.Text
 }
 
 // pglease leases as seen now: state is held, expired or free
@@ -80,8 +73,13 @@ type PgleaseLeaseStatus struct {
 
 // pglease: observed leases, whose changes are notified
 type PgleaseObserver struct {
-	Name  string
-	Until time.Time
+	Name       string
+	Until      time.Time
+	CallerRole string
+}
+
+// pglease: locked by purges while they raise the fence floors; holds no rows
+type PgleasePurgeLock struct {
 }
 
 // pglease run ledger: one row per run of a job; change only through the pglease functions
@@ -127,7 +125,6 @@ type PgleaseSlotQueue struct {
 type PgleaseSlotScope struct {
 	Scope   string
 	Counted int32
-	Queued  bool
 }
 
 // pglease slot scopes: live holders (in_use), slot rows ever created (slots) and units the live holders hold (units_in_use)
@@ -152,7 +149,8 @@ type PgleaseSlotStatus struct {
 
 // pglease: refused acquires and claims waiting for a release notification
 type PgleaseWaiter struct {
-	Kind  string
-	Name  string
-	Until time.Time
+	Kind       string
+	Name       string
+	Until      time.Time
+	CallerRole string
 }

@@ -114,19 +114,22 @@ $$;
 -- the registration committed before the release looked (and is seen). No
 -- wake-up is lost.
 
--- _wait_register(p_kind, p_name, p_until): records a waiter for a release
--- of p_name until p_until. Writes only when no registration lasts that
--- long yet, so waiters of a busy lease rarely contend.
+-- _wait_register(p_kind, p_name, p_until): records a waiter of the caller's
+-- role (session_user) for a release of p_name until p_until. Writes only
+-- when no registration of that role lasts that long yet, so waiters of a
+-- busy lease rarely contend; a registration in flight of another role is
+-- another row, which this never waits for.
 CREATE OR REPLACE FUNCTION pglease._wait_register(p_kind text, p_name text, p_until timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     PERFORM 1 FROM pglease.waiters AS w
-    WHERE w.kind = p_kind AND w.name = p_name AND w.until >= p_until;
+    WHERE w.kind = p_kind AND w.name = p_name AND w.caller_role = session_user
+      AND w.until >= p_until;
     IF NOT FOUND THEN
-        INSERT INTO pglease.waiters AS w (kind, name, until)
-        VALUES (p_kind, p_name, p_until)
+        INSERT INTO pglease.waiters AS w (kind, name, until, caller_role)
+        VALUES (p_kind, p_name, p_until, session_user)
         ON CONFLICT ON CONSTRAINT waiters_pkey
         DO UPDATE SET until = greatest(w.until, excluded.until);
     END IF;
@@ -184,5 +187,130 @@ BEGIN
             MESSAGE = format('pglease.%s: p_names is not a valid regular expression: %s', p_func, SQLERRM),
             HINT = 'Pass a POSIX regular expression, as for the ~ operator, e.g. ''^orders/''.';
     END;
+END
+$$;
+
+-- _trusted(): whether the caller (session_user) acts for every role: the
+-- schema's owner, a superuser, or a member of pglease_operator. A trusted
+-- caller's purge deletes what any role left; anyone else's deletes only
+-- what its own role left (see pglease.purge).
+CREATE OR REPLACE FUNCTION pglease._trusted()
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER')
+        OR EXISTS (SELECT FROM pg_catalog.pg_roles AS r
+                   WHERE r.rolname = 'pglease_operator'
+                     AND pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'))
+    FROM pg_catalog.pg_namespace AS n
+    WHERE n.nspname = 'pglease'
+$$;
+
+-- _reserved(p_expires, p_to, p_to_role, p_for, p_holder, p_role, p_now):
+-- whether a lease whose tenure ends (ended) at p_expires, released on
+-- request for holder p_to of role p_to_role for p_for after that end, is
+-- reserved at p_now for someone other than holder p_holder of role p_role.
+-- The one rule of reservations: pglease.acquire, pglease.acquire_batch and
+-- pglease.purge apply it. A request of a holder without a role (none
+-- recorded) is reserved for no role: nobody but its end takes it.
+CREATE OR REPLACE FUNCTION pglease._reserved(
+    p_expires timestamptz, p_to text, p_to_role text, p_for interval,
+    p_holder text, p_role text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT p_to IS NOT NULL
+       AND (p_to IS DISTINCT FROM p_holder OR p_to_role IS DISTINCT FROM p_role)
+       AND p_expires + p_for > p_now
+$$;
+
+-- _raise_floors(p_lease, p_slot, p_purged): raises the lease and slot fence
+-- floors to at least p_lease and p_slot, and adds p_purged to the count of
+-- purged rows (pglease.lease_fence_floor and the others: sequences, read
+-- by everyone as they stand). One raise at a time, under the lock of
+-- pglease.purge_lock, which the subtransaction below releases at once:
+-- sequences do not roll back, so the raise stays, and no caller ever
+-- waits for another's purge to end. Call it before the deletes commit.
+CREATE OR REPLACE FUNCTION pglease._raise_floors(p_lease bigint, p_slot bigint, p_purged bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    LOCK TABLE pglease.purge_lock IN EXCLUSIVE MODE;
+    PERFORM pg_catalog.setval('pglease.lease_fence_floor', p_lease, true)
+    FROM pglease.lease_fence_floor AS f WHERE f.last_value < p_lease;
+    PERFORM pg_catalog.setval('pglease.slot_fence_floor', p_slot, true)
+    FROM pglease.slot_fence_floor AS f WHERE f.last_value < p_slot;
+    PERFORM pg_catalog.setval('pglease.purged_rows', f.last_value + p_purged, true)
+    FROM pglease.purged_rows AS f WHERE p_purged > 0;
+    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: floors raised';
+EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+    NULL; -- the lock goes with the subtransaction; the sequences keep their values
+END
+$$;
+
+-- _check_age(p_func, p_arg, p_value): p_value, an age (how long ago, how
+-- often), must be 0 or more and at most 100 years. Returns it as plain
+-- seconds. 22004 for NULL, 22023 out of range.
+CREATE OR REPLACE FUNCTION pglease._check_age(p_func text, p_arg text, p_value interval)
+RETURNS interval
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    v_secs numeric;
+BEGIN
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.%s: %s must not be NULL', p_func, p_arg),
+            HINT = format('Pass %s as an interval from 0 to 100 years, e.g. interval ''1 day''.', p_arg);
+    END IF;
+    v_secs := extract(epoch FROM p_value);
+    IF v_secs < 0 OR v_secs > 3162240000 THEN  -- 100 years of 366 days
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: %s must be from 0 to 100 years, got %s', p_func, p_arg, p_value),
+            HINT = format('Pass %s as an interval from 0 to 100 years, e.g. interval ''1 day''.', p_arg);
+    END IF;
+    RETURN make_interval(secs => v_secs);
+END
+$$;
+
+-- pglease._check_span(p_func, p_arg, p_value, p_max): p_value must be
+-- more than 0 and at most p_max. Returns it as plain seconds (no calendar
+-- days or months). 22004 for NULL, 22023 out of range. Internal.
+CREATE OR REPLACE FUNCTION pglease._check_span(p_func text, p_arg text, p_value interval, p_max interval)
+RETURNS interval
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    v_secs numeric;
+BEGIN
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.%s: %s must not be NULL', p_func, p_arg),
+            HINT = format('Pass %s as an interval more than 0 and at most %s.', p_arg, p_max);
+    END IF;
+    v_secs := extract(epoch FROM p_value);
+    IF v_secs <= 0 OR v_secs > extract(epoch FROM p_max) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: %s must be more than 0 and at most %s, got %s',
+                             p_func, p_arg, p_max, p_value),
+            HINT = format('Pass %s as an interval more than 0 and at most %s.', p_arg, p_max);
+    END IF;
+    RETURN make_interval(secs => v_secs);
+END
+$$;
+
+-- _check_flag(p_func, p_arg, p_value): a boolean argument must not be NULL
+-- (22004).
+CREATE OR REPLACE FUNCTION pglease._check_flag(p_func text, p_arg text, p_value boolean)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF p_value IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.%s: %s must not be NULL', p_func, p_arg),
+            HINT = format('Pass %s as true or false.', p_arg);
+    END IF;
 END
 $$;

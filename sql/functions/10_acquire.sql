@@ -8,7 +8,8 @@
 -- Returns one row:
 --   * lease free, released or expired: acquired = true, a new tenure with
 --     fence = previous fence + 1 (for a new or purged name: one more than
---     the fence floor, see pglease.purge), starting at now (at or after the
+--     the fence floor, see pglease.purge, read as it stands at any
+--     isolation level), starting at now (at or after the
 --     previous tenure's end), expires_at = now + p_ttl.
 --   * lease live and held by p_holder of the caller's role: acquired = true,
 --     same fence (a retry after a lost reply is the same tenure),
@@ -31,6 +32,8 @@
 -- is that holder's alone for release_for after the end (expires_at): any
 -- other caller is refused as if the preferred holder held the lease until
 -- then (holder = the preferred holder, expires_at = the reservation's end).
+-- The preferred holder is a holder of a role: the same string from another
+-- role is refused during the reservation.
 -- A new tenure starts without a value or a request, and NOTIFYs observers
 -- (see pglease._observed_wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
@@ -57,6 +60,7 @@ DECLARE
     v_next    text;
     v_tid     tid;
     v_rto     text;
+    v_rrole   text;
     v_rfor    interval;
     v_observed boolean;
 BEGIN
@@ -91,8 +95,8 @@ BEGIN
         FROM pglease.leases AS l
         WHERE l.name = p_name
           AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                AND (l.release_to IS NULL OR l.release_to = p_holder
-                     OR l.expires_at + l.release_for <= clock_timestamp()))
+                AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                          l.release_for, p_holder, v_role, clock_timestamp()))
                OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
                    AND l.expires_at > clock_timestamp()))
         FOR NO KEY UPDATE SKIP LOCKED;
@@ -102,8 +106,9 @@ BEGIN
         ELSE
             -- Locked by someone, held by someone else, or no row yet: look
             -- without locking.
-            SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.release_to, l.release_for
-            INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rfor
+            SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.release_to, l.release_to_role,
+                   l.release_for
+            INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rrole, v_rfor
             FROM pglease.leases AS l
             WHERE l.name = p_name;
             IF NOT FOUND THEN
@@ -112,7 +117,8 @@ BEGIN
                   AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
                 v_next := 'refuse';
             ELSIF (v_holder IS NULL OR v_expires <= clock_timestamp())
-                  AND v_rto <> p_holder AND v_expires + v_rfor > clock_timestamp() THEN
+                  AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor, p_holder, v_role,
+                                        clock_timestamp()) THEN
                 v_next := 'refuse'; -- reserved for the preferred holder
             ELSE
                 -- Ours to take, but locked (a release, takeover, renewal,
@@ -123,8 +129,8 @@ BEGIN
                 -- grant stays with the transaction when the block ends.
                 BEGIN
                     SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid,
-                           l.release_to, l.release_for
-                    INTO v_holder, v_hrole, v_fence, v_expires, v_tid, v_rto, v_rfor
+                           l.release_to, l.release_to_role, l.release_for
+                    INTO v_holder, v_hrole, v_fence, v_expires, v_tid, v_rto, v_rrole, v_rfor
                     FROM pglease.leases AS l
                     WHERE l.name = p_name
                     FOR NO KEY UPDATE;
@@ -136,7 +142,8 @@ BEGIN
                         IF (v_holder IS NOT NULL AND v_expires > v_now
                             AND (v_holder <> p_holder OR v_hrole <> v_role))
                            OR ((v_holder IS NULL OR v_expires <= v_now)
-                               AND v_rto <> p_holder AND v_expires + v_rfor > v_now) THEN
+                               AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor,
+                                                     p_holder, v_role, v_now)) THEN
                             RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
                         END IF;
                         v_next := 'take';
@@ -161,7 +168,8 @@ BEGIN
                 UPDATE pglease.leases AS l
                 SET holder = p_holder, holder_role = v_role, fence = v_fence + 1,
                     acquired_at = v_now, expires_at = v_now + v_ttl, value = NULL,
-                    release_requested_at = NULL, release_to = NULL, release_for = NULL
+                    release_requested_at = NULL, release_to = NULL, release_for = NULL,
+                    release_to_role = NULL
                 WHERE l.ctid = v_tid
                 -- A look for observers, read with the update (a statement
                 -- after the row lock, as pglease.observe needs): most
@@ -186,15 +194,15 @@ BEGIN
             v_now := clock_timestamp();
             INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at, holder_role)
             VALUES (p_name, p_holder,
-                    coalesce((SELECT f.lease_fence FROM pglease.fence_floor AS f), 0) + 1,
+                    (SELECT f.last_value FROM pglease.lease_fence_floor AS f) + 1,
                     v_now, v_now + v_ttl, v_role)
             ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
             RETURNING l.fence INTO fence;
             IF FOUND THEN
                 -- The insert may have waited for a purge of this very name
                 -- to commit, after it read the floor: read it again, now
-                -- that the purge is visible, and stay above it.
-                SELECT f.lease_fence INTO v_floor FROM pglease.fence_floor AS f;
+                -- that the purge has raised it, and stay above it.
+                SELECT f.last_value INTO v_floor FROM pglease.lease_fence_floor AS f;
                 IF v_floor >= fence THEN
                     fence := v_floor + 1;
                     UPDATE pglease.leases AS l SET fence = v_floor + 1 WHERE l.name = p_name;
@@ -215,8 +223,9 @@ BEGIN
         -- decided on the clock read after that lock, and expires_in is
         -- taken on that same reading (so it is > 0), not after the waiter's
         -- registration, which may itself wait.
-        SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.release_to, l.release_for
-        INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rfor
+        SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.release_to, l.release_to_role,
+               l.release_for
+        INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rrole, v_rfor
         FROM pglease.leases AS l
         WHERE l.name = p_name
         FOR KEY SHARE;
@@ -232,7 +241,7 @@ BEGIN
             RETURN;
         END IF;
         IF FOUND AND (v_holder IS NULL OR v_expires <= v_now)
-           AND v_rto <> p_holder AND v_expires + v_rfor > v_now THEN
+           AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor, p_holder, v_role, v_now) THEN
             -- Reserved for the preferred holder until v_expires + v_rfor.
             acquired := false;
             holder := v_rto;

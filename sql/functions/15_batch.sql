@@ -135,8 +135,8 @@ BEGIN
                   WHERE date_part('epoch', u.ttl) > 0 AND date_part('epoch', u.ttl) <= 86400
                     AND coalesce(octet_length(u.value) <= 1024, true)
                     AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                          AND (l.release_to IS NULL OR l.release_to = p_holder
-                               OR l.expires_at + l.release_for <= clock_timestamp()))
+                          AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                                    l.release_for, p_holder, v_role, clock_timestamp()))
                          OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
                              AND l.expires_at > clock_timestamp()))
                   ORDER BY l.name COLLATE "C"
@@ -162,12 +162,13 @@ BEGIN
                     expires_at = v_now + d.ttl, value = d.value,
                     release_requested_at = CASE WHEN d.own THEN l.release_requested_at END,
                     release_to = CASE WHEN d.own THEN l.release_to END,
-                    release_for = CASE WHEN d.own THEN l.release_for END
+                    release_for = CASE WHEN d.own THEN l.release_for END,
+                    release_to_role = CASE WHEN d.own THEN l.release_to_role END
                 FROM d
                 WHERE l.name = d.name
                   AND (d.own OR ((d.holder IS NULL OR d.expires_at <= v_now)
-                                 AND (l.release_to IS NULL OR l.release_to = p_holder
-                                      OR l.expires_at + l.release_for <= v_now)))
+                                 AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                                           l.release_for, p_holder, v_role, v_now)))
                 RETURNING d.i, d.name, d.own, d.ttl, d.value, d.old, l.fence
             )
             SELECT count(*), array_agg(true ORDER BY w.i), array_agg(w.fence ORDER BY w.i),
@@ -223,8 +224,8 @@ BEGIN
         FROM pglease.leases AS l
         WHERE l.name = e.name
           AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                AND (l.release_to IS NULL OR l.release_to = p_holder
-                     OR l.expires_at + l.release_for <= clock_timestamp()))
+                AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                          l.release_for, p_holder, v_role, clock_timestamp()))
                OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
                    AND l.expires_at > clock_timestamp()))
         FOR NO KEY UPDATE SKIP LOCKED;
@@ -245,7 +246,8 @@ BEGIN
                 UPDATE pglease.leases AS l
                 SET holder = p_holder, holder_role = v_role, fence = v_fence + 1,
                     acquired_at = v_now, expires_at = v_now + v_ttl, value = e.value,
-                    release_requested_at = NULL, release_to = NULL, release_for = NULL
+                    release_requested_at = NULL, release_to = NULL, release_for = NULL,
+                    release_to_role = NULL
                 WHERE l.ctid = v_tid;
                 fences[e.i] := v_fence + 1;
                 fresh[e.i] := true;

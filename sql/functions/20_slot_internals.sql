@@ -2,9 +2,12 @@
 -- run with the search_path of the SECURITY DEFINER entry points that call
 -- them (see 00_checks.sql).
 
--- _scope_lock(p_scope): creates the scope's row if missing and locks it until
--- the caller's transaction ends. Claims in one scope are serialised by this
--- lock, so counting the units in use and taking a slot cannot interleave.
+-- _scope_lock(p_scope): creates the scope's row if missing and locks it FOR
+-- NO KEY UPDATE until the caller's (sub)transaction ends. Claims in one
+-- scope are serialised by this lock, so counting the units in use and
+-- taking a slot cannot interleave. (A refused claim rolls its lock back
+-- and keeps only a FOR KEY SHARE lock, which no claim waits for; see
+-- pglease.claim_slot.)
 -- It returns only once the row is the caller's: locked, or inserted by its
 -- transaction (which no one else can lock or delete before it ends). A
 -- purge can delete the row while this call waits for its lock (the lock
@@ -14,29 +17,18 @@
 -- claim racing a purge of its scope could count without it, and more units
 -- than the capacity were granted; contract test TestQueueFlagUnderTraffic.)
 -- The lock only: the caller counts on the clock it reads once every lock
--- is granted (see pglease._slot_claim_locked). A row created here has
--- queued set when the queue holds entries of the scope (left by a purge
--- of the scope's row; only a holder of the row's lock adds any).
+-- is granted (see pglease._slot_claim_locked).
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     LOOP
-        PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR UPDATE;
+        PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR NO KEY UPDATE;
         EXIT WHEN FOUND;
         INSERT INTO pglease.slot_scopes AS s (scope) VALUES (p_scope)
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
-        IF FOUND THEN
-            -- The insert may have waited for a purge of the scope's row to
-            -- commit: the queue is read in a statement of its own, whose
-            -- snapshot is taken after it (a subquery of the insert would
-            -- read the queue as it was before that wait).
-            UPDATE pglease.slot_scopes AS s SET queued = true
-            WHERE s.scope = p_scope
-              AND EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope);
-            EXIT;
-        END IF;
+        EXIT WHEN FOUND;
     END LOOP;
 END
 $$;
@@ -71,9 +63,9 @@ $$;
 -- whatever p_units says). p_reentrant false says that the caller, holding
 -- the scope lock, found no slot row of the holder's in the scope (live or
 -- not yet released) before it read p_now, so none is live at p_now (only
--- a claim starts a tenure), and skips that step. p_counted and p_queued
--- are the scope's counter and queue flag as the caller read them under the
--- lock (either NULL: both read here).
+-- a claim starts a tenure), and skips that step. p_counted is the scope's
+-- counter as the caller read it under the lock, and p_queued whether the
+-- scope's queue had an entry then (either NULL: read here).
 -- Otherwise it takes a slot numbered up to p_capacity whose tenure is
 -- over (fence + 1): one that ended since the scope was last looked at, in
 -- place (it stays counted: one row written), else the lowest-numbered slot
@@ -95,7 +87,6 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_queued boolean;
-    v_clear  boolean := false;
     v_role   text := session_user::text;
     v_count  integer;
     v_cap    integer;
@@ -105,6 +96,8 @@ DECLARE
     v_more   boolean;
     v_best   timestamptz;
     v_head   integer;
+    v_hrole  text;
+    v_own    integer := 0;
     v_mine   boolean;
     v_reserve integer;
     v_check  timestamptz;
@@ -113,8 +106,8 @@ BEGIN
     v_count := p_counted;
     v_queued := p_queued;
     IF v_count IS NULL OR v_queued IS NULL THEN
-        SELECT sc.counted, sc.queued INTO v_count, v_queued
-        FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+        SELECT sc.counted INTO v_count FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope;
+        v_queued := EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope);
     END IF;
     in_use := v_count;
     claimed := false;
@@ -181,23 +174,34 @@ BEGIN
 
     -- No starvation: the head of the scope's queue (the oldest refused
     -- claim that has not lapsed, see pglease.slot_queue) keeps room for its
-    -- units against every other claim, unless it could not fit anyway.
-    -- An empty queue (the common case) costs nothing: the scope's flag
-    -- says so (see pglease.slot_scopes); a flag left set by a queue that
-    -- has emptied costs one index probe, and is cleared below.
+    -- units against every other claim, unless it could not fit anyway: it
+    -- asks for more than the capacity, or, against a claim of another
+    -- role, for more than the capacity less the units the head's own role
+    -- holds live (which its role, not the caller's, must release first: a
+    -- role cannot make its waiter keep room from other roles with its own
+    -- units). Within one role the head keeps its room whatever that role
+    -- holds: a fleet's big claim is not starved by its own small ones. An
+    -- empty queue (the common case) costs the
+    -- caller's one index probe. Lapsed entries are deleted, but for those
+    -- locked by a refusal in flight, which are skipped: a claim never
+    -- waits for a refused claim's transaction.
     IF v_queued THEN
-        PERFORM 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope LIMIT 1;
-        v_queued := FOUND;
-        v_clear := NOT FOUND;
-    END IF;
-    IF v_queued THEN
-        DELETE FROM pglease.slot_queue AS q WHERE q.scope = p_scope AND q.until <= p_now;
-        SELECT q.units, q.holder = p_holder AND q.holder_role = v_role INTO v_head, v_mine
+        DELETE FROM pglease.slot_queue AS q
+        WHERE q.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.slot_queue AS d
+                                  WHERE d.scope = p_scope AND d.until <= p_now
+                                  FOR UPDATE SKIP LOCKED));
+        SELECT q.units, q.holder_role, q.holder = p_holder AND q.holder_role = v_role
+        INTO v_head, v_hrole, v_mine
         FROM pglease.slot_queue AS q
-        WHERE q.scope = p_scope
+        WHERE q.scope = p_scope AND q.until > p_now
         ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+        IF v_head IS NOT NULL AND v_hrole <> v_role THEN
+            v_own := coalesce((SELECT sum(s.units)::integer FROM pglease.slots AS s
+                               WHERE s.scope = p_scope AND s.counted
+                                 AND s.holder_role = v_hrole AND s.expires_at > p_now), 0);
+        END IF;
     END IF;
-    v_reserve := CASE WHEN v_mine OR v_head > least(p_capacity, v_cap) THEN 0
+    v_reserve := CASE WHEN v_mine OR v_head + v_own > least(p_capacity, v_cap) THEN 0
                       ELSE coalesce(v_head, 0) END;
 
     IF v_take IS NOT NULL THEN
@@ -258,7 +262,7 @@ BEGIN
                     INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at,
                                                     holder_role, capacity, counted, units, check_at)
                     VALUES (p_scope, slot, p_holder,
-                            coalesce((SELECT f.slot_fence FROM pglease.fence_floor AS f), 0) + 1,
+                            (SELECT f.last_value FROM pglease.slot_fence_floor AS f) + 1,
                             p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl)
                     ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
                     RETURNING s.fence::bigint, s.units::integer INTO fence, units;
@@ -271,10 +275,8 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
-    IF in_use IS DISTINCT FROM v_count OR v_clear THEN
-        UPDATE pglease.slot_scopes AS sc
-        SET counted = in_use, queued = sc.queued AND NOT v_clear
-        WHERE sc.scope = p_scope;
+    IF in_use IS DISTINCT FROM v_count THEN
+        UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
     END IF;
     IF claimed THEN
         IF v_head IS NOT NULL THEN
@@ -311,9 +313,9 @@ $$;
 -- place in it (since stays that of its first refusal; the units are those
 -- of this claim). Its entry lapses unless the holder claims again within
 -- p_retry_in or 5 seconds, whichever is less, plus 2 seconds (runslots
--- claims again at least every 5 seconds while it waits). It sets the
--- scope's flag (pglease.slot_scopes.queued) in the same transaction; the
--- caller holds the scope lock.
+-- claims again at least every 5 seconds while it waits). The caller holds
+-- no scope lock (a refused claim rolled it back): only this role's entry
+-- is written, which no other role's claim waits for.
 CREATE OR REPLACE FUNCTION pglease._slot_queue(
     p_scope text, p_holder text, p_units integer, p_now timestamptz, p_retry_in interval)
 RETURNS void
@@ -325,8 +327,6 @@ BEGIN
             p_now + least(p_retry_in, interval '5 seconds') + interval '2 seconds')
     ON CONFLICT ON CONSTRAINT slot_queue_pkey
     DO UPDATE SET units = excluded.units, until = excluded.until;
-    UPDATE pglease.slot_scopes AS sc SET queued = true
-    WHERE sc.scope = p_scope AND NOT sc.queued;
 END
 $$;
 
@@ -371,4 +371,21 @@ BEGIN
         'kind', 'slot', 'event', 'released', 'name', p_scope,
         'free', greatest(coalesce(v_cap, 0) - (coalesce(v_used, 0) - v_ended), 0))::text);
 END
+$$;
+
+-- _slot_retry_in(p_scope, p_now, p_retry_in): the retry_in of a claim
+-- refused on the clock p_now, once its scope lock is rolled back and the
+-- scope's row is locked FOR KEY SHARE (see pglease.claim_slot): p_retry_in,
+-- or less when a tenure of the scope ended (was released) after p_now,
+-- in the moment between the two locks: p_now + the result is the
+-- earliest end, as a refusal's retry_in always is. Reads the counted rows
+-- whose check_at passed (a release sets it to the release): an index range.
+CREATE OR REPLACE FUNCTION pglease._slot_retry_in(p_scope text, p_now timestamptz, p_retry_in interval)
+RETURNS interval
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT coalesce(least(p_retry_in, min(s.expires_at) - p_now), p_retry_in)
+    FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.counted AND s.check_at <= clock_timestamp()
+      AND s.expires_at > p_now AND s.expires_at <= clock_timestamp()
 $$;

@@ -17,10 +17,12 @@
 --     retry_in its earliest live slot's end minus now (> 0);
 --     slots, fences and in_use are empty arrays, expires_at and expires_in
 --     NULL; nothing is held or changed in any scope (claims already made in
---     this call are rolled back); the holder is registered as a waiter of
---     the refused scope (see pglease._wake).
+--     this call are rolled back, and the scope locks with them); the holder
+--     is registered as a waiter of the refused scope (see pglease._wake).
 -- Scope locks are taken in one global order (byte order of the scope), so
--- concurrent multi-scope claims cannot deadlock each other.
+-- concurrent multi-scope claims cannot deadlock each other. As with
+-- pglease.claim_slot, a granted call keeps them until the caller's
+-- transaction ends; a refused one keeps none that a claim waits for.
 -- Raises 22004 for NULL arrays, elements or arguments; 22023 for arrays of
 -- different lengths, empty or longer than 64, duplicate scopes, or an element
 -- out of claim_slot's ranges; PGL06 as claim_slot, for the first scope in
@@ -78,23 +80,25 @@ BEGIN
             HINT = 'Name each scope once.';
     END IF;
     v_ttl := pglease._check_ttl('claim_slots', p_ttl);
-
-    FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
-        PERFORM pglease._scope_lock(v_scope);
-    END LOOP;
-    -- Wait for renewals in flight of the holder's own slots (see claim_slot).
-    PERFORM 1 FROM pglease.slots AS s
-    WHERE s.scope = ANY (p_scopes) AND s.holder = p_holder
-      AND coalesce(s.holder_role = v_role, true)
-    FOR NO KEY UPDATE;
-    v_mine := FOUND;
-    -- The clock is read once every scope is ours (see claim_slot).
-    v_now := clock_timestamp();
+    PERFORM pglease._check_flag('claim_slots', 'p_wait', p_wait);
 
     in_use := array_fill(NULL::integer, ARRAY[v_n]);
     slots := array_fill(NULL::integer, ARRAY[v_n]);
     fences := array_fill(NULL::bigint, ARRAY[v_n]);
+    -- A subtransaction: a refusal rolls back its locks with its changes
+    -- (see claim_slot).
     BEGIN
+        FOR v_scope IN SELECT s FROM unnest(p_scopes) AS s ORDER BY s COLLATE "C" LOOP
+            PERFORM pglease._scope_lock(v_scope);
+        END LOOP;
+        -- Wait for renewals in flight of the holder's own slots (see claim_slot).
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE s.scope = ANY (p_scopes) AND s.holder = p_holder
+          AND coalesce(s.holder_role = v_role, true)
+        FOR NO KEY UPDATE;
+        v_mine := FOUND;
+        -- The clock is read once every scope is ours (see claim_slot).
+        v_now := clock_timestamp();
         FOR i IN 1..v_n LOOP
             v_scope := p_scopes[array_lower(p_scopes, 1) + i - 1];
             SELECT * INTO v_claim
@@ -116,6 +120,10 @@ BEGIN
         slots := '{}';
         fences := '{}';
         in_use := '{}';
+        -- As claim_slot: only a FOR KEY SHARE lock of the refused scope's
+        -- row stays, until the caller's transaction ends.
+        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = refused_scope FOR KEY SHARE;
+        retry_in := pglease._slot_retry_in(refused_scope, v_now, retry_in);
         PERFORM pglease._wait_register('slot', refused_scope, v_now + retry_in);
         IF p_wait THEN
             PERFORM pglease._slot_queue(refused_scope, p_holder,

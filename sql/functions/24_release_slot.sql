@@ -43,31 +43,32 @@ BEGIN
     -- slots_holder_idx.
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
-    -- The common release, on a scope whose queue is empty (its flag is
-    -- clear, see pglease.slot_scopes), takes both of its locks in one
+    -- The common release, on a scope whose queue is empty, takes both of
+    -- its locks in one
     -- statement, each without waiting: the caller's live slot, then the
     -- scope's row (a joined row's tables are locked in the order of the
     -- locking clauses, so a slot locked by someone else is skipped before
     -- the scope's row is tried, and no wait below holds the scope lock;
     -- contract test WeightedSlots/ReleaseWaitsWithoutTheScopeLock). With
-    -- both, no claim is in flight in the scope. The flag is tested before
-    -- any lock (and again on the row version locked, when a claim changed
-    -- it meanwhile): a release of a queued scope locks nothing here, and
+    -- both, no claim is in flight in the scope (a refused claim keeps a FOR
+    -- KEY SHARE lock, which this FOR UPDATE does not get either). The queue
+    -- is probed before any lock: a release of a queued scope locks nothing
+    -- here, and
     -- takes the scope's lock before its slot's below, as claims do; had it
     -- locked its slot here, its wait for the scope's lock could close a
     -- cycle with a claim that waits for the slot (contract test
-    -- WeightedSlots/QueuedReleaseLocksTheScopeFirst). The one way left: a
-    -- claim in flight queues the scope's first waiter while this statement
-    -- runs; the release then waits for the scope's lock holding its slot,
-    -- and a deadlock is found only if the next claim waits for that slot
-    -- (the same holder's, or one that expired meanwhile).
+    -- WeightedSlots/QueuedReleaseLocksTheScopeFirst). A waiter queued
+    -- while this statement runs holds the scope row FOR KEY SHARE until it
+    -- commits, so the statement finds no row and the release goes the
+    -- other way, which notifies it.
     SELECT s.ctid INTO v_tid
     FROM pglease.slots AS s, pglease.slot_scopes AS sc
     WHERE s.scope = p_scope AND s.slot = p_slot
       AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
       AND coalesce(s.holder_role = v_role, true)
       AND s.expires_at > clock_timestamp()
-      AND sc.scope = p_scope AND NOT sc.queued
+      AND sc.scope = p_scope
+      AND NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
     FOR NO KEY UPDATE OF s SKIP LOCKED
     FOR UPDATE OF sc SKIP LOCKED;
     v_locked := FOUND;
@@ -105,7 +106,7 @@ BEGIN
               AND coalesce(s.holder_role = v_role, true)
               AND s.expires_at > clock_timestamp();
             IF FOUND THEN
-                PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR UPDATE;
+                PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR NO KEY UPDATE;
                 v_counted := true;
             END IF;
             SELECT s.ctid INTO v_tid FROM pglease.slots AS s

@@ -39,7 +39,8 @@
 --     scope_oldest_free_seconds: likewise for slot scopes, free when all
 --     their slots are;
 --   * purged_rows: the rows pglease.purge has deleted since the schema was
---     installed (0 before the first purge);
+--     installed (0 before the first purge; counted as they are deleted, so
+--     a purge that is rolled back still counts);
 --   * version: pglease.version().
 -- p_names is a POSIX regular expression matched against each lease name
 -- and scope name with ~ (unanchored: '^orders/' for a prefix; '' matches
@@ -159,6 +160,6 @@ BEGIN
                          pg_total_relation_size('pglease.slot_scopes'::regclass),
                          pg_total_relation_size('pglease.waiters'::regclass)];
 
-    SELECT coalesce((SELECT f.purged FROM pglease.fence_floor AS f), 0) INTO purged_rows;
+    SELECT f.last_value INTO purged_rows FROM pglease.purged_rows AS f;
 END
 $$;

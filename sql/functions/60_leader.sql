@@ -54,8 +54,9 @@ $$;
 --   * refused: value is the current holder's value (NULL when it has none,
 --     or when the lease is reserved for a preferred holder, see
 --     pglease.request_release), and the caller is recorded as a candidate
---     for the lease until the refusing expiry plus p_ttl, so that a release
---     request may name it as the preferred next holder.
+--     for the lease (the pair of p_holder and the caller's role) until
+--     the refusing expiry plus p_ttl, so that a release request may name
+--     it as the preferred next holder.
 -- Raises what the three-argument acquire raises, and 22023 for a value over
 -- 1024 bytes; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.acquire(
@@ -97,10 +98,11 @@ BEGIN
     -- that their holders' refusals then wait for, and two transactions
     -- refused on two leases in opposite order deadlocked).
     PERFORM 1 FROM pglease.candidates AS c
-    WHERE c.name = p_name AND c.holder = p_holder AND c.until >= expires_at + p_ttl;
+    WHERE c.name = p_name AND c.holder = p_holder AND c.holder_role = session_user
+      AND c.until >= expires_at + p_ttl;
     IF NOT FOUND THEN
-        INSERT INTO pglease.candidates AS c (name, holder, until)
-        VALUES (p_name, p_holder, expires_at + p_ttl)
+        INSERT INTO pglease.candidates AS c (name, holder, until, holder_role)
+        VALUES (p_name, p_holder, expires_at + p_ttl, session_user)
         ON CONFLICT ON CONSTRAINT candidates_pkey
         DO UPDATE SET until = greatest(c.until, excluded.until);
     END IF;
@@ -223,10 +225,14 @@ $$;
 -- 'free' ('free' with fence 0 for an unknown name), the holder, fence and
 -- value (NULL unless held), expires_at, expires_in, and whether a release
 -- of the tenure was requested (release_requested_at, NULL unless held).
--- The row is read under a share lock after the registration: a change in
--- flight is either seen or notified.
--- Raises 22004 for a NULL name or p_for, 22023 for a bad name or a p_for
--- not in (0, 24 hours]; nothing is changed then.
+-- The row is read after the registration, and after waiting for a change
+-- in flight, without keeping a lock: a change that commits before this
+-- call's transaction does is seen, and one that commits after it is
+-- notified. (A change committing in between, while the caller's
+-- transaction is still open, may be neither: call observe in a
+-- transaction of its own.)
+-- Raises 22004 for a NULL name or p_for, 22023 for a bad name or a
+-- p_for not in (0, 24 hours]; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.observe(
     p_name text, p_for interval,
     OUT state text, OUT holder text, OUT fence bigint, OUT value text,
@@ -240,24 +246,30 @@ DECLARE
     v_now timestamptz;
 BEGIN
     PERFORM pglease._check_text('observe', 'p_name', p_name);
-    v_for := pglease._check_ttl('observe', p_for);
+    v_for := pglease._check_span('observe', 'p_for', p_for, interval '24 hours');
     v_now := clock_timestamp();
     PERFORM 1 FROM pglease.observers AS o
-    WHERE o.name = p_name AND o.until >= v_now + v_for;
+    WHERE o.name = p_name AND o.caller_role = session_user AND o.until >= v_now + v_for;
     IF NOT FOUND THEN
-        INSERT INTO pglease.observers AS o (name, until)
-        VALUES (p_name, v_now + v_for)
+        INSERT INTO pglease.observers AS o (name, until, caller_role)
+        VALUES (p_name, v_now + v_for, session_user)
         ON CONFLICT ON CONSTRAINT observers_pkey
         DO UPDATE SET until = greatest(o.until, excluded.until);
     END IF;
-    -- FOR SHARE waits for a change in flight (every change locks the row
-    -- for update), which then sees this registration when it commits after
-    -- us, or is seen here when it committed first.
+    -- Wait for a change in flight (every change locks the row for update):
+    -- FOR SHARE in a subtransaction that is rolled back at once, so that
+    -- the lock is gone when this call returns and nobody ever waits for
+    -- the caller's transaction. Then read the row as committed.
+    BEGIN
+        PERFORM 1 FROM pglease.leases AS l WHERE l.name = p_name FOR SHARE;
+        RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: waited';
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        NULL;
+    END;
     SELECT l.holder, l.fence, l.value, l.expires_at, l.release_requested_at
     INTO holder, fence, value, expires_at, release_requested_at
     FROM pglease.leases AS l
-    WHERE l.name = p_name
-    FOR SHARE;
+    WHERE l.name = p_name;
     v_now := clock_timestamp();
     IF NOT FOUND THEN
         state := 'free';
@@ -293,12 +305,15 @@ $$;
 -- after this tenure ends is reserved for holder p_to for p_for after the
 -- end (see pglease.acquire); after that anyone may acquire. p_to must be a
 -- candidate: a holder that asked for the lease and was refused recently
--- (pglease.acquire with p_value). Returns requested = true with the
+-- (pglease.acquire with p_value); the reservation is for p_to of the role
+-- it asked as, and another role's acquire under the same string is
+-- refused. Returns requested = true with the
 -- tenure's holder and fence; requested = false when a release of this
 -- tenure was already requested (nothing changes: the first request and its
 -- preferred holder stand, and no notification is sent).
 -- Raises PGL04 when the lease is not held (free, expired or unknown name),
--- PGL05 when p_to is not a candidate (or is the holder itself), 22004 for a
+-- PGL05 when p_to is not a candidate (or is the holder itself, or is a
+-- candidate under more than one role), 22004 for a
 -- NULL name or p_for, 22023 for a bad name or p_to, or a p_for not in
 -- (0, 1 hour]; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.request_release(
@@ -311,17 +326,14 @@ DECLARE
     v_for     interval;
     v_expires timestamptz;
     v_asked   timestamptz;
+    v_to_role text;
+    v_roles   bigint;
 BEGIN
     PERFORM pglease._check_text('request_release', 'p_name', p_name);
     IF p_to IS NOT NULL THEN
         PERFORM pglease._check_text('request_release', 'p_to', p_to);
     END IF;
-    v_for := pglease._check_ttl('request_release', p_for);
-    IF v_for > interval '1 hour' THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.request_release: p_for must be at most 1 hour, got %s', p_for),
-            HINT = 'Reserve the lease for its preferred holder for seconds, e.g. interval ''10 seconds''.';
-    END IF;
+    v_for := pglease._check_span('request_release', 'p_for', p_for, interval '1 hour');
     SELECT l.holder, l.fence, l.expires_at, l.release_requested_at
     INTO holder, fence, v_expires, v_asked
     FROM pglease.leases AS l
@@ -333,9 +345,17 @@ BEGIN
             HINT = 'A release can be requested only of a live tenure.';
     END IF;
     IF p_to IS NOT NULL THEN
-        PERFORM 1 FROM pglease.candidates AS c
+        -- The candidate's role: the reservation is for the pair.
+        SELECT min(c.holder_role), count(DISTINCT c.holder_role) INTO v_to_role, v_roles
+        FROM pglease.candidates AS c
         WHERE c.name = p_name AND c.holder = p_to AND c.until > clock_timestamp();
-        IF NOT FOUND OR p_to = holder THEN
+        IF v_roles > 1 THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL05',
+                MESSAGE = format('pglease.request_release: %L is a candidate for lease %L under %s roles',
+                                 p_to, p_name, v_roles),
+                HINT = 'Request the release without a preferred holder, or give the holders names unique across roles.';
+        END IF;
+        IF v_roles = 0 OR p_to = holder THEN
             RAISE EXCEPTION USING ERRCODE = 'PGL05',
                 MESSAGE = format('pglease.request_release: %L is not a candidate for lease %L', p_to, p_name),
                 HINT = 'Name a holder that is waiting for the lease (refused by pglease.acquire with a value), or none.';
@@ -346,7 +366,7 @@ BEGIN
         RETURN;
     END IF;
     UPDATE pglease.leases AS l
-    SET release_requested_at = clock_timestamp(), release_to = p_to,
+    SET release_requested_at = clock_timestamp(), release_to = p_to, release_to_role = v_to_role,
         release_for = CASE WHEN p_to IS NULL THEN NULL ELSE v_for END
     WHERE l.name = p_name;
     requested := true;

@@ -5,32 +5,6 @@
 -- fence, and the database role that took it: session_user), as in
 -- pglease.release and pglease.assert_held.
 
--- pglease._check_span(p_func, p_arg, p_value, p_max): p_value must be
--- more than 0 and at most p_max. Returns it as plain seconds (no calendar
--- days or months). 22004 for NULL, 22023 out of range. Internal.
-CREATE OR REPLACE FUNCTION pglease._check_span(p_func text, p_arg text, p_value interval, p_max interval)
-RETURNS interval
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $$
-DECLARE
-    v_secs numeric;
-BEGIN
-    IF p_value IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22004',
-            MESSAGE = format('pglease.%s: %s must not be NULL', p_func, p_arg),
-            HINT = format('Pass %s as an interval more than 0 and at most %s.', p_arg, p_max);
-    END IF;
-    v_secs := extract(epoch FROM p_value);
-    IF v_secs <= 0 OR v_secs > extract(epoch FROM p_max) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.%s: %s must be more than 0 and at most %s, got %s',
-                             p_func, p_arg, p_max, p_value),
-            HINT = format('Pass %s as an interval more than 0 and at most %s.', p_arg, p_max);
-    END IF;
-    RETURN make_interval(secs => v_secs);
-END
-$$;
-
 -- pglease._check_tenure(p_func, p_name, p_holder, p_fence): the checks of
 -- the arguments that name a tenure (pglease._check_text, _check_fence).
 -- Internal.
@@ -116,8 +90,9 @@ END
 $$;
 
 -- pglease._run_tenure(p_func, p_name, p_holder, p_fence): the checks of
--- run_begin and run_end. Locks the lease row FOR SHARE (a takeover waits
--- for the caller's commit, as with pglease.assert_held) and returns the
+-- run_begin and run_end. Locks the lease row FOR SHARE when it is the
+-- caller's tenure (a takeover waits for the caller's commit, as with
+-- pglease.assert_held; nothing is locked otherwise) and returns the
 -- server clock read after the lock, or NULL when p_fence is not the live
 -- tenure of p_holder of the caller's role. Raises 42501 when the lease's
 -- current tenure with that fence was taken by another role. Internal.
@@ -126,7 +101,6 @@ RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_holder  text;
     v_fence   bigint;
     v_expires timestamptz;
     v_hrole   text;
@@ -139,14 +113,16 @@ BEGIN
                              p_func, p_name, p_fence, session_user),
             HINT = 'Record runs from the database role that acquired the lease.';
     END IF;
-    SELECT l.holder, l.fence, l.expires_at, l.holder_role
-    INTO v_holder, v_fence, v_expires, v_hrole
+    -- Only the caller's own tenure is locked: a row another holder or role
+    -- holds does not match, so a stranger's call (refused, then left open
+    -- in its transaction) holds no lock anyone waits for.
+    SELECT l.expires_at INTO v_expires
     FROM pglease.leases AS l
-    WHERE l.name = p_name
+    WHERE l.name = p_name AND l.holder = p_holder AND l.fence = p_fence
+      AND coalesce(l.holder_role = session_user, true)
     FOR SHARE;
     v_now := clock_timestamp();
-    IF FOUND AND v_holder = p_holder AND v_fence = p_fence AND v_expires > v_now
-       AND coalesce(v_hrole = session_user, true) THEN
+    IF FOUND AND v_expires > v_now THEN
         RETURN v_now;
     END IF;
     RETURN NULL;

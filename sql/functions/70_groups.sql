@@ -337,7 +337,8 @@ BEGIN
     LEFT JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
     WHERE s.group_name = p_group
       AND (l.name IS NULL OR l.holder IS NULL OR l.expires_at <= v_now)
-      AND NOT coalesce(l.release_to IS NOT NULL AND l.expires_at + l.release_for > v_now, false);
+      AND NOT coalesce(pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                         l.release_for, NULL, NULL, v_now), false);
     -- Being handed over: live shards asked to release, or held by no live
     -- member (one that left, or another role's tenure, which frees only at
     -- its end).
@@ -404,8 +405,8 @@ BEGIN
       ON l.name = v_prefix || s.shard AND s.shard = substr(l.name, length(v_prefix) + 1)
             WHERE s.group_name = p_group
               AND (l.holder IS NULL OR l.expires_at <= v_now)
-              AND NOT coalesce(l.release_to IS NOT NULL AND l.release_to <> p_member
-                               AND l.expires_at + l.release_for > v_now, false)
+              AND NOT coalesce(pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
+                                                 l.release_for, p_member, v_role, v_now), false)
             ORDER BY s.ord
             FOR NO KEY UPDATE OF l SKIP LOCKED
         LOOP

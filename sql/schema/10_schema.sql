@@ -4,8 +4,8 @@
 -- crash and is not replicated, which would restart fences and break fencing.
 -- A lease row keeps its fence across release and expiry, so the next tenure
 -- always gets a larger one. pglease.purge deletes rows that have been free
--- for a while; it first raises pglease.fence_floor above their fences, and
--- a row created later starts above the floor, so fences never go backwards
+-- for a while; it first raises the fence floor above their fences, and a
+-- row created later starts above the floor, so fences never go backwards
 -- across purge either.
 
 CREATE SCHEMA pglease;
@@ -51,17 +51,11 @@ CREATE INDEX leases_holder_idx ON pglease.leases (holder) WHERE holder IS NOT NU
 -- change of counted lowers it and un-counts rows; so a claim that takes a
 -- slot back in place with the capacity and units it had keeps it, whatever
 -- the other rows' capacities (pglease.claim_slot relies on it).
--- queued (0.3.0) is false only while the scope's queue (pglease.slot_queue)
--- has no entry: every entry is added under the scope lock, which sets it in
--- the same transaction (pglease._slot_queue), and a scope row created
--- afresh starts with it set when entries of the scope are left over (a
--- purge deletes the row, not the queue); a claim that finds the queue
--- empty under the lock clears it. So the claims and releases that hold the
--- lock read it from the locked row, not from the queue.
+-- Claims lock the row FOR NO KEY UPDATE; a refused claim keeps only FOR KEY
+-- SHARE, which no claim waits for (see pglease.claim_slot).
 CREATE TABLE pglease.slot_scopes (
     scope   text    PRIMARY KEY,
-    counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0),
-    queued  boolean NOT NULL DEFAULT false
+    counted integer NOT NULL DEFAULT 0 CHECK (counted >= 0)
 );
 COMMENT ON TABLE pglease.slot_scopes IS
     'pglease slot scopes; the row lock serialises claims within one scope';
@@ -130,11 +124,14 @@ CREATE INDEX slots_free_idx ON pglease.slots (scope, slot) WHERE NOT counted;
 -- no fence and no grant, registering must not wait for a WAL flush, and
 -- losing it (crash, failover) only makes waiters wake at the expiry they
 -- were told rather than at the release.
+-- One row per waiting role (0.3.0): a registration never waits for another
+-- role's registration in flight.
 CREATE UNLOGGED TABLE pglease.waiters (
-    kind  text        NOT NULL,  -- 'lease' or 'slot'
-    name  text        NOT NULL,  -- lease name or slot scope
-    until timestamptz NOT NULL,  -- waiters retry by then anyway
-    PRIMARY KEY (kind, name)
+    kind        text        NOT NULL,  -- 'lease' or 'slot'
+    name        text        NOT NULL,  -- lease name or slot scope
+    until       timestamptz NOT NULL,  -- waiters retry by then anyway
+    caller_role text        NOT NULL,  -- the waiting role (session_user)
+    PRIMARY KEY (kind, name, caller_role)
 );
 COMMENT ON TABLE pglease.waiters IS
     'pglease: refused acquires and claims waiting for a release notification';
@@ -162,22 +159,32 @@ COMMENT ON TABLE pglease.slot_queue IS
     'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
 CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);
 
--- The fence floor: one row. pglease.purge raises lease_fence (slot_fence) to
--- the largest fence of the lease (slot) rows it deletes, in the same
--- transaction; a lease name or slot created afterwards starts at floor + 1,
--- so a purged name never sees a fence again that it had before. last_purge
--- lets pglease.purge_due run one purge per interval across a fleet. The
--- row is made by the first purge (none: every floor is 0), so that a
--- restored dump of an extension install brings it back once.
-CREATE TABLE pglease.fence_floor (
-    id          boolean     PRIMARY KEY DEFAULT true CHECK (id),
-    lease_fence bigint      NOT NULL DEFAULT 0 CHECK (lease_fence >= 0),
-    slot_fence  bigint      NOT NULL DEFAULT 0 CHECK (slot_fence >= 0),
-    purged      bigint      NOT NULL DEFAULT 0 CHECK (purged >= 0),
-    last_purge  timestamptz
-);
-COMMENT ON TABLE pglease.fence_floor IS
-    'pglease: fences of purged rows never come back; change only through the pglease functions';
+-- The fence floors. pglease.purge raises lease_fence_floor (slot_fence_floor)
+-- to the largest fence of the lease (slot) rows it deletes, before its
+-- commit; a lease name or slot created afterwards starts at floor + 1, so a
+-- purged name never sees a fence again that it had before. Sequences, not a
+-- table row: a caller reads a sequence as it stands, whatever its snapshot,
+-- so an acquire or claim under REPEATABLE READ or SERIALIZABLE whose
+-- snapshot is older than a purge still starts above that purge's floor,
+-- and nobody ever waits for a purge to read it. A floor raised by a purge
+-- that then rolls back stays raised: fences skip numbers, never repeat.
+-- setval is WAL-logged before the purge's commit record, so the floors
+-- survive a crash and a failover with the deletes they guard.
+-- purged_rows counts the rows purges deleted (pglease.metrics), and
+-- last_purge is when pglease.purge_due last let a purge through, in
+-- microseconds since 1970 (0: never).
+CREATE SEQUENCE pglease.lease_fence_floor AS bigint MINVALUE 0 START 0;
+CREATE SEQUENCE pglease.slot_fence_floor AS bigint MINVALUE 0 START 0;
+CREATE SEQUENCE pglease.purged_rows AS bigint MINVALUE 0 START 0;
+CREATE SEQUENCE pglease.last_purge AS bigint MINVALUE 0 START 0;
+
+-- Purges raise the sequences above one at a time, under this table's lock,
+-- taken inside a subtransaction that ends before the purge returns. It has
+-- no rows and no grant: no client can lock it, so no purge waits for
+-- another purge, or for anyone, longer than that subtransaction.
+CREATE TABLE pglease.purge_lock ();
+COMMENT ON TABLE pglease.purge_lock IS
+    'pglease: locked by purges while they raise the fence floors; holds no rows';
 
 -- The run ledger (0.3.0): one row per run of a job under a lease tenure
 -- (pglease.run_begin to pglease.run_end), so that a fleet of cron hosts
@@ -223,22 +230,27 @@ CREATE INDEX runs_started_idx ON pglease.runs (name, started_at);
 --                         holder to hand over (NULL: not asked); a new
 --                         tenure clears it.
 --   release_to            the preferred next holder of that request (NULL:
---                         anyone), and release_for how long after this
---                         tenure ends (expires_at, which a release moves to
---                         the release) the next grant is reserved for it.
+--                         anyone), release_to_role the role it asked as
+--                         (a holder is a pair of string and role), and
+--                         release_for how long after this tenure ends
+--                         (expires_at, which a release moves to the
+--                         release) the next grant is reserved for it.
 ALTER TABLE pglease.leases
     ADD COLUMN value                text CHECK (octet_length(value) <= 1024),
     ADD COLUMN release_requested_at timestamptz,
     ADD COLUMN release_to           text,
-    ADD COLUMN release_for          interval;
+    ADD COLUMN release_for          interval,
+    ADD COLUMN release_to_role      text;
 
 -- Who observes a lease (pglease.observe), so that a change of it NOTIFYs
 -- only when someone listens (see pglease._observed_wake), as waiters do
 -- for releases. UNLOGGED for the same reasons as pglease.waiters: losing
 -- it only makes observers notice the change at their next look.
 CREATE UNLOGGED TABLE pglease.observers (
-    name  text        PRIMARY KEY,  -- lease name
-    until timestamptz NOT NULL      -- observers look again by then anyway
+    name        text        NOT NULL,  -- lease name
+    until       timestamptz NOT NULL,  -- observers look again by then anyway
+    caller_role text        NOT NULL,  -- the observing role (session_user)
+    PRIMARY KEY (name, caller_role)
 );
 COMMENT ON TABLE pglease.observers IS
     'pglease: observed leases, whose changes are notified';
@@ -248,10 +260,11 @@ COMMENT ON TABLE pglease.observers IS
 -- next holder. UNLOGGED: losing it only refuses a preferred holder (PGL05)
 -- until it asks again.
 CREATE UNLOGGED TABLE pglease.candidates (
-    name   text        NOT NULL,  -- lease name
-    holder text        NOT NULL,  -- the refused holder
-    until  timestamptz NOT NULL,  -- forgotten after
-    PRIMARY KEY (name, holder)
+    name        text        NOT NULL,  -- lease name
+    holder      text        NOT NULL,  -- the refused holder
+    until       timestamptz NOT NULL,  -- forgotten after
+    holder_role text        NOT NULL,  -- the refused holder's role
+    PRIMARY KEY (name, holder, holder_role)
 );
 COMMENT ON TABLE pglease.candidates IS
     'pglease: refused holders of a lease, which a release request may prefer';

@@ -43,20 +43,24 @@ ALTER TABLE pglease.leases
     ADD COLUMN value                text CHECK (octet_length(value) <= 1024),
     ADD COLUMN release_requested_at timestamptz,
     ADD COLUMN release_to           text,
-    ADD COLUMN release_for          interval;
+    ADD COLUMN release_for          interval,
+    ADD COLUMN release_to_role      text;
 
 CREATE UNLOGGED TABLE pglease.observers (
-    name  text        PRIMARY KEY,
-    until timestamptz NOT NULL
+    name        text        NOT NULL,
+    until       timestamptz NOT NULL,
+    caller_role text        NOT NULL,
+    PRIMARY KEY (name, caller_role)
 );
 COMMENT ON TABLE pglease.observers IS
     'pglease: observed leases, whose changes are notified';
 
 CREATE UNLOGGED TABLE pglease.candidates (
-    name   text        NOT NULL,
-    holder text        NOT NULL,
-    until  timestamptz NOT NULL,
-    PRIMARY KEY (name, holder)
+    name        text        NOT NULL,
+    holder      text        NOT NULL,
+    until       timestamptz NOT NULL,
+    holder_role text        NOT NULL,
+    PRIMARY KEY (name, holder, holder_role)
 );
 COMMENT ON TABLE pglease.candidates IS
     'pglease: refused holders of a lease, which a release request may prefer';
@@ -113,9 +117,6 @@ CREATE UNLOGGED TABLE pglease.slot_queue (
 COMMENT ON TABLE pglease.slot_queue IS
     'pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units';
 CREATE INDEX slot_queue_since_idx ON pglease.slot_queue (scope, since);
--- The queue is empty, so every scope's flag starts false. A column with a
--- constant default rewrites nothing.
-ALTER TABLE pglease.slot_scopes ADD COLUMN queued boolean NOT NULL DEFAULT false;
 
 -- Shard groups (docs/groups.md, sql/functions/70_groups.sql): three new
 -- tables, empty; created here as in sql/schema/10_schema.sql. No existing
@@ -153,3 +154,32 @@ CREATE TABLE pglease.group_members (
 );
 COMMENT ON TABLE pglease.group_members IS
     'pglease: the members of each group; change only through the pglease functions';
+
+-- Waiter registrations become one per waiting role, so that a registration
+-- never waits for another role's in flight. The table is UNLOGGED and its
+-- rows only save waiters a retry: they are dropped, and each waiter
+-- registers again at its next refusal.
+DELETE FROM pglease.waiters;
+ALTER TABLE pglease.waiters
+    ADD COLUMN caller_role text NOT NULL,
+    DROP CONSTRAINT waiters_pkey,
+    ADD CONSTRAINT waiters_pkey PRIMARY KEY (kind, name, caller_role);
+
+-- The fence floors move from the row of pglease.fence_floor to sequences,
+-- which callers read as they stand whatever their snapshot (a fence no
+-- longer goes backwards under REPEATABLE READ); each starts at the floor
+-- the row held, so every fence stays as it is.
+CREATE SEQUENCE pglease.lease_fence_floor AS bigint MINVALUE 0 START 0;
+CREATE SEQUENCE pglease.slot_fence_floor AS bigint MINVALUE 0 START 0;
+CREATE SEQUENCE pglease.purged_rows AS bigint MINVALUE 0 START 0;
+CREATE SEQUENCE pglease.last_purge AS bigint MINVALUE 0 START 0;
+SELECT pg_catalog.setval('pglease.lease_fence_floor', f.lease_fence, true),
+       pg_catalog.setval('pglease.slot_fence_floor', f.slot_fence, true),
+       pg_catalog.setval('pglease.purged_rows', f.purged, true),
+       pg_catalog.setval('pglease.last_purge',
+           coalesce((extract(epoch FROM f.last_purge) * 1000000)::bigint, 0), true)
+FROM pglease.fence_floor AS f;
+DROP TABLE pglease.fence_floor;
+CREATE TABLE pglease.purge_lock ();
+COMMENT ON TABLE pglease.purge_lock IS
+    'pglease: locked by purges while they raise the fence floors; holds no rows';
