@@ -142,6 +142,8 @@ DROP FUNCTION pglease._reserved(timestamptz, text, text, interval, text, text, t
 DROP FUNCTION pglease._raise_floors(bigint, bigint, bigint);
 DROP FUNCTION pglease._check_age(text, text, interval);
 DROP FUNCTION pglease._check_flag(text, text, boolean);
+DROP FUNCTION pglease._lock_for_takeover(text, timestamptz);
+DROP FUNCTION pglease._fenced_key(text);
 
 -- Views of sql/schema/10_schema.sql
 

@@ -892,6 +892,11 @@ BEGIN
                 -- that it never delays that holder's renewals; a lock for a
                 -- grant stays with the transaction when the block ends.
                 BEGIN
+                    -- A tenure that is over: its fenced transactions may
+                    -- keep us out at most 100 ms past its end.
+                    IF v_holder IS NOT NULL AND v_expires <= clock_timestamp() THEN
+                        PERFORM pglease._lock_for_takeover(p_name, v_expires);
+                    END IF;
                     SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid,
                            l.release_to, l.release_to_role, l.release_for
                     INTO v_holder, v_hrole, v_fence, v_expires, v_tid, v_rto, v_rrole, v_rfor
@@ -1253,9 +1258,12 @@ $$;
 -- none running yet. So a transaction that stalls after this call (idle, in
 -- one long statement such as pg_sleep, a client paused or cut off) loses
 -- its locks at most 100 ms after the tenure ends (plus the server's timer
--- latency); on 17 and later that holds whatever it runs. On 13 to 16 a
--- client that keeps sending new statements, each shorter than the time
--- left, can stay longer: the bound needs transaction_timeout there.
+-- latency); on 17 and later that holds whatever it runs. A session that
+-- turns those timeouts off again (or, on 13 to 16, keeps sending new
+-- statements, each shorter than the time left) is ended by the next
+-- takeover 200 ms after the tenure's end, or by pglease.force_release,
+-- when the schema owner may signal backends (see
+-- pglease._lock_for_takeover).
 -- Raises SQLSTATE PGL01 when the lease is free, expired, unknown, has
 -- another fence, or was taken by another role (the message says which);
 -- 22004 for NULL arguments, 22023 for a bad name or a negative fence.
@@ -1326,6 +1334,11 @@ BEGIN
             HINT = 'Your tenure is over; stop writing and acquire the lease again.';
     END IF;
 
+    -- Known as this lease's fenced transaction (see
+    -- pglease._lock_for_takeover), without ever waiting for the key.
+    PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
+    FROM pglease._fenced_key(p_name) AS k;
+
     -- The bound above: the time left plus 100 ms, as milliseconds. A
     -- setting of 0 (none, the usual case) is lowered without parsing it.
     v_ms := ceil(extract(epoch FROM v_expires_at - v_now) * 1000)::bigint + 100;
@@ -1344,6 +1357,68 @@ BEGIN
 END
 $$;
 
+-- _lock_for_takeover(p_name, p_end): locks lease p_name's row FOR NO KEY
+-- UPDATE for a takeover of a tenure that ended at p_end, or for
+-- pglease.force_release (p_end: now). A fenced transaction of that tenure
+-- (pglease.assert_held, run_begin, run_end: FOR SHARE until it ends) may
+-- hold the row; it bounds itself by the timeouts assert_held sets, which
+-- its own session can turn off again. So this waits for the lock at most
+-- until p_end + 200 ms (those timeouts, when on, end the transaction
+-- first, at 100 ms); then it terminates the backends whose fenced
+-- transactions of the lease are still open (pg_terminate_backend: the
+-- schema owner must be a superuser or a member of pg_signal_backend, and
+-- superusers' backends are never ended), and waits on for whatever else
+-- holds the row (a takeover in flight) as long as that lasts. Without the
+-- privilege it raises a WARNING naming the backends and waits on.
+-- Fenced transactions are found by the advisory lock they take
+-- (pglease._fenced_key): a backend that takes that key itself may be
+-- ended too. The caller's lock_timeout is restored.
+CREATE OR REPLACE FUNCTION pglease._lock_for_takeover(p_name text, p_end timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_timeout text := current_setting('lock_timeout');
+    v_ms      bigint;
+    v_pid     integer;
+BEGIN
+    v_ms := ceil(extract(epoch FROM p_end + interval '200 milliseconds' - clock_timestamp()) * 1000)::bigint;
+    PERFORM set_config('lock_timeout', greatest(v_ms, 1)::text, true);
+    BEGIN
+        PERFORM 1 FROM pglease.leases AS l WHERE l.name = p_name FOR NO KEY UPDATE;
+        PERFORM set_config('lock_timeout', v_timeout, true);
+        RETURN;
+    EXCEPTION WHEN lock_not_available THEN
+        NULL;
+    END;
+    PERFORM set_config('lock_timeout', v_timeout, true);
+    FOR v_pid IN
+        SELECT k.pid FROM pg_catalog.pg_locks AS k
+        WHERE k.locktype = 'advisory' AND k.granted AND k.pid <> pg_backend_pid()
+          AND (k.classid, k.objid, k.objsubid) =
+              (SELECT f.key1::oid, f.key2::oid, 2::smallint FROM pglease._fenced_key(p_name) AS f)
+    LOOP
+        BEGIN
+            PERFORM pg_catalog.pg_terminate_backend(v_pid);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE WARNING USING
+                MESSAGE = format('pglease: lease %L: the fenced transaction of backend %s is still open 200 ms after its tenure ended, and the schema owner may not end it',
+                                 p_name, v_pid),
+                HINT = 'GRANT pg_signal_backend TO the role that owns schema pglease, or end the backend by hand.';
+        END;
+    END LOOP;
+    PERFORM 1 FROM pglease.leases AS l WHERE l.name = p_name FOR NO KEY UPDATE;
+END
+$$;
+
+-- _fenced_key(p_name): the advisory lock key (two 32-bit halves) a fenced
+-- transaction of lease p_name holds shared (see pglease._lock_for_takeover).
+CREATE OR REPLACE FUNCTION pglease._fenced_key(p_name text, OUT key1 integer, OUT key2 integer)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 1885825388, pg_catalog.hashtext(p_name)
+$$;
+
 -- Source: sql/functions/14_force_release.sql
 
 -- pglease.force_release(p_name): operator override that ends the current
@@ -1354,6 +1429,8 @@ $$;
 -- name is unknown) when it was already free. The fence stays, so the next
 -- holder gets fence + 1 and the old holder's fenced writes are refused.
 -- The tenure ends at the server clock read after the row lock is granted.
+-- A fenced transaction of the tenure (pglease.assert_held) keeps it out at
+-- most 200 ms: then its backend is ended (see pglease._lock_for_takeover).
 -- Wakes waiters and observers like pglease.release. Whatever role took the tenure: this
 -- is the operator's override of the role binding. Not granted to pglease_client: run it
 -- as the schema owner or grant it to an operators' role.
@@ -1371,6 +1448,10 @@ BEGIN
     -- As pglease.release: the lock refused acquires wait for, when free.
     PERFORM 1 FROM pglease.leases AS l WHERE l.name = p_name FOR UPDATE SKIP LOCKED;
     v_sure := FOUND;
+    -- The tenure's fenced transactions keep the row at most 200 ms more.
+    IF NOT v_sure THEN
+        PERFORM pglease._lock_for_takeover(p_name, clock_timestamp());
+    END IF;
     SELECT l.holder, l.fence INTO holder, fence
     FROM pglease.leases AS l
     WHERE l.name = p_name
@@ -1840,8 +1921,10 @@ $$;
 -- live holder claimed with, however claims with different capacities race.
 -- No starvation: while the scope's queue (pglease.slot_queue) has a head
 -- (its oldest refused claim that has not lapsed) other than this holder,
--- a claim must also leave room for the head's units (unless the head asks
--- for more than the capacity this claim sees). So a claim of k units that
+-- a claim must also leave room for the head's units, unless the head asks
+-- for more than the capacity this claim sees, or, for a claim of another
+-- role than the head's, for more than that capacity less the units the
+-- head's own role holds live. So a claim of k units that
 -- is head gets in at its first claim after k units are free, and no claim
 -- registered after it takes them; it becomes head once every claim
 -- refused before it has claimed or lapsed.
@@ -2187,8 +2270,9 @@ $$;
 -- claim again when refused (a blocking claim): a refused claim then joins
 -- the scope's queue (pglease.slot_queue), whose head keeps room for its
 -- units against later claims, so it is not starved by claims of fewer
--- units; a claim with p_wait false is never queued (a one-shot claim must
--- not hold room it will not take). The four-argument form (0.2.0) is
+-- units (against other roles' claims, only while the units its own role
+-- holds leave it room); a claim with p_wait false is never queued (a
+-- one-shot claim must not hold room it will not take). The four-argument form (0.2.0) is
 -- p_units 1, p_wait false, without the units column.
 --
 -- A tenure belongs to the pair (p_holder, the caller's database role:
@@ -3856,8 +3940,8 @@ $$;
 -- tenure was already requested (nothing changes: the first request and its
 -- preferred holder stand, and no notification is sent).
 -- Raises PGL04 when the lease is not held (free, expired or unknown name),
--- PGL05 when p_to is not a candidate (or is the holder itself, or is a
--- candidate under more than one role), 22004 for a
+-- PGL05 when p_to is not a candidate (or is the holder itself, string and
+-- role, or is a candidate under more than one role), 22004 for a
 -- NULL name or p_for, 22023 for a bad name or p_to, or a p_for not in
 -- (0, 1 hour]; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.request_release(
@@ -3872,14 +3956,15 @@ DECLARE
     v_asked   timestamptz;
     v_to_role text;
     v_roles   bigint;
+    v_hrole   text;
 BEGIN
     PERFORM pglease._check_text('request_release', 'p_name', p_name);
     IF p_to IS NOT NULL THEN
         PERFORM pglease._check_text('request_release', 'p_to', p_to);
     END IF;
     v_for := pglease._check_span('request_release', 'p_for', p_for, interval '1 hour');
-    SELECT l.holder, l.fence, l.expires_at, l.release_requested_at
-    INTO holder, fence, v_expires, v_asked
+    SELECT l.holder, l.fence, l.expires_at, l.release_requested_at, l.holder_role
+    INTO holder, fence, v_expires, v_asked, v_hrole
     FROM pglease.leases AS l
     WHERE l.name = p_name
     FOR NO KEY UPDATE;
@@ -3899,7 +3984,7 @@ BEGIN
                                  p_to, p_name, v_roles),
                 HINT = 'Request the release without a preferred holder, or give the holders names unique across roles.';
         END IF;
-        IF v_roles = 0 OR p_to = holder THEN
+        IF v_roles = 0 OR (p_to = holder AND v_to_role IS NOT DISTINCT FROM v_hrole) THEN
             RAISE EXCEPTION USING ERRCODE = 'PGL05',
                 MESSAGE = format('pglease.request_release: %L is not a candidate for lease %L', p_to, p_name),
                 HINT = 'Name a holder that is waiting for the lease (refused by pglease.acquire with a value), or none.';
@@ -4048,6 +4133,9 @@ BEGIN
     FOR SHARE;
     v_now := clock_timestamp();
     IF FOUND AND v_expires > v_now THEN
+        -- Known as a fenced transaction (see pglease.assert_held).
+        PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
+        FROM pglease._fenced_key(p_name) AS k;
         RETURN v_now;
     END IF;
     RETURN NULL;

@@ -59,7 +59,7 @@ func TestRunPurges(t *testing.T) {
 		t.Fatalf("leases after the purge: %q (%v), want only the supervisor's own, purger", names, rows.Err())
 	}
 	var floor int64
-	if err := pool.QueryRow(ctx, `SELECT lease_fence FROM pglease.fence_floor`).Scan(&floor); err != nil || floor != 7 {
+	if err := pool.QueryRow(ctx, `SELECT last_value FROM pglease.lease_fence_floor`).Scan(&floor); err != nil || floor != 7 {
 		t.Fatalf("fence floor after the purge: %d (%v), want 7", floor, err)
 	}
 }

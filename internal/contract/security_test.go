@@ -493,19 +493,31 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 }
 
 // TestFencedTransactionBound: a fenced transaction that stalls after
-// assert_held (idle, or in one long statement) keeps a takeover out at
-// most 100 ms past the tenure's end, plus the server's timer latency; the
-// test allows a generous second on top for a loaded machine and logs the
-// delay measured on the server's clock.
+// assert_held (idle, or in one long statement), also with the timeouts
+// assert_held set turned off again, keeps a takeover out at most 100 ms
+// past the tenure's end, plus the server's timer latency (with the
+// timeouts off, 200 ms: the takeover ends its backend); the test allows a generous
+// second on top for a loaded machine and logs the delay measured on the
+// server's clock.
 func TestFencedTransactionBound(t *testing.T) {
 	t.Parallel()
 	runGroup(t, 4, []subtest{
-		{"Idle", func(t *testing.T, db *testDB) { testFencedStall(t, db, "") }},
-		{"Sleeping", func(t *testing.T, db *testDB) { testFencedStall(t, db, "SELECT pg_sleep(60)") }},
+		{"Idle", func(t *testing.T, db *testDB) { testFencedStall(t, db, "", false) }},
+		{"Sleeping", func(t *testing.T, db *testDB) { testFencedStall(t, db, "SELECT pg_sleep(60)", false) }},
+		{"IdleTimeoutsOff", func(t *testing.T, db *testDB) { testFencedStall(t, db, "", true) }},
+		{"SleepingTimeoutsOff", func(t *testing.T, db *testDB) { testFencedStall(t, db, "SELECT pg_sleep(60)", true) }},
+		{"ForceReleaseEndsIt", testForceReleaseEndsFencedTransaction},
 	})
 }
 
-func testFencedStall(t *testing.T, db *testDB, stall string) {
+// offTimeouts turns off, for the rest of the transaction, every timeout
+// assert_held lowers (transaction_timeout exists from PostgreSQL 17 on).
+const offTimeouts = `SELECT set_config('statement_timeout', '0', true),
+	set_config('idle_in_transaction_session_timeout', '0', true),
+	CASE WHEN current_setting('transaction_timeout', true) IS NOT NULL
+	     THEN set_config('transaction_timeout', '0', true) END`
+
+func testFencedStall(t *testing.T, db *testDB, stall string, timeoutsOff bool) {
 	n := namer(t)
 	ctx := testContext(t)
 	holder := connect(t, db.url)
@@ -518,6 +530,9 @@ func testFencedStall(t *testing.T, db *testDB, stall string) {
 	}
 	if err := assertHeld(ctx, tx, n("lease"), 1); err != nil {
 		t.Fatalf("assert_held: %v", err)
+	}
+	if timeoutsOff {
+		mustExec(t, tx, offTimeouts)
 	}
 	stalled := make(chan error, 1)
 	if stall != "" {
@@ -543,13 +558,44 @@ func testFencedStall(t *testing.T, db *testDB, stall string) {
 	if stall != "" {
 		// statement_timeout, or on PostgreSQL 17+ transaction_timeout set to
 		// the same bound, whichever timer fires first.
-		if err := <-stalled; pgCode(err) != "57014" && pgCode(err) != "25P04" {
-			t.Fatalf("the stalled statement: got %v, want SQLSTATE 57014 (statement_timeout) or 25P04 (transaction_timeout, PostgreSQL 17+)", err)
+		// With the timeouts off, the takeover ended the backend: the
+		// connection is gone.
+		if err := <-stalled; timeoutsOff && err == nil || !timeoutsOff && pgCode(err) != "57014" && pgCode(err) != "25P04" {
+			t.Fatalf("the stalled statement: got %v, want SQLSTATE 57014 (statement_timeout) or 25P04 (transaction_timeout, PostgreSQL 17+), or a terminated connection with the timeouts off", err)
 		}
 	}
 	if err := tx.Commit(ctx); err == nil {
 		t.Fatalf("commit of the stalled fenced transaction: got success, want an error")
 	}
+}
+
+// testForceReleaseEndsFencedTransaction: the owner's force_release of a
+// live tenure whose fenced transaction turned its timeouts off and sits
+// idle returns within a second (the fenced transaction's backend is ended
+// 200 ms after the call), and the next holder gets the next fence.
+func testForceReleaseEndsFencedTransaction(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	holder := connect(t, db.url)
+	mustAcquire(t, holder, n("lease"), "holder", time.Hour, 1)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := assertHeld(ctx, tx, n("lease"), 1); err != nil {
+		t.Fatalf("assert_held: %v", err)
+	}
+	mustExec(t, tx, offTimeouts)
+	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var released bool
+	if err := db.pool.QueryRow(callCtx, `SELECT released FROM pglease.force_release($1)`, n("lease")).Scan(&released); err != nil || !released {
+		t.Fatalf("force_release while the holder's fenced transaction is idle with its timeouts off: got released=%v, %v; want released", released, err)
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("commit of the fenced transaction after force_release: got success, want an error")
+	}
+	mustAcquire(t, db.pool, n("lease"), "next", time.Minute, 2)
 }
 
 // TestServerClockAfterWaits: a takeover that waited for a release in flight

@@ -151,10 +151,13 @@ func TestExtension(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Every logged table, so that pg_dump keeps its rows: the run
-		// ledger's and the shard groups' too (0.3.0); the UNLOGGED ones
-		// (waiters, observers, candidates) are rebuilt by the clients.
-		want := []string{"pglease.fence_floor", "pglease.group_members", "pglease.group_shards", "pglease.groups",
-			"pglease.leases", "pglease.runs", "pglease.slot_scopes", "pglease.slots"}
+		// ledger's and the shard groups' too (0.3.0), and the sequences
+		// of the fence floors and the purge clock (0.3.0); the UNLOGGED
+		// tables (waiters, observers, candidates) are rebuilt by the
+		// clients.
+		want := []string{"pglease.group_members", "pglease.group_shards", "pglease.groups",
+			"pglease.last_purge", "pglease.lease_fence_floor", "pglease.leases", "pglease.purge_lock",
+			"pglease.purged_rows", "pglease.runs", "pglease.slot_fence_floor", "pglease.slot_scopes", "pglease.slots"}
 		if ver != version || schema != "pglease" || !slices.Equal(config, want) {
 			t.Fatalf("pg_extension: got version %q, schema %q, dumped tables %q; want %q, pglease, %q", ver, schema, config, version, want)
 		}

@@ -396,8 +396,11 @@ func (p *Partition) freeze(ctx context.Context, on bool) error {
 }
 
 // pgleaseTables are the logged tables of a partition, in an order that
-// satisfies their foreign keys.
-var pgleaseTables = []string{"leases", "slot_scopes", "slots", "fence_floor"}
+// satisfies their foreign keys, and pgleaseFloors its fence floors.
+var (
+	pgleaseTables = []string{"leases", "slot_scopes", "slots"}
+	pgleaseFloors = []string{"lease_fence_floor", "slot_fence_floor"}
+)
 
 // split copies from's pglease tables into to, then deletes from each the
 // rows the other owns among parts partitions (routed by the proxy's
@@ -428,6 +431,16 @@ func (s *Sharded) split(ctx context.Context, from, to *Partition, parts int) err
 		}
 		if _, err := dst.CopyFrom(ctx, pgx.Identifier{"pglease", table}, cols, pgx.CopyFromRows(values)); err != nil {
 			return fmt.Errorf("copy pglease.%s into partition %d: %w", table, to.Index, err)
+		}
+	}
+	for _, floor := range pgleaseFloors {
+		var last int64
+		if err := src.QueryRow(ctx, `SELECT last_value FROM pglease.`+pgx.Identifier{floor}.Sanitize()).Scan(&last); err != nil {
+			return fmt.Errorf("read pglease.%s of partition %d: %w", floor, from.Index, err)
+		}
+		if _, err := dst.Exec(ctx, `SELECT pg_catalog.setval($1::regclass, greatest($2, last_value)) FROM pglease.`+pgx.Identifier{floor}.Sanitize(),
+			"pglease."+floor, last); err != nil {
+			return fmt.Errorf("raise pglease.%s of partition %d: %w", floor, to.Index, err)
 		}
 	}
 	proxy, err := pgx.Connect(ctx, s.ProxyURL)

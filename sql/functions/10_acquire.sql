@@ -128,6 +128,11 @@ BEGIN
                 -- that it never delays that holder's renewals; a lock for a
                 -- grant stays with the transaction when the block ends.
                 BEGIN
+                    -- A tenure that is over: its fenced transactions may
+                    -- keep us out at most 100 ms past its end.
+                    IF v_holder IS NOT NULL AND v_expires <= clock_timestamp() THEN
+                        PERFORM pglease._lock_for_takeover(p_name, v_expires);
+                    END IF;
                     SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid,
                            l.release_to, l.release_to_role, l.release_for
                     INTO v_holder, v_hrole, v_fence, v_expires, v_tid, v_rto, v_rrole, v_rfor

@@ -20,9 +20,12 @@
 -- none running yet. So a transaction that stalls after this call (idle, in
 -- one long statement such as pg_sleep, a client paused or cut off) loses
 -- its locks at most 100 ms after the tenure ends (plus the server's timer
--- latency); on 17 and later that holds whatever it runs. On 13 to 16 a
--- client that keeps sending new statements, each shorter than the time
--- left, can stay longer: the bound needs transaction_timeout there.
+-- latency); on 17 and later that holds whatever it runs. A session that
+-- turns those timeouts off again (or, on 13 to 16, keeps sending new
+-- statements, each shorter than the time left) is ended by the next
+-- takeover 200 ms after the tenure's end, or by pglease.force_release,
+-- when the schema owner may signal backends (see
+-- pglease._lock_for_takeover).
 -- Raises SQLSTATE PGL01 when the lease is free, expired, unknown, has
 -- another fence, or was taken by another role (the message says which);
 -- 22004 for NULL arguments, 22023 for a bad name or a negative fence.
@@ -93,6 +96,11 @@ BEGIN
             HINT = 'Your tenure is over; stop writing and acquire the lease again.';
     END IF;
 
+    -- Known as this lease's fenced transaction (see
+    -- pglease._lock_for_takeover), without ever waiting for the key.
+    PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
+    FROM pglease._fenced_key(p_name) AS k;
+
     -- The bound above: the time left plus 100 ms, as milliseconds. A
     -- setting of 0 (none, the usual case) is lowered without parsing it.
     v_ms := ceil(extract(epoch FROM v_expires_at - v_now) * 1000)::bigint + 100;
@@ -109,4 +117,66 @@ BEGIN
         PERFORM set_config('transaction_timeout', v_ms::text, true);
     END IF;
 END
+$$;
+
+-- _lock_for_takeover(p_name, p_end): locks lease p_name's row FOR NO KEY
+-- UPDATE for a takeover of a tenure that ended at p_end, or for
+-- pglease.force_release (p_end: now). A fenced transaction of that tenure
+-- (pglease.assert_held, run_begin, run_end: FOR SHARE until it ends) may
+-- hold the row; it bounds itself by the timeouts assert_held sets, which
+-- its own session can turn off again. So this waits for the lock at most
+-- until p_end + 200 ms (those timeouts, when on, end the transaction
+-- first, at 100 ms); then it terminates the backends whose fenced
+-- transactions of the lease are still open (pg_terminate_backend: the
+-- schema owner must be a superuser or a member of pg_signal_backend, and
+-- superusers' backends are never ended), and waits on for whatever else
+-- holds the row (a takeover in flight) as long as that lasts. Without the
+-- privilege it raises a WARNING naming the backends and waits on.
+-- Fenced transactions are found by the advisory lock they take
+-- (pglease._fenced_key): a backend that takes that key itself may be
+-- ended too. The caller's lock_timeout is restored.
+CREATE OR REPLACE FUNCTION pglease._lock_for_takeover(p_name text, p_end timestamptz)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_timeout text := current_setting('lock_timeout');
+    v_ms      bigint;
+    v_pid     integer;
+BEGIN
+    v_ms := ceil(extract(epoch FROM p_end + interval '200 milliseconds' - clock_timestamp()) * 1000)::bigint;
+    PERFORM set_config('lock_timeout', greatest(v_ms, 1)::text, true);
+    BEGIN
+        PERFORM 1 FROM pglease.leases AS l WHERE l.name = p_name FOR NO KEY UPDATE;
+        PERFORM set_config('lock_timeout', v_timeout, true);
+        RETURN;
+    EXCEPTION WHEN lock_not_available THEN
+        NULL;
+    END;
+    PERFORM set_config('lock_timeout', v_timeout, true);
+    FOR v_pid IN
+        SELECT k.pid FROM pg_catalog.pg_locks AS k
+        WHERE k.locktype = 'advisory' AND k.granted AND k.pid <> pg_backend_pid()
+          AND (k.classid, k.objid, k.objsubid) =
+              (SELECT f.key1::oid, f.key2::oid, 2::smallint FROM pglease._fenced_key(p_name) AS f)
+    LOOP
+        BEGIN
+            PERFORM pg_catalog.pg_terminate_backend(v_pid);
+        EXCEPTION WHEN insufficient_privilege THEN
+            RAISE WARNING USING
+                MESSAGE = format('pglease: lease %L: the fenced transaction of backend %s is still open 200 ms after its tenure ended, and the schema owner may not end it',
+                                 p_name, v_pid),
+                HINT = 'GRANT pg_signal_backend TO the role that owns schema pglease, or end the backend by hand.';
+        END;
+    END LOOP;
+    PERFORM 1 FROM pglease.leases AS l WHERE l.name = p_name FOR NO KEY UPDATE;
+END
+$$;
+
+-- _fenced_key(p_name): the advisory lock key (two 32-bit halves) a fenced
+-- transaction of lease p_name holds shared (see pglease._lock_for_takeover).
+CREATE OR REPLACE FUNCTION pglease._fenced_key(p_name text, OUT key1 integer, OUT key2 integer)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 1885825388, pg_catalog.hashtext(p_name)
 $$;

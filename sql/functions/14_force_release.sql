@@ -6,6 +6,8 @@
 -- name is unknown) when it was already free. The fence stays, so the next
 -- holder gets fence + 1 and the old holder's fenced writes are refused.
 -- The tenure ends at the server clock read after the row lock is granted.
+-- A fenced transaction of the tenure (pglease.assert_held) keeps it out at
+-- most 200 ms: then its backend is ended (see pglease._lock_for_takeover).
 -- Wakes waiters and observers like pglease.release. Whatever role took the tenure: this
 -- is the operator's override of the role binding. Not granted to pglease_client: run it
 -- as the schema owner or grant it to an operators' role.
@@ -23,6 +25,10 @@ BEGIN
     -- As pglease.release: the lock refused acquires wait for, when free.
     PERFORM 1 FROM pglease.leases AS l WHERE l.name = p_name FOR UPDATE SKIP LOCKED;
     v_sure := FOUND;
+    -- The tenure's fenced transactions keep the row at most 200 ms more.
+    IF NOT v_sure THEN
+        PERFORM pglease._lock_for_takeover(p_name, clock_timestamp());
+    END IF;
     SELECT l.holder, l.fence INTO holder, fence
     FROM pglease.leases AS l
     WHERE l.name = p_name

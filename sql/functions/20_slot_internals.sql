@@ -51,8 +51,10 @@ $$;
 -- live holder claimed with, however claims with different capacities race.
 -- No starvation: while the scope's queue (pglease.slot_queue) has a head
 -- (its oldest refused claim that has not lapsed) other than this holder,
--- a claim must also leave room for the head's units (unless the head asks
--- for more than the capacity this claim sees). So a claim of k units that
+-- a claim must also leave room for the head's units, unless the head asks
+-- for more than the capacity this claim sees, or, for a claim of another
+-- role than the head's, for more than that capacity less the units the
+-- head's own role holds live. So a claim of k units that
 -- is head gets in at its first claim after k units are free, and no claim
 -- registered after it takes them; it becomes head once every claim
 -- refused before it has claimed or lapsed.

@@ -4,8 +4,9 @@
 -- claim again when refused (a blocking claim): a refused claim then joins
 -- the scope's queue (pglease.slot_queue), whose head keeps room for its
 -- units against later claims, so it is not starved by claims of fewer
--- units; a claim with p_wait false is never queued (a one-shot claim must
--- not hold room it will not take). The four-argument form (0.2.0) is
+-- units (against other roles' claims, only while the units its own role
+-- holds leave it room); a claim with p_wait false is never queued (a
+-- one-shot claim must not hold room it will not take). The four-argument form (0.2.0) is
 -- p_units 1, p_wait false, without the units column.
 --
 -- A tenure belongs to the pair (p_holder, the caller's database role:

@@ -312,8 +312,8 @@ $$;
 -- tenure was already requested (nothing changes: the first request and its
 -- preferred holder stand, and no notification is sent).
 -- Raises PGL04 when the lease is not held (free, expired or unknown name),
--- PGL05 when p_to is not a candidate (or is the holder itself, or is a
--- candidate under more than one role), 22004 for a
+-- PGL05 when p_to is not a candidate (or is the holder itself, string and
+-- role, or is a candidate under more than one role), 22004 for a
 -- NULL name or p_for, 22023 for a bad name or p_to, or a p_for not in
 -- (0, 1 hour]; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.request_release(
@@ -328,14 +328,15 @@ DECLARE
     v_asked   timestamptz;
     v_to_role text;
     v_roles   bigint;
+    v_hrole   text;
 BEGIN
     PERFORM pglease._check_text('request_release', 'p_name', p_name);
     IF p_to IS NOT NULL THEN
         PERFORM pglease._check_text('request_release', 'p_to', p_to);
     END IF;
     v_for := pglease._check_span('request_release', 'p_for', p_for, interval '1 hour');
-    SELECT l.holder, l.fence, l.expires_at, l.release_requested_at
-    INTO holder, fence, v_expires, v_asked
+    SELECT l.holder, l.fence, l.expires_at, l.release_requested_at, l.holder_role
+    INTO holder, fence, v_expires, v_asked, v_hrole
     FROM pglease.leases AS l
     WHERE l.name = p_name
     FOR NO KEY UPDATE;
@@ -355,7 +356,7 @@ BEGIN
                                  p_to, p_name, v_roles),
                 HINT = 'Request the release without a preferred holder, or give the holders names unique across roles.';
         END IF;
-        IF v_roles = 0 OR p_to = holder THEN
+        IF v_roles = 0 OR (p_to = holder AND v_to_role IS NOT DISTINCT FROM v_hrole) THEN
             RAISE EXCEPTION USING ERRCODE = 'PGL05',
                 MESSAGE = format('pglease.request_release: %L is not a candidate for lease %L', p_to, p_name),
                 HINT = 'Name a holder that is waiting for the lease (refused by pglease.acquire with a value), or none.';

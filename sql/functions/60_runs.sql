@@ -123,6 +123,9 @@ BEGIN
     FOR SHARE;
     v_now := clock_timestamp();
     IF FOUND AND v_expires > v_now THEN
+        -- Known as a fenced transaction (see pglease.assert_held).
+        PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
+        FROM pglease._fenced_key(p_name) AS k;
         RETURN v_now;
     END IF;
     RETURN NULL;
