@@ -316,67 +316,16 @@ CREATE TABLE pglease.group_members (
 COMMENT ON TABLE pglease.group_members IS
     'pglease: the members of each group; change only through the pglease functions';
 
--- Source: sql/schema/20_views.sql
-
--- pglease: status views. CREATE OR REPLACE, so that an upgrade can apply
--- this file as it stands (a view may gain columns at the end, never lose or
--- change one: drop it in the upgrade delta first).
-
--- Status views. Times are computed from the server clock when the view is
--- read. expires_at is when the tenure ends or ended (for a free row: when it
--- was released); expires_in is the time left, zero once expired or free.
-CREATE OR REPLACE VIEW pglease.lease_status AS
-SELECT l.name,
-       l.holder,
-       l.fence,
-       CASE WHEN l.holder IS NULL THEN 'free'
-            WHEN l.expires_at > c.now THEN 'held'
-            ELSE 'expired' END AS state,
-       l.expires_at,
-       CASE WHEN l.holder IS NULL THEN interval '0'
-            ELSE greatest(l.expires_at - c.now, interval '0') END AS expires_in,
-       -- Leadership (0.3.0, docs/leadership.md): the live tenure's value and
-       -- release request; the holder a release request preferred, until
-       -- when the next grant is reserved for it (once the tenure is over).
-       CASE WHEN l.holder IS NOT NULL AND l.expires_at > c.now THEN l.value END AS value,
-       CASE WHEN l.holder IS NOT NULL AND l.expires_at > c.now
-            THEN l.release_requested_at END AS release_requested_at,
-       l.release_to AS preferred_holder,
-       CASE WHEN l.holder IS NULL OR l.expires_at <= c.now
-            THEN l.expires_at + l.release_for END AS preferred_until
-FROM pglease.leases AS l
-CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
-COMMENT ON VIEW pglease.lease_status IS
-    'pglease leases as seen now: state is held, expired or free';
-
-CREATE OR REPLACE VIEW pglease.slot_status AS
-SELECT s.scope,
-       s.slot::integer AS slot,
-       s.holder,
-       s.fence::bigint AS fence,
-       CASE WHEN s.holder IS NULL THEN 'free'
-            WHEN s.expires_at > c.now THEN 'held'
-            ELSE 'expired' END AS state,
-       s.expires_at,
-       CASE WHEN s.holder IS NULL THEN interval '0'
-            ELSE greatest(s.expires_at - c.now, interval '0') END AS expires_in,
-       s.units::integer AS units
-FROM pglease.slots AS s
-CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
-COMMENT ON VIEW pglease.slot_status IS
-    'pglease slots as seen now: state is held, expired or free';
-
-CREATE OR REPLACE VIEW pglease.slot_scope_status AS
-SELECT s.scope,
-       count(*) FILTER (WHERE s.holder IS NOT NULL AND s.expires_at > c.now)::integer AS in_use,
-       count(*)::integer AS slots,
-       coalesce(sum(s.units) FILTER (WHERE s.holder IS NOT NULL AND s.expires_at > c.now), 0)::integer
-           AS units_in_use
-FROM pglease.slots AS s
-CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
-GROUP BY s.scope;
-COMMENT ON VIEW pglease.slot_scope_status IS
-    'pglease slot scopes: live holders (in_use), slot rows ever created (slots) and units the live holders hold (units_in_use)';
+-- Names a role owns (0.3.0, sql/functions/05_prefixes.sql): one row per
+-- bound name prefix, set by the schema owner. owner_role is a role name
+-- (a role dropped later owns its prefixes still: nobody may take them).
+CREATE TABLE pglease.prefixes (
+    prefix     text        PRIMARY KEY CHECK (octet_length(prefix) BETWEEN 1 AND 256),
+    owner_role text        NOT NULL,
+    bound_at   timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.prefixes IS
+    'pglease: name prefixes bound to the role that owns them; change only through pglease.prefix_bind and prefix_unbind';
 
 -- Source: sql/functions/00_checks.sql
 
@@ -595,11 +544,14 @@ $$;
 -- The one rule of reservations: pglease.acquire, pglease.acquire_batch and
 -- pglease.purge apply it. A request of a holder without a role (none
 -- recorded) is reserved for no role: nobody but its end takes it.
+-- Declared VOLATILE only so that the planner inlines it where p_now is
+-- clock_timestamp() (an IMMUTABLE one would not be, and every call would
+-- then run the SQL function executor: about 30 µs per acquire).
 CREATE OR REPLACE FUNCTION pglease._reserved(
     p_expires timestamptz, p_to text, p_to_role text, p_for interval,
     p_holder text, p_role text, p_now timestamptz)
 RETURNS boolean
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql VOLATILE
 AS $$
     SELECT p_to IS NOT NULL
        AND (p_to IS DISTINCT FROM p_holder OR p_to_role IS DISTINCT FROM p_role)
@@ -710,6 +662,149 @@ AS $$
     SELECT '0.3.0'::text;
 $$;
 
+-- Source: sql/functions/05_prefixes.sql
+
+-- Names a role owns (0.3.0, docs/security.md#names-a-role-owns). The schema
+-- owner binds a name prefix to a role (pglease.prefix_bind); from then on
+-- only members of that role take a lease, claim a slot scope or create a
+-- group whose name starts with it. Names under no bound prefix are shared,
+-- as before 0.3.0. The longest bound prefix of a name decides. The shard
+-- leases of a group ('{group}/shard') belong to the group's role.
+
+-- _owner(p_name): who owns p_name: for a shard lease of an existing group,
+-- the group's role (prefix NULL); else the role of p_name's longest bound
+-- prefix, and that prefix; both NULL for a shared name. PL/pgSQL, so that
+-- its two reads are planned once per session: pglease.prefixes holds a few
+-- rows (one per service, say), and names starting with '{' cost one more
+-- read, of pglease.groups by its key.
+CREATE OR REPLACE FUNCTION pglease._owner(p_name text, OUT owner_role text, OUT prefix text)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF pg_catalog.starts_with(p_name, '{') AND pg_catalog.strpos(p_name, '}/') > 2 THEN
+        SELECT g.group_role INTO owner_role FROM pglease.groups AS g
+        WHERE g.name = pg_catalog.substr(p_name, 2, pg_catalog.strpos(p_name, '}/') - 2);
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    SELECT p.owner_role, p.prefix INTO owner_role, prefix FROM pglease.prefixes AS p
+    WHERE pg_catalog.starts_with(p_name, p.prefix)
+    ORDER BY pg_catalog.octet_length(p.prefix) DESC
+    LIMIT 1;
+END
+$$;
+
+-- _may_take(p_name): whether the caller (session_user) may take p_name: it
+-- is shared, or the caller is a member of the role owning it. A prefix
+-- bound to a role that no longer exists is nobody's: false.
+CREATE OR REPLACE FUNCTION pglease._may_take(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_owner text := (pglease._owner(p_name)).owner_role;
+    v_oid   oid;
+BEGIN
+    IF v_owner IS NULL THEN
+        RETURN true;
+    END IF;
+    SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_owner;
+    RETURN FOUND AND pg_catalog.pg_has_role(session_user, v_oid, 'MEMBER');
+END
+$$;
+
+-- _check_owner(p_func, p_arg, p_name): raises 42501 when p_name belongs to
+-- a role the caller is not a member of (see pglease._owner), naming the
+-- prefix or the group and the role; returns otherwise (at once for a
+-- shared name).
+CREATE OR REPLACE FUNCTION pglease._check_owner(p_func text, p_arg text, p_name text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_owner  text;
+    v_prefix text;
+BEGIN
+    SELECT o.owner_role, o.prefix INTO v_owner, v_prefix FROM pglease._owner(p_name) AS o;
+    IF v_owner IS NULL OR pglease._may_take(p_name) THEN
+        RETURN;
+    END IF;
+    IF v_prefix IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = format('pglease.%s: %s %L is a shard of a group of role %I; role %I is not a member of it',
+                             p_func, p_arg, p_name, v_owner, session_user),
+            HINT = 'Take part in the group as its role, through pglease.group_sync.';
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = '42501',
+        MESSAGE = format('pglease.%s: %s %L is under prefix %L, which belongs to role %I; role %I is not a member of it',
+                         p_func, p_arg, p_name, v_prefix, v_owner, session_user),
+        HINT = format('Use a name outside %L, or GRANT %I TO %I.', v_prefix, v_owner, session_user);
+END
+$$;
+
+-- pglease.prefix_bind(p_prefix, p_role): bind the name prefix p_prefix to
+-- role p_role: from now on only members of p_role take a lease, claim a
+-- slot scope or create a group whose name starts with p_prefix (42501 for
+-- anyone else, nothing changed), unless a longer bound prefix of the name
+-- says otherwise. Tenures live now keep running until they end (end another
+-- role's with pglease.force_release). Binding a bound prefix again moves it
+-- to p_role. Returns the role the prefix was bound to before (NULL: none).
+-- The schema owner's call: granted to no role.
+-- Raises 22004 for NULL arguments, 22023 for a prefix not 1 to 256 bytes,
+-- 42704 for a role that does not exist; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.prefix_bind(p_prefix text, p_role text, OUT previous_role text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('prefix_bind', 'p_prefix', p_prefix);
+    PERFORM pglease._check_text('prefix_bind', 'p_role', p_role);
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname = p_role) THEN
+        RAISE EXCEPTION USING ERRCODE = '42704',
+            MESSAGE = format('pglease.prefix_bind: role %I does not exist', p_role),
+            HINT = 'Name an existing role (the service''s login role, or a group role its logins are members of).';
+    END IF;
+    SELECT p.owner_role INTO previous_role FROM pglease.prefixes AS p WHERE p.prefix = p_prefix;
+    INSERT INTO pglease.prefixes AS p (prefix, owner_role, bound_at)
+    VALUES (p_prefix, p_role, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT prefixes_pkey
+    DO UPDATE SET owner_role = excluded.owner_role, bound_at = excluded.bound_at;
+END
+$$;
+
+-- pglease.prefix_unbind(p_prefix): make the names under p_prefix shared
+-- again (as far as no other bound prefix covers them). Returns the role it
+-- was bound to, NULL when it was not bound (nothing changes). The schema
+-- owner's call. Raises 22004 for NULL, 22023 for a prefix not 1 to 256
+-- bytes.
+CREATE OR REPLACE FUNCTION pglease.prefix_unbind(p_prefix text, OUT previous_role text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('prefix_unbind', 'p_prefix', p_prefix);
+    DELETE FROM pglease.prefixes AS p WHERE p.prefix = p_prefix
+    RETURNING p.owner_role INTO previous_role;
+END
+$$;
+
+-- pglease.owner_of(p_name): the role that owns name p_name (a lease name or
+-- a slot scope): the group's role for a group's shard lease, else the role
+-- its longest bound prefix is bound to; NULL for a shared name. Read-only,
+-- for every client (lease_status shows it too). Raises 22004 for NULL,
+-- 22023 for a name not 1 to 256 bytes.
+CREATE OR REPLACE FUNCTION pglease.owner_of(p_name text)
+RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('owner_of', 'p_name', p_name);
+    RETURN (pglease._owner(p_name)).owner_role;
+END
+$$;
+
 -- Source: sql/functions/10_acquire.sql
 
 -- pglease.acquire(p_name, p_holder, p_ttl): take a lease, or learn who has it.
@@ -751,7 +846,9 @@ $$;
 -- A new tenure starts without a value or a request, and NOTIFYs observers
 -- (see pglease._observed_wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
--- bytes or a TTL not in (0, 24 hours]; 40001 when the lease changed under
+-- bytes or a TTL not in (0, 24 hours]; 42501 for a name under a prefix
+-- bound to a role the caller is not a member of (see pglease.prefix_bind);
+-- 40001 when the lease changed under
 -- ten attempts in a row (retry); nothing is changed then.
 -- A refused call locks the row only FOR KEY SHARE, which no renewal,
 -- release or takeover waits for, so it never delays the holder's renewals.
@@ -791,6 +888,8 @@ BEGIN
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('acquire', p_ttl);
     END IF;
+    -- A name under a prefix another role owns: 42501.
+    PERFORM pglease._check_owner('acquire', 'p_name', p_name);
 
     -- Each pass either decides or sees the row change under it; a
     -- concurrent change can only happen a bounded number of times in a row.
@@ -1486,7 +1585,8 @@ $$;
 --     client that gave up on a call may release a fresh grant it no longer
 --     wants without ending a tenure it still uses;
 --   * sqlstates[i]: NULL when the element was decided; 22004 or 22023 for
---     a bad element (see above), which was not called.
+--     a bad element (see above), 42501 for a name under a prefix another
+--     role owns (see pglease.prefix_bind); neither was called.
 -- Raises 22004 when p_names, p_holder or p_ttls is NULL, 22023 for a
 -- holder not 1 to 256 bytes, arrays of different lengths (p_values, when
 -- not NULL, too), or more than 1000 elements; 40001 when some element's
@@ -1554,6 +1654,7 @@ BEGIN
                   FROM unnest(p_names, p_ttls, p_values) WITH ORDINALITY AS u(name, ttl, value, i)
                   JOIN pglease.leases AS l ON l.name = u.name
                   WHERE date_part('epoch', u.ttl) > 0 AND date_part('epoch', u.ttl) <= 86400
+                    AND pglease._may_take(l.name)
                     AND coalesce(octet_length(u.value) <= 1024, true)
                     AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
                           AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
@@ -1630,6 +1731,7 @@ BEGIN
             WHEN octet_length(e.name) NOT BETWEEN 1 AND 256
                  OR date_part('epoch', e.ttl) <= 0 OR date_part('epoch', e.ttl) > 86400
                  OR octet_length(e.value) > 1024 THEN '22023'
+            WHEN NOT pglease._may_take(e.name) THEN '42501'
         END;
         IF v_state IS NOT NULL THEN
             sqlstates[e.i] := v_state;
@@ -2267,7 +2369,9 @@ $$;
 -- scope keeps count of its live holders; see pglease._slot_claim_locked).
 -- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
 -- capacity not in 1..1000000, units not in 1..p_capacity, a TTL not in
--- (0, 24 hours]; PGL06 when p_units is more than the smallest capacity the
+-- (0, 24 hours]; 42501 for a scope under a prefix bound to a role the
+-- caller is not a member of (see pglease.prefix_bind); PGL06 when p_units
+-- is more than the smallest capacity the
 -- scope's live holders claimed with; nothing changes then.
 --
 -- enable_bitmapscan is off for the call (and the claim's building blocks
@@ -2327,6 +2431,7 @@ BEGIN
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('claim_slot', p_ttl);
     END IF;
+    PERFORM pglease._check_owner('claim_slot', 'p_scope', p_scope);
 
     -- The decision runs in a subtransaction: a refusal rolls it back, with
     -- the scope lock and whatever it un-counted (the next claim does that
@@ -2480,7 +2585,8 @@ $$;
 -- transaction ends; a refused one keeps none that a claim waits for.
 -- Raises 22004 for NULL arrays, elements or arguments; 22023 for arrays of
 -- different lengths, empty or longer than 64, duplicate scopes, or an element
--- out of claim_slot's ranges; PGL06 as claim_slot, for the first scope in
+-- out of claim_slot's ranges; 42501 for a scope under a prefix another
+-- role owns, as claim_slot; PGL06 as claim_slot, for the first scope in
 -- the order given where it applies; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slots(
     p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval, p_units integer[],
@@ -2536,6 +2642,10 @@ BEGIN
     END IF;
     v_ttl := pglease._check_ttl('claim_slots', p_ttl);
     PERFORM pglease._check_flag('claim_slots', 'p_wait', p_wait);
+    FOR i IN 1..v_n LOOP
+        PERFORM pglease._check_owner('claim_slots', format('p_scopes[%s]', i),
+                                     p_scopes[array_lower(p_scopes, 1) + i - 1]);
+    END LOOP;
 
     in_use := array_fill(NULL::integer, ARRAY[v_n]);
     slots := array_fill(NULL::integer, ARRAY[v_n]);
@@ -3210,13 +3320,16 @@ $$;
 --     and runs begun that long ago that never ended and whose tenure is
 --     over; never a success whose window has not ended, nor a job's newest
 --     succeeded run, nor a run whose tenure is live;
+--   * shard groups (pglease.group_create) nobody has taken part in since
+--     p_free_for ago and whose shard leases are all gone (purged by an
+--     earlier purge), with their shard lists and member rows;
 --   * waiter registrations past their until (and, uncounted, lapsed
 --     observer, candidate and slot queue registrations).
 -- Whose rows: the schema owner, a superuser and members of
 -- pglease_operator purge every role's rows; any other caller purges only
 -- the rows its own role (session_user) left: leases and runs whose last
--- holder was of its role, scopes all of whose slots were, and its own
--- registrations. So a client that keeps its purge open in a transaction
+-- holder was of its role, scopes all of whose slots were, its groups, and
+-- its own registrations. So a client that keeps its purge open in a transaction
 -- holds up only names its own role last held, which it could keep by
 -- renewing anyway (docs/security.md).
 -- Before any of them is gone, the fence floors (pglease.lease_fence_floor,
@@ -3250,10 +3363,30 @@ DECLARE
     v_max        bigint;
     v_waiters    bigint;
     v_runs       bigint;
+    v_groups     bigint;
     v_scope      text;
     v_scopes     text[];
 BEGIN
     v_cutoff := v_now - pglease._check_age('purge', 'p_free_for', p_free_for);
+
+    -- Shard groups nobody takes part in any more: created before the
+    -- cutoff, no member live since it, and no shard lease left (a group
+    -- goes after its shard leases: the purge after the one that deleted
+    -- the last of them). Groups locked by a sync in flight are skipped.
+    WITH gone AS (
+        DELETE FROM pglease.groups AS g
+        WHERE g.name = ANY (ARRAY(
+                SELECT d.name FROM pglease.groups AS d
+                WHERE d.created_at <= v_cutoff AND (v_all OR d.group_role = v_role)
+                  AND NOT EXISTS (SELECT 1 FROM pglease.group_members AS m
+                                  WHERE m.group_name = d.name AND m.expires_at > v_cutoff)
+                  AND NOT EXISTS (SELECT 1 FROM pglease.group_shards AS s
+                                  JOIN pglease.leases AS l ON l.name = '{' || d.name || '}/' || s.shard
+                                  WHERE s.group_name = d.name)
+                FOR UPDATE SKIP LOCKED))
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_groups FROM gone;
 
     -- Leases: the row lock taken FOR UPDATE rechecks the condition against
     -- the newest committed version, so a row taken over after this
@@ -3353,10 +3486,12 @@ BEGIN
                               WHERE d.until < v_now AND (v_all OR d.holder_role = v_role)
                               FOR UPDATE SKIP LOCKED));
 
-    IF v_leases + v_slots + v_waiters + v_runs > 0 THEN
-        PERFORM pglease._raise_floors(v_lease_max, v_slot_max, v_leases + v_slots + v_waiters + v_runs);
+
+    IF v_leases + v_slots + v_waiters + v_runs + v_groups > 0 THEN
+        PERFORM pglease._raise_floors(v_lease_max, v_slot_max,
+                                      v_leases + v_slots + v_waiters + v_runs + v_groups);
     END IF;
-    RETURN v_leases + v_slots + v_waiters + v_runs;
+    RETURN v_leases + v_slots + v_waiters + v_runs + v_groups;
 END
 $$;
 
@@ -3440,9 +3575,12 @@ $$;
 --     the slot rows by state;
 --   * lease_waiters, slot_waiters: refused acquires and claims registered
 --     as waiting for a release, by kind, whose wait has not ended;
---   * tables, table_rows, table_bytes: leases, slots, slot_scopes and
---     waiters, their exact row counts and their sizes on disk with indexes
---     and TOAST (pg_total_relation_size);
+--   * tables, table_rows, table_bytes: every table of the schema
+--     (leases, slots, slot_scopes, waiters, slot_queue, observers,
+--     candidates, runs, groups, group_shards, group_members, prefixes, in
+--     this order; the first four as before 0.3.0), their exact row counts
+--     and their sizes on disk with indexes and TOAST
+--     (pg_total_relation_size);
 --   * lease_oldest_free_seconds: how long the lease row free (released or
 --     expired) for the longest has been free, 0 when none is: what
 --     pglease.purge(p_free_for) deletes once it exceeds p_free_for;
@@ -3563,12 +3701,19 @@ BEGIN
     FROM pglease.waiters AS w;
     SELECT count(*) INTO v_scopes FROM pglease.slot_scopes AS sc;
 
-    tables := ARRAY['leases', 'slots', 'slot_scopes', 'waiters'];
-    table_rows := ARRAY[leases_held + leases_expired + leases_free, v_slots, v_scopes, v_waiters];
-    table_bytes := ARRAY[pg_total_relation_size('pglease.leases'::regclass),
-                         pg_total_relation_size('pglease.slots'::regclass),
-                         pg_total_relation_size('pglease.slot_scopes'::regclass),
-                         pg_total_relation_size('pglease.waiters'::regclass)];
+    tables := ARRAY['leases', 'slots', 'slot_scopes', 'waiters', 'slot_queue', 'observers',
+                    'candidates', 'runs', 'groups', 'group_shards', 'group_members', 'prefixes'];
+    table_rows := ARRAY[leases_held + leases_expired + leases_free, v_slots, v_scopes, v_waiters,
+                        (SELECT count(*) FROM pglease.slot_queue),
+                        (SELECT count(*) FROM pglease.observers),
+                        (SELECT count(*) FROM pglease.candidates),
+                        (SELECT count(*) FROM pglease.runs),
+                        (SELECT count(*) FROM pglease.groups),
+                        (SELECT count(*) FROM pglease.group_shards),
+                        (SELECT count(*) FROM pglease.group_members),
+                        (SELECT count(*) FROM pglease.prefixes)];
+    table_bytes := ARRAY(SELECT pg_total_relation_size(('pglease.' || t)::regclass)
+                         FROM unnest(tables) WITH ORDINALITY AS u(t, i) ORDER BY u.i);
 
     SELECT f.last_value INTO purged_rows FROM pglease.purged_rows AS f;
 END
@@ -4468,6 +4613,7 @@ DECLARE
     v_old   text[];
 BEGIN
     PERFORM pglease._check_group('group_create', p_group);
+    PERFORM pglease._check_owner('group_create', 'p_group', p_group);
     IF p_count IS NULL AND p_names IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22004',
             MESSAGE = 'pglease.group_create: p_count and p_names must not both be NULL',
@@ -4892,6 +5038,39 @@ BEGIN
 END
 $$;
 
+-- pglease.group_delete(p_group): delete group p_group, its shard list and
+-- its members' rows, once nobody takes part in it: no member is live and
+-- no shard lease is held live. The shard leases stay, as shared names
+-- (their fences go on; pglease.purge deletes them once free for long
+-- enough). Only the group's role may delete it. Returns deleted = true.
+-- Raises 22004 for a NULL group, 22023 for a bad group name, PGL10 for an
+-- unknown group, 42501 for a group of another role, 55006 while a member
+-- is live or a shard is held; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.group_delete(p_group text, OUT deleted boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now    timestamptz;
+    v_prefix text := '{' || p_group || '}/';
+BEGIN
+    PERFORM pglease._check_group('group_delete', p_group);
+    PERFORM pglease._group_of('group_delete', p_group, true);
+    v_now := clock_timestamp();
+    IF EXISTS (SELECT 1 FROM pglease.group_members AS m
+               WHERE m.group_name = p_group AND m.expires_at > v_now)
+       OR EXISTS (SELECT 1 FROM pglease.group_shards AS s
+                  JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
+                  WHERE s.group_name = p_group AND l.holder IS NOT NULL AND l.expires_at > v_now) THEN
+        RAISE EXCEPTION USING ERRCODE = '55006',
+            MESSAGE = format('pglease.group_delete: group %L has live members or held shards', p_group),
+            HINT = 'Stop its members first (they leave with pglease.group_leave and release their shards), then delete it.';
+    END IF;
+    DELETE FROM pglease.groups AS g WHERE g.name = p_group;
+    deleted := true;
+END
+$$;
+
 -- pglease.group_status(p_group): who owns what in group p_group, read-only.
 --
 -- One row per live member (member, its maximum, the shards it owns, of
@@ -4965,6 +5144,72 @@ AS $$
                               ORDER BY g.name), '{}')
     FROM pglease.groups AS g;
 $$;
+
+-- Source: sql/schema/20_views.sql
+
+-- pglease: status views. CREATE OR REPLACE, so that an upgrade can apply
+-- this file as it stands (a view may gain columns at the end, never lose or
+-- change one: drop it in the upgrade delta first).
+
+-- Status views. Times are computed from the server clock when the view is
+-- read. expires_at is when the tenure ends or ended (for a free row: when it
+-- was released); expires_in is the time left, zero once expired or free.
+CREATE OR REPLACE VIEW pglease.lease_status AS
+SELECT l.name,
+       l.holder,
+       l.fence,
+       CASE WHEN l.holder IS NULL THEN 'free'
+            WHEN l.expires_at > c.now THEN 'held'
+            ELSE 'expired' END AS state,
+       l.expires_at,
+       CASE WHEN l.holder IS NULL THEN interval '0'
+            ELSE greatest(l.expires_at - c.now, interval '0') END AS expires_in,
+       -- Leadership (0.3.0, docs/leadership.md): the live tenure's value and
+       -- release request; the holder a release request preferred, until
+       -- when the next grant is reserved for it (once the tenure is over).
+       CASE WHEN l.holder IS NOT NULL AND l.expires_at > c.now THEN l.value END AS value,
+       CASE WHEN l.holder IS NOT NULL AND l.expires_at > c.now
+            THEN l.release_requested_at END AS release_requested_at,
+       l.release_to AS preferred_holder,
+       CASE WHEN l.holder IS NULL OR l.expires_at <= c.now
+            THEN l.expires_at + l.release_for END AS preferred_until,
+       -- 0.3.0: the preferred holder's role, and the role owning the name
+       -- (pglease.prefix_bind; NULL: a shared name).
+       l.release_to_role AS preferred_role,
+       pglease.owner_of(l.name) AS owner_role
+FROM pglease.leases AS l
+CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
+COMMENT ON VIEW pglease.lease_status IS
+    'pglease leases as seen now: state is held, expired or free';
+
+CREATE OR REPLACE VIEW pglease.slot_status AS
+SELECT s.scope,
+       s.slot::integer AS slot,
+       s.holder,
+       s.fence::bigint AS fence,
+       CASE WHEN s.holder IS NULL THEN 'free'
+            WHEN s.expires_at > c.now THEN 'held'
+            ELSE 'expired' END AS state,
+       s.expires_at,
+       CASE WHEN s.holder IS NULL THEN interval '0'
+            ELSE greatest(s.expires_at - c.now, interval '0') END AS expires_in,
+       s.units::integer AS units
+FROM pglease.slots AS s
+CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
+COMMENT ON VIEW pglease.slot_status IS
+    'pglease slots as seen now: state is held, expired or free';
+
+CREATE OR REPLACE VIEW pglease.slot_scope_status AS
+SELECT s.scope,
+       count(*) FILTER (WHERE s.holder IS NOT NULL AND s.expires_at > c.now)::integer AS in_use,
+       count(*)::integer AS slots,
+       coalesce(sum(s.units) FILTER (WHERE s.holder IS NOT NULL AND s.expires_at > c.now), 0)::integer
+           AS units_in_use
+FROM pglease.slots AS s
+CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c
+GROUP BY s.scope;
+COMMENT ON VIEW pglease.slot_scope_status IS
+    'pglease slot scopes: live holders (in_use), slot rows ever created (slots) and units the live holders hold (units_in_use)';
 
 -- Source: sql/schema/90_privileges.sql
 
@@ -5126,8 +5371,14 @@ BEGIN
             pglease.group_release(text, text, text, bigint),
             pglease.group_leave(text, text),
             pglease.group_status(text),
-            pglease.group_list()
+            pglease.group_list(),
+            pglease.group_delete(text)
             TO pglease_client;
+        -- Who owns a name (0.3.0), which lease_status shows too.
+        GRANT EXECUTE ON FUNCTION pglease.owner_of(text) TO pglease_client;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
+        GRANT EXECUTE ON FUNCTION pglease.owner_of(text) TO pglease_operator;
     END IF;
 END
 $pglease$;
@@ -5147,3 +5398,4 @@ SELECT pg_catalog.pg_extension_config_dump('pglease.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.groups', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.group_shards', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.group_members', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.prefixes', '');

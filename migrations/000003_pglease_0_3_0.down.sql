@@ -145,6 +145,16 @@ DROP FUNCTION pglease._check_flag(text, text, boolean);
 DROP FUNCTION pglease._lock_for_takeover(text, timestamptz);
 DROP FUNCTION pglease._fenced_key(text);
 
+-- Names a role owns go: every name is shared again.
+DROP FUNCTION pglease.prefix_bind(text, text);
+DROP FUNCTION pglease.prefix_unbind(text);
+DROP FUNCTION pglease.owner_of(text);
+DROP FUNCTION pglease.group_delete(text);
+DROP FUNCTION pglease._check_owner(text, text, text);
+DROP FUNCTION pglease._may_take(text);
+DROP FUNCTION pglease._owner(text);
+DROP TABLE pglease.prefixes;
+
 -- Views of sql/schema/10_schema.sql
 
 

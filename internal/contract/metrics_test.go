@@ -170,7 +170,8 @@ func testMetricsTotals(t *testing.T) {
 	if m.LeaseWaiters != 1 || m.SlotWaiters != 1 {
 		t.Errorf("waiters: got %d lease, %d slot, want 1 and 1", m.LeaseWaiters, m.SlotWaiters)
 	}
-	if want := []string{"leases", "slots", "slot_scopes", "waiters"}; !slices.Equal(m.Tables, want) {
+	if want := []string{"leases", "slots", "slot_scopes", "waiters", "slot_queue", "observers", "candidates",
+		"runs", "groups", "group_shards", "group_members", "prefixes"}; !slices.Equal(m.Tables, want) {
 		t.Fatalf("tables: got %q, want %q", m.Tables, want)
 	}
 	for i, table := range m.Tables {

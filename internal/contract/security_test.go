@@ -479,12 +479,15 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 	for _, f := range []string{
 		"group_create(text,integer,text[])", "group_sync(text,text,interval,integer)",
 		"group_release(text,text,text,bigint)", "group_leave(text,text)",
-		"group_status(text)", "group_list()",
+		"group_status(text)", "group_list()", "group_delete(text)",
+		// Who owns a name (0.3.0).
+		"owner_of(text)",
 	} {
 		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
 	}
 	want = append(want, "schema pglease pglease_operator USAGE", "relation lease_status pglease_operator SELECT",
-		"function pglease.request_release(text,text,interval) pglease_operator EXECUTE")
+		"function pglease.request_release(text,text,interval) pglease_operator EXECUTE",
+		"function pglease.owner_of(text) pglease_operator EXECUTE")
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("ACL of schema pglease (grants to roles other than the owner):\n got: %s\nwant: %s",
@@ -496,8 +499,9 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 // assert_held (idle, or in one long statement), also with the timeouts
 // assert_held set turned off again, keeps a takeover out at most 100 ms
 // past the tenure's end, plus the server's timer latency (with the
-// timeouts off, 200 ms: the takeover ends its backend); the test allows a generous
-// second on top for a loaded machine and logs the delay measured on the
+// timeouts off, 200 ms: the takeover ends its backend); the test allows a
+// generous second on top for a loaded machine and logs the delay measured
+// on the
 // server's clock.
 func TestFencedTransactionBound(t *testing.T) {
 	t.Parallel()

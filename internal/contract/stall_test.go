@@ -275,14 +275,16 @@ func slotArgs(e *stallEnv) []any {
 	return []any{scopes, slots, holders, fences}
 }
 
+// liveNamesAndB: A's live leases but its group's shard (which B may not
+// even ask for: 42501, see the shard's own call), and B's holder string.
 func liveNamesAndB(e *stallEnv) []any {
 	names, _, _ := e.liveLeases()
-	return []any{names, e.hB}
+	return []any{names[:len(names)-1], e.hB}
 }
 
 func liveNamesAndHolders(e *stallEnv) []any {
 	names, holders, _ := e.liveLeases()
-	return []any{names, holders}
+	return []any{names[:len(names)-1], holders[:len(holders)-1]}
 }
 
 func scopesOfA(e *stallEnv) []string { return []string{e.scope, e.freeScope, e.fullScope} }
@@ -293,6 +295,11 @@ func scopesOfA(e *stallEnv) []string { return []string{e.scope, e.freeScope, e.f
 // statement of them.
 var stallSweep = map[string][]hostileCall{
 	"pglease.acquire(text,text,interval)": {{
+		how:    "acquire of A's group's shard, which belongs to A's role",
+		sql:    `SELECT a::text FROM pglease.acquire($1, $2, '1 hour') AS a`,
+		args:   func(e *stallEnv) []any { return []any{e.shard, e.hB} },
+		raises: "42501",
+	}, {
 		how:  "refused acquire of A's live leases",
 		sql:  `SELECT a::text FROM unnest($1::text[]) AS u(n), pglease.acquire(u.n, $2, '1 hour') AS a`,
 		args: liveNamesAndB,
@@ -402,6 +409,17 @@ var stallSweep = map[string][]hostileCall{
 	"pglease.group_list()": {{
 		how: "group_list",
 		sql: `SELECT g::text FROM pglease.group_list() AS g`,
+	}},
+	"pglease.group_delete(text)": {{
+		how:    "group_delete of A's group",
+		sql:    `SELECT g::text FROM pglease.group_delete($1) AS g`,
+		args:   func(e *stallEnv) []any { return []any{e.group} },
+		raises: "42501",
+	}},
+	"pglease.owner_of(text)": {{
+		how:  "owner_of A's names",
+		sql:  `SELECT pglease.owner_of(u.n) FROM unnest($1::text[]) AS u(n)`,
+		args: func(e *stallEnv) []any { names, _, _ := e.liveLeases(); return []any{names} },
 	}},
 	"pglease.group_release(text,text,text,bigint)": {{
 		how:    "group_release of A's shard with A's member and fence",

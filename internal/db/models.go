@@ -69,6 +69,8 @@ type PgleaseLeaseStatus struct {
 	ReleaseRequestedAt interface{}
 	PreferredHolder    pgtype.Text
 	PreferredUntil     interface{}
+	PreferredRole      pgtype.Text
+	OwnerRole          string
 }
 
 // pglease: observed leases, whose changes are notified
@@ -76,6 +78,13 @@ type PgleaseObserver struct {
 	Name       string
 	Until      time.Time
 	CallerRole string
+}
+
+// pglease: name prefixes bound to the role that owns them; change only through pglease.prefix_bind and prefix_unbind
+type PgleasePrefix struct {
+	Prefix    string
+	OwnerRole string
+	BoundAt   time.Time
 }
 
 // pglease: locked by purges while they raise the fence floors; holds no rows

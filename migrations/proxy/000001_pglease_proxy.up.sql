@@ -146,6 +146,49 @@ AS $$
     RUN ON 0;
 $$;
 
+-- Source: sql/functions/05_prefixes.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_prefix_bind(p_prefix text, p_role text, OUT previous_role text)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.prefix_bind;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.prefix_bind(p_prefix text, p_role text, OUT previous_role text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT min(r) FROM pglease._all_prefix_bind(p_prefix, p_role) AS r;
+$$;
+
+-- Source: sql/functions/05_prefixes.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_prefix_unbind(p_prefix text, OUT previous_role text)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.prefix_unbind;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.prefix_unbind(p_prefix text, OUT previous_role text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT min(r) FROM pglease._all_prefix_unbind(p_prefix) AS r;
+$$;
+
+-- Source: sql/functions/05_prefixes.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.owner_of(p_name text)
+RETURNS text
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
 -- Source: sql/functions/10_acquire.sql (signature), sql/proxy/routes (hash p_name)
 CREATE OR REPLACE FUNCTION pglease.acquire(
     p_name text, p_holder text, p_ttl interval,
@@ -790,6 +833,14 @@ AS $$
 $$;
 
 -- Source: sql/functions/70_groups.sql (signature), sql/proxy/routes (hash p_group)
+CREATE OR REPLACE FUNCTION pglease.group_delete(p_group text, OUT deleted boolean)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_group);
+$$;
+
+-- Source: sql/functions/70_groups.sql (signature), sql/proxy/routes (hash p_group)
 CREATE OR REPLACE FUNCTION pglease.group_status(
     p_group text,
     OUT member text, OUT max_shards integer, OUT shards integer,
@@ -834,14 +885,16 @@ CREATE OR REPLACE FUNCTION pglease._all_lease_status(
     OUT name text, OUT holder text, OUT fence bigint, OUT state text,
     OUT expires_at timestamptz, OUT expires_in interval,
     OUT value text, OUT release_requested_at timestamptz,
-    OUT preferred_holder text, OUT preferred_until timestamptz)
+    OUT preferred_holder text, OUT preferred_until timestamptz,
+    OUT preferred_role text, OUT owner_role text)
 RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
     RUN ON ALL;
     SELECT name, holder, fence, state, expires_at, expires_in,
-           value, release_requested_at, preferred_holder, preferred_until
+           value, release_requested_at, preferred_holder, preferred_until,
+           preferred_role, owner_role
     FROM pglease.lease_status;
 $$;
 

@@ -37,7 +37,9 @@
 -- A new tenure starts without a value or a request, and NOTIFYs observers
 -- (see pglease._observed_wake).
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
--- bytes or a TTL not in (0, 24 hours]; 40001 when the lease changed under
+-- bytes or a TTL not in (0, 24 hours]; 42501 for a name under a prefix
+-- bound to a role the caller is not a member of (see pglease.prefix_bind);
+-- 40001 when the lease changed under
 -- ten attempts in a row (retry); nothing is changed then.
 -- A refused call locks the row only FOR KEY SHARE, which no renewal,
 -- release or takeover waits for, so it never delays the holder's renewals.
@@ -77,6 +79,8 @@ BEGIN
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('acquire', p_ttl);
     END IF;
+    -- A name under a prefix another role owns: 42501.
+    PERFORM pglease._check_owner('acquire', 'p_name', p_name);
 
     -- Each pass either decides or sees the row change under it; a
     -- concurrent change can only happen a bounded number of times in a row.

@@ -65,7 +65,8 @@
 --     client that gave up on a call may release a fresh grant it no longer
 --     wants without ending a tenure it still uses;
 --   * sqlstates[i]: NULL when the element was decided; 22004 or 22023 for
---     a bad element (see above), which was not called.
+--     a bad element (see above), 42501 for a name under a prefix another
+--     role owns (see pglease.prefix_bind); neither was called.
 -- Raises 22004 when p_names, p_holder or p_ttls is NULL, 22023 for a
 -- holder not 1 to 256 bytes, arrays of different lengths (p_values, when
 -- not NULL, too), or more than 1000 elements; 40001 when some element's
@@ -133,6 +134,7 @@ BEGIN
                   FROM unnest(p_names, p_ttls, p_values) WITH ORDINALITY AS u(name, ttl, value, i)
                   JOIN pglease.leases AS l ON l.name = u.name
                   WHERE date_part('epoch', u.ttl) > 0 AND date_part('epoch', u.ttl) <= 86400
+                    AND pglease._may_take(l.name)
                     AND coalesce(octet_length(u.value) <= 1024, true)
                     AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
                           AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
@@ -209,6 +211,7 @@ BEGIN
             WHEN octet_length(e.name) NOT BETWEEN 1 AND 256
                  OR date_part('epoch', e.ttl) <= 0 OR date_part('epoch', e.ttl) > 86400
                  OR octet_length(e.value) > 1024 THEN '22023'
+            WHEN NOT pglease._may_take(e.name) THEN '42501'
         END;
         IF v_state IS NOT NULL THEN
             sqlstates[e.i] := v_state;

@@ -51,7 +51,9 @@
 -- scope keeps count of its live holders; see pglease._slot_claim_locked).
 -- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
 -- capacity not in 1..1000000, units not in 1..p_capacity, a TTL not in
--- (0, 24 hours]; PGL06 when p_units is more than the smallest capacity the
+-- (0, 24 hours]; 42501 for a scope under a prefix bound to a role the
+-- caller is not a member of (see pglease.prefix_bind); PGL06 when p_units
+-- is more than the smallest capacity the
 -- scope's live holders claimed with; nothing changes then.
 --
 -- enable_bitmapscan is off for the call (and the claim's building blocks
@@ -111,6 +113,7 @@ BEGIN
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('claim_slot', p_ttl);
     END IF;
+    PERFORM pglease._check_owner('claim_slot', 'p_scope', p_scope);
 
     -- The decision runs in a subtransaction: a refusal rolls it back, with
     -- the scope lock and whatever it un-counted (the next claim does that

@@ -25,7 +25,8 @@
 -- transaction ends; a refused one keeps none that a claim waits for.
 -- Raises 22004 for NULL arrays, elements or arguments; 22023 for arrays of
 -- different lengths, empty or longer than 64, duplicate scopes, or an element
--- out of claim_slot's ranges; PGL06 as claim_slot, for the first scope in
+-- out of claim_slot's ranges; 42501 for a scope under a prefix another
+-- role owns, as claim_slot; PGL06 as claim_slot, for the first scope in
 -- the order given where it applies; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.claim_slots(
     p_holder text, p_scopes text[], p_capacities integer[], p_ttl interval, p_units integer[],
@@ -81,6 +82,10 @@ BEGIN
     END IF;
     v_ttl := pglease._check_ttl('claim_slots', p_ttl);
     PERFORM pglease._check_flag('claim_slots', 'p_wait', p_wait);
+    FOR i IN 1..v_n LOOP
+        PERFORM pglease._check_owner('claim_slots', format('p_scopes[%s]', i),
+                                     p_scopes[array_lower(p_scopes, 1) + i - 1]);
+    END LOOP;
 
     in_use := array_fill(NULL::integer, ARRAY[v_n]);
     slots := array_fill(NULL::integer, ARRAY[v_n]);

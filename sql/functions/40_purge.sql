@@ -13,13 +13,16 @@
 --     and runs begun that long ago that never ended and whose tenure is
 --     over; never a success whose window has not ended, nor a job's newest
 --     succeeded run, nor a run whose tenure is live;
+--   * shard groups (pglease.group_create) nobody has taken part in since
+--     p_free_for ago and whose shard leases are all gone (purged by an
+--     earlier purge), with their shard lists and member rows;
 --   * waiter registrations past their until (and, uncounted, lapsed
 --     observer, candidate and slot queue registrations).
 -- Whose rows: the schema owner, a superuser and members of
 -- pglease_operator purge every role's rows; any other caller purges only
 -- the rows its own role (session_user) left: leases and runs whose last
--- holder was of its role, scopes all of whose slots were, and its own
--- registrations. So a client that keeps its purge open in a transaction
+-- holder was of its role, scopes all of whose slots were, its groups, and
+-- its own registrations. So a client that keeps its purge open in a transaction
 -- holds up only names its own role last held, which it could keep by
 -- renewing anyway (docs/security.md).
 -- Before any of them is gone, the fence floors (pglease.lease_fence_floor,
@@ -53,10 +56,30 @@ DECLARE
     v_max        bigint;
     v_waiters    bigint;
     v_runs       bigint;
+    v_groups     bigint;
     v_scope      text;
     v_scopes     text[];
 BEGIN
     v_cutoff := v_now - pglease._check_age('purge', 'p_free_for', p_free_for);
+
+    -- Shard groups nobody takes part in any more: created before the
+    -- cutoff, no member live since it, and no shard lease left (a group
+    -- goes after its shard leases: the purge after the one that deleted
+    -- the last of them). Groups locked by a sync in flight are skipped.
+    WITH gone AS (
+        DELETE FROM pglease.groups AS g
+        WHERE g.name = ANY (ARRAY(
+                SELECT d.name FROM pglease.groups AS d
+                WHERE d.created_at <= v_cutoff AND (v_all OR d.group_role = v_role)
+                  AND NOT EXISTS (SELECT 1 FROM pglease.group_members AS m
+                                  WHERE m.group_name = d.name AND m.expires_at > v_cutoff)
+                  AND NOT EXISTS (SELECT 1 FROM pglease.group_shards AS s
+                                  JOIN pglease.leases AS l ON l.name = '{' || d.name || '}/' || s.shard
+                                  WHERE s.group_name = d.name)
+                FOR UPDATE SKIP LOCKED))
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_groups FROM gone;
 
     -- Leases: the row lock taken FOR UPDATE rechecks the condition against
     -- the newest committed version, so a row taken over after this
@@ -156,10 +179,12 @@ BEGIN
                               WHERE d.until < v_now AND (v_all OR d.holder_role = v_role)
                               FOR UPDATE SKIP LOCKED));
 
-    IF v_leases + v_slots + v_waiters + v_runs > 0 THEN
-        PERFORM pglease._raise_floors(v_lease_max, v_slot_max, v_leases + v_slots + v_waiters + v_runs);
+
+    IF v_leases + v_slots + v_waiters + v_runs + v_groups > 0 THEN
+        PERFORM pglease._raise_floors(v_lease_max, v_slot_max,
+                                      v_leases + v_slots + v_waiters + v_runs + v_groups);
     END IF;
-    RETURN v_leases + v_slots + v_waiters + v_runs;
+    RETURN v_leases + v_slots + v_waiters + v_runs + v_groups;
 END
 $$;
 

@@ -126,6 +126,7 @@ DECLARE
     v_old   text[];
 BEGIN
     PERFORM pglease._check_group('group_create', p_group);
+    PERFORM pglease._check_owner('group_create', 'p_group', p_group);
     IF p_count IS NULL AND p_names IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22004',
             MESSAGE = 'pglease.group_create: p_count and p_names must not both be NULL',
@@ -547,6 +548,39 @@ BEGIN
         PERFORM pg_catalog.pg_notify('pglease', pg_catalog.json_build_object(
             'kind', 'group', 'event', 'changed', 'name', p_group)::text);
     END IF;
+END
+$$;
+
+-- pglease.group_delete(p_group): delete group p_group, its shard list and
+-- its members' rows, once nobody takes part in it: no member is live and
+-- no shard lease is held live. The shard leases stay, as shared names
+-- (their fences go on; pglease.purge deletes them once free for long
+-- enough). Only the group's role may delete it. Returns deleted = true.
+-- Raises 22004 for a NULL group, 22023 for a bad group name, PGL10 for an
+-- unknown group, 42501 for a group of another role, 55006 while a member
+-- is live or a shard is held; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.group_delete(p_group text, OUT deleted boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_now    timestamptz;
+    v_prefix text := '{' || p_group || '}/';
+BEGIN
+    PERFORM pglease._check_group('group_delete', p_group);
+    PERFORM pglease._group_of('group_delete', p_group, true);
+    v_now := clock_timestamp();
+    IF EXISTS (SELECT 1 FROM pglease.group_members AS m
+               WHERE m.group_name = p_group AND m.expires_at > v_now)
+       OR EXISTS (SELECT 1 FROM pglease.group_shards AS s
+                  JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
+                  WHERE s.group_name = p_group AND l.holder IS NOT NULL AND l.expires_at > v_now) THEN
+        RAISE EXCEPTION USING ERRCODE = '55006',
+            MESSAGE = format('pglease.group_delete: group %L has live members or held shards', p_group),
+            HINT = 'Stop its members first (they leave with pglease.group_leave and release their shards), then delete it.';
+    END IF;
+    DELETE FROM pglease.groups AS g WHERE g.name = p_group;
+    deleted := true;
 END
 $$;
 

@@ -5,14 +5,16 @@ CREATE OR REPLACE FUNCTION pglease._all_lease_status(
     OUT name text, OUT holder text, OUT fence bigint, OUT state text,
     OUT expires_at timestamptz, OUT expires_in interval,
     OUT value text, OUT release_requested_at timestamptz,
-    OUT preferred_holder text, OUT preferred_until timestamptz)
+    OUT preferred_holder text, OUT preferred_until timestamptz,
+    OUT preferred_role text, OUT owner_role text)
 RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
     RUN ON ALL;
     SELECT name, holder, fence, state, expires_at, expires_in,
-           value, release_requested_at, preferred_holder, preferred_until
+           value, release_requested_at, preferred_holder, preferred_until,
+           preferred_role, owner_role
     FROM pglease.lease_status;
 $$;
 

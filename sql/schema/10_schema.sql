@@ -308,3 +308,14 @@ CREATE TABLE pglease.group_members (
 );
 COMMENT ON TABLE pglease.group_members IS
     'pglease: the members of each group; change only through the pglease functions';
+
+-- Names a role owns (0.3.0, sql/functions/05_prefixes.sql): one row per
+-- bound name prefix, set by the schema owner. owner_role is a role name
+-- (a role dropped later owns its prefixes still: nobody may take them).
+CREATE TABLE pglease.prefixes (
+    prefix     text        PRIMARY KEY CHECK (octet_length(prefix) BETWEEN 1 AND 256),
+    owner_role text        NOT NULL,
+    bound_at   timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.prefixes IS
+    'pglease: name prefixes bound to the role that owns them; change only through pglease.prefix_bind and prefix_unbind';

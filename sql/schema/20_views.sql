@@ -23,7 +23,11 @@ SELECT l.name,
             THEN l.release_requested_at END AS release_requested_at,
        l.release_to AS preferred_holder,
        CASE WHEN l.holder IS NULL OR l.expires_at <= c.now
-            THEN l.expires_at + l.release_for END AS preferred_until
+            THEN l.expires_at + l.release_for END AS preferred_until,
+       -- 0.3.0: the preferred holder's role, and the role owning the name
+       -- (pglease.prefix_bind; NULL: a shared name).
+       l.release_to_role AS preferred_role,
+       pglease.owner_of(l.name) AS owner_role
 FROM pglease.leases AS l
 CROSS JOIN (SELECT pg_catalog.clock_timestamp() AS now) AS c;
 COMMENT ON VIEW pglease.lease_status IS

@@ -138,3 +138,13 @@ DROP FUNCTION pglease._check_age(text, text, interval);
 DROP FUNCTION pglease._check_flag(text, text, boolean);
 DROP FUNCTION pglease._lock_for_takeover(text, timestamptz);
 DROP FUNCTION pglease._fenced_key(text);
+
+-- Names a role owns go: every name is shared again.
+DROP FUNCTION pglease.prefix_bind(text, text);
+DROP FUNCTION pglease.prefix_unbind(text);
+DROP FUNCTION pglease.owner_of(text);
+DROP FUNCTION pglease.group_delete(text);
+DROP FUNCTION pglease._check_owner(text, text, text);
+DROP FUNCTION pglease._may_take(text);
+DROP FUNCTION pglease._owner(text);
+DROP TABLE pglease.prefixes;

@@ -183,3 +183,13 @@ DROP TABLE pglease.fence_floor;
 CREATE TABLE pglease.purge_lock ();
 COMMENT ON TABLE pglease.purge_lock IS
     'pglease: locked by purges while they raise the fence floors; holds no rows';
+
+-- Names a role owns: a new table, empty (every name stays shared until the
+-- owner binds a prefix).
+CREATE TABLE pglease.prefixes (
+    prefix     text        PRIMARY KEY CHECK (octet_length(prefix) BETWEEN 1 AND 256),
+    owner_role text        NOT NULL,
+    bound_at   timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.prefixes IS
+    'pglease: name prefixes bound to the role that owns them; change only through pglease.prefix_bind and prefix_unbind';

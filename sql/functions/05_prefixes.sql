@@ -1,0 +1,140 @@
+-- Names a role owns (0.3.0, docs/security.md#names-a-role-owns). The schema
+-- owner binds a name prefix to a role (pglease.prefix_bind); from then on
+-- only members of that role take a lease, claim a slot scope or create a
+-- group whose name starts with it. Names under no bound prefix are shared,
+-- as before 0.3.0. The longest bound prefix of a name decides. The shard
+-- leases of a group ('{group}/shard') belong to the group's role.
+
+-- _owner(p_name): who owns p_name: for a shard lease of an existing group,
+-- the group's role (prefix NULL); else the role of p_name's longest bound
+-- prefix, and that prefix; both NULL for a shared name. PL/pgSQL, so that
+-- its two reads are planned once per session: pglease.prefixes holds a few
+-- rows (one per service, say), and names starting with '{' cost one more
+-- read, of pglease.groups by its key.
+CREATE OR REPLACE FUNCTION pglease._owner(p_name text, OUT owner_role text, OUT prefix text)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF pg_catalog.starts_with(p_name, '{') AND pg_catalog.strpos(p_name, '}/') > 2 THEN
+        SELECT g.group_role INTO owner_role FROM pglease.groups AS g
+        WHERE g.name = pg_catalog.substr(p_name, 2, pg_catalog.strpos(p_name, '}/') - 2);
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    SELECT p.owner_role, p.prefix INTO owner_role, prefix FROM pglease.prefixes AS p
+    WHERE pg_catalog.starts_with(p_name, p.prefix)
+    ORDER BY pg_catalog.octet_length(p.prefix) DESC
+    LIMIT 1;
+END
+$$;
+
+-- _may_take(p_name): whether the caller (session_user) may take p_name: it
+-- is shared, or the caller is a member of the role owning it. A prefix
+-- bound to a role that no longer exists is nobody's: false.
+CREATE OR REPLACE FUNCTION pglease._may_take(p_name text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_owner text := (pglease._owner(p_name)).owner_role;
+    v_oid   oid;
+BEGIN
+    IF v_owner IS NULL THEN
+        RETURN true;
+    END IF;
+    SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_owner;
+    RETURN FOUND AND pg_catalog.pg_has_role(session_user, v_oid, 'MEMBER');
+END
+$$;
+
+-- _check_owner(p_func, p_arg, p_name): raises 42501 when p_name belongs to
+-- a role the caller is not a member of (see pglease._owner), naming the
+-- prefix or the group and the role; returns otherwise (at once for a
+-- shared name).
+CREATE OR REPLACE FUNCTION pglease._check_owner(p_func text, p_arg text, p_name text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_owner  text;
+    v_prefix text;
+BEGIN
+    SELECT o.owner_role, o.prefix INTO v_owner, v_prefix FROM pglease._owner(p_name) AS o;
+    IF v_owner IS NULL OR pglease._may_take(p_name) THEN
+        RETURN;
+    END IF;
+    IF v_prefix IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = format('pglease.%s: %s %L is a shard of a group of role %I; role %I is not a member of it',
+                             p_func, p_arg, p_name, v_owner, session_user),
+            HINT = 'Take part in the group as its role, through pglease.group_sync.';
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = '42501',
+        MESSAGE = format('pglease.%s: %s %L is under prefix %L, which belongs to role %I; role %I is not a member of it',
+                         p_func, p_arg, p_name, v_prefix, v_owner, session_user),
+        HINT = format('Use a name outside %L, or GRANT %I TO %I.', v_prefix, v_owner, session_user);
+END
+$$;
+
+-- pglease.prefix_bind(p_prefix, p_role): bind the name prefix p_prefix to
+-- role p_role: from now on only members of p_role take a lease, claim a
+-- slot scope or create a group whose name starts with p_prefix (42501 for
+-- anyone else, nothing changed), unless a longer bound prefix of the name
+-- says otherwise. Tenures live now keep running until they end (end another
+-- role's with pglease.force_release). Binding a bound prefix again moves it
+-- to p_role. Returns the role the prefix was bound to before (NULL: none).
+-- The schema owner's call: granted to no role.
+-- Raises 22004 for NULL arguments, 22023 for a prefix not 1 to 256 bytes,
+-- 42704 for a role that does not exist; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.prefix_bind(p_prefix text, p_role text, OUT previous_role text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('prefix_bind', 'p_prefix', p_prefix);
+    PERFORM pglease._check_text('prefix_bind', 'p_role', p_role);
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname = p_role) THEN
+        RAISE EXCEPTION USING ERRCODE = '42704',
+            MESSAGE = format('pglease.prefix_bind: role %I does not exist', p_role),
+            HINT = 'Name an existing role (the service''s login role, or a group role its logins are members of).';
+    END IF;
+    SELECT p.owner_role INTO previous_role FROM pglease.prefixes AS p WHERE p.prefix = p_prefix;
+    INSERT INTO pglease.prefixes AS p (prefix, owner_role, bound_at)
+    VALUES (p_prefix, p_role, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT prefixes_pkey
+    DO UPDATE SET owner_role = excluded.owner_role, bound_at = excluded.bound_at;
+END
+$$;
+
+-- pglease.prefix_unbind(p_prefix): make the names under p_prefix shared
+-- again (as far as no other bound prefix covers them). Returns the role it
+-- was bound to, NULL when it was not bound (nothing changes). The schema
+-- owner's call. Raises 22004 for NULL, 22023 for a prefix not 1 to 256
+-- bytes.
+CREATE OR REPLACE FUNCTION pglease.prefix_unbind(p_prefix text, OUT previous_role text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('prefix_unbind', 'p_prefix', p_prefix);
+    DELETE FROM pglease.prefixes AS p WHERE p.prefix = p_prefix
+    RETURNING p.owner_role INTO previous_role;
+END
+$$;
+
+-- pglease.owner_of(p_name): the role that owns name p_name (a lease name or
+-- a slot scope): the group's role for a group's shard lease, else the role
+-- its longest bound prefix is bound to; NULL for a shared name. Read-only,
+-- for every client (lease_status shows it too). Raises 22004 for NULL,
+-- 22023 for a name not 1 to 256 bytes.
+CREATE OR REPLACE FUNCTION pglease.owner_of(p_name text)
+RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('owner_of', 'p_name', p_name);
+    RETURN (pglease._owner(p_name)).owner_role;
+END
+$$;
