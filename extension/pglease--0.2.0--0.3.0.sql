@@ -3,6 +3,10 @@
 
 \echo Use "CREATE EXTENSION pglease" to load this file. \quit
 
+-- Gives up after 3 s of waiting for a lock (a client's long read of a
+-- view, say), changing nothing, rather than hold every pglease call up
+-- behind that wait: run it again.
+SET LOCAL lock_timeout = '3s';
 -- pglease:guard-begin
 -- Refuse to upgrade a schema that is not exactly pglease 0.2.0: an upgrade
 -- written for 0.2.0 could half-fit a schema changed by hand.

@@ -161,10 +161,25 @@ done
 
 mkdir -p "$out/migrations" "$out/extension"
 
+# lock_bound: an upgrade or downgrade gives up after 3 s of waiting for a
+# lock, changing nothing, rather than queue its ALTERs behind a client that
+# holds a lock on a view it reads (LOCK TABLE pglease.lease_status IN ACCESS
+# SHARE MODE, a long query) while every pglease call queues behind it.
+lock_bound() {
+    cat <<'EOF2'
+-- Gives up after 3 s of waiting for a lock (a client's long read of a
+-- view, say), changing nothing, rather than hold every pglease call up
+-- behind that wait: run it again.
+SET LOCAL lock_timeout = '3s';
+EOF2
+}
+
+
 {
     echo "$gen"
     echo "-- pglease $prev -> $head. One transaction: it applies whole or not at all."
     echo 'BEGIN;'
+    lock_bound
     echo
     guard
     section "sql/upgrades/$head.up.sql"
@@ -177,6 +192,7 @@ mkdir -p "$out/migrations" "$out/extension"
     echo "$gen"
     echo "-- pglease $head -> $prev. One transaction: it applies whole or not at all."
     echo 'BEGIN;'
+    lock_bound
     section "sql/upgrades/$head.down.sql"
     prev_code
     echo
@@ -211,6 +227,7 @@ EOF
     echo
     printf '%s\n' "$psql_guard"
     echo
+    lock_bound
     guard
     section "sql/upgrades/$head.up.sql"
     code
