@@ -82,3 +82,51 @@ func TestUpRefusesChangedSchema(t *testing.T) {
 		t.Fatalf("version after the refused upgrade: %d, dirty %v, %v; want %d, clean", v, dirty, err, before)
 	}
 }
+
+// TestUpGivesUpOnALockedView: while another session holds a lock on a
+// pglease view (LOCK TABLE ... IN ACCESS SHARE MODE, as any client that may
+// read it can), the upgrade gives up after its lock_timeout instead of
+// queueing every pglease call behind it; it changes nothing, leaves the
+// history clean, says to run it again, and the next Up applies it.
+func TestUpGivesUpOnALockedView(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	before := schema.Latest() - 1
+	if err := schema.Goto(ctx, url, before); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE pglease.lease_status IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	err = pgleasemigrate.Up(ctx, url)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "55P03" {
+		t.Fatalf("Up while a view is locked = %v, want SQLSTATE 55P03 (lock_timeout)", err)
+	}
+	for _, want := range []string{"not applied (nothing changed)", "run it again"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("Up while a view is locked = %q, want it to say %q", err, want)
+		}
+	}
+	if v, dirty, err := schema.Version(ctx, url); err != nil || v != before || dirty {
+		t.Fatalf("version after the refused upgrade: %d, dirty %v, %v; want %d, clean", v, dirty, err, before)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgleasemigrate.Up(ctx, url); err != nil {
+		t.Fatalf("Up once the lock is gone: %v", err)
+	}
+	if v, dirty, err := schema.Version(ctx, url); err != nil || v != schema.Latest() || dirty {
+		t.Fatalf("version after the upgrade: %d, dirty %v, %v; want %d, clean", v, dirty, err, schema.Latest())
+	}
+}

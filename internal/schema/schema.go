@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
@@ -100,15 +102,11 @@ func Goto(ctx context.Context, connString string, version uint) error {
 
 // Latest returns the newest migration version this build embeds.
 func Latest() uint {
-	var latest uint
-	names, _ := fs.Glob(migrations.FS, "*.up.sql") // the pattern is valid
-	for _, name := range names {
-		num, _, _ := strings.Cut(name, "_")
-		if v, err := strconv.ParseUint(num, 10, 32); err == nil {
-			latest = max(latest, uint(v))
-		}
+	versions := setVersions(migrations.FS)
+	if len(versions) == 0 {
+		return 0
 	}
-	return latest
+	return versions[len(versions)-1]
 }
 
 // Down reverts every applied migration, removing the pglease schema.
@@ -179,8 +177,82 @@ func Run(ctx context.Context, connString string, set Set, step func(*migrate.Mig
 		}
 	})
 	defer stop()
+	before, _, _ := m.Version()
 	if err := step(m, db); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("pglease: migrate%s: %w", strings.TrimRight(" "+set.Kind, " "), err)
+		return fmt.Errorf("pglease: migrate%s: %w", strings.TrimRight(" "+set.Kind, " "), refused(driver, set, before, err))
 	}
 	return ctx.Err()
+}
+
+// refused turns the error of a migration the server refused into one that
+// says so, and leaves the history clean. Every pglease migration is one
+// transaction (BEGIN ... COMMIT, scripts/gen-schema.sh), so a migration
+// the server answered with an error changed nothing, whatever
+// golang-migrate's dirty flag says: the flag is set back to the version
+// the database is at, so that running the migration again is all it takes.
+// before is the version before the step (0: none). Any other error (a lost
+// connection, when the COMMIT may have gone through) is returned as it is,
+// with the history dirty, for a person to look at. golang-migrate leaves its
+// connection in the failed transaction block, holding its advisory lock:
+// both are ended here, on the driver.
+func refused(driver database.Driver, set Set, before uint, err error) error {
+	var dbErr database.Error
+	if !errors.As(err, &dbErr) {
+		return err
+	}
+	pgErr, ok := errors.AsType[*pgconn.PgError](dbErr.OrigErr)
+	if !ok {
+		return err
+	}
+	if rerr := driver.Run(strings.NewReader("ROLLBACK")); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	_ = driver.Unlock() // not locked when the failure was the lock's own
+	if lerr := driver.Lock(); lerr != nil {
+		return errors.Join(err, lerr)
+	}
+	defer func() { _ = driver.Unlock() }()
+	v, dirty, verr := driver.Version()
+	if verr != nil || !dirty || v < 0 {
+		return err
+	}
+	failed := uint(v)
+	// Going up, the dirty version is the migration that failed: the
+	// database is at the one before it. Going down, it is the target of
+	// the migration that failed: the database is at the one after it.
+	versions := setVersions(set.FS)
+	at := -1
+	for _, v := range versions {
+		if failed > before && v < failed || failed <= before && v > failed && at == -1 {
+			at = int(v)
+		}
+	}
+	if failed <= before && at == -1 {
+		return err
+	}
+	if ferr := driver.SetVersion(at, false); ferr != nil {
+		return errors.Join(err, ferr)
+	}
+	msg := fmt.Errorf("%smigration %d not applied (nothing changed): %w", set.Kind, failed, sqlerr.Trim(pgErr))
+	if pgErr.Code == "55P03" {
+		return fmt.Errorf("%w; hint: another session holds a lock the migration needs (a long query or an open transaction on a pglease view); run it again, or end that session", msg)
+	}
+	if pgErr.Hint != "" {
+		return fmt.Errorf("%w; hint: %s", msg, pgErr.Hint)
+	}
+	return msg
+}
+
+// setVersions returns the versions of the up migrations in fsys, in order.
+func setVersions(fsys fs.FS) []uint {
+	names, _ := fs.Glob(fsys, "*.up.sql") // the pattern is valid
+	var versions []uint
+	for _, name := range names {
+		num, _, _ := strings.Cut(name, "_")
+		if v, err := strconv.ParseUint(num, 10, 32); err == nil {
+			versions = append(versions, uint(v))
+		}
+	}
+	slices.Sort(versions)
+	return versions
 }
