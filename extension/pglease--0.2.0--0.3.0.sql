@@ -359,13 +359,18 @@ ALTER TABLE pglease.waiters
 CREATE SEQUENCE pglease.lease_fence_floor AS bigint MINVALUE 0 START 0;
 CREATE SEQUENCE pglease.slot_fence_floor AS bigint MINVALUE 0 START 0;
 CREATE SEQUENCE pglease.purged_rows AS bigint MINVALUE 0 START 0;
-CREATE SEQUENCE pglease.last_purge AS bigint MINVALUE 0 START 0;
 SELECT pg_catalog.setval('pglease.lease_fence_floor', f.lease_fence, true),
        pg_catalog.setval('pglease.slot_fence_floor', f.slot_fence, true),
-       pg_catalog.setval('pglease.purged_rows', f.purged, true),
-       pg_catalog.setval('pglease.last_purge',
-           coalesce((extract(epoch FROM f.last_purge) * 1000000)::bigint, 0), true)
+       pg_catalog.setval('pglease.purged_rows', f.purged, true)
 FROM pglease.fence_floor AS f;
+-- purge_due's turns become one per role (each role purges what it left);
+-- every role's first purge_due after the upgrade purges.
+CREATE TABLE pglease.purge_turns (
+    role_name  text        PRIMARY KEY,
+    last_purge timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.purge_turns IS
+    'pglease: when each role last purged through pglease.purge_due; change only through the pglease functions';
 DROP TABLE pglease.fence_floor;
 CREATE TABLE pglease.purge_lock ();
 COMMENT ON TABLE pglease.purge_lock IS
@@ -380,6 +385,26 @@ CREATE TABLE pglease.prefixes (
 );
 COMMENT ON TABLE pglease.prefixes IS
     'pglease: name prefixes bound to the role that owns them; change only through pglease.prefix_bind and prefix_unbind';
+
+-- Quotas (0.3.0, sql/functions/06_quotas.sql): the schema owner's caps per
+-- role and kind of row. created_by on leases, slots and slot_scopes is the
+-- role that created the row (NULL for rows from before 0.3.0); it never
+-- changes, so no renewal's HOT update is lost to its index.
+CREATE TABLE pglease.quotas (
+    role_name text    NOT NULL,
+    kind      text    NOT NULL CHECK (kind IN ('leases', 'slots', 'scopes', 'groups', 'queue', 'runs')),
+    max_rows  integer NOT NULL CHECK (max_rows >= 0),
+    PRIMARY KEY (role_name, kind)
+);
+COMMENT ON TABLE pglease.quotas IS
+    'pglease: caps on the rows each role may have, by kind; change only through pglease.quota_set';
+ALTER TABLE pglease.leases ADD COLUMN created_by text;
+ALTER TABLE pglease.slots ADD COLUMN created_by text;
+ALTER TABLE pglease.slot_scopes ADD COLUMN created_by text;
+CREATE INDEX leases_created_by_idx ON pglease.leases (created_by);
+CREATE INDEX slots_created_by_idx ON pglease.slots (created_by);
+CREATE INDEX slot_scopes_created_by_idx ON pglease.slot_scopes (created_by);
+CREATE INDEX runs_holder_role_idx ON pglease.runs (holder_role);
 
 -- Source: sql/functions/00_checks.sql
 
@@ -722,11 +747,12 @@ $$;
 -- owner binds a name prefix to a role (pglease.prefix_bind); from then on
 -- only members of that role take a lease, claim a slot scope or create a
 -- group whose name starts with it. Names under no bound prefix are shared,
--- as before 0.3.0. The longest bound prefix of a name decides. The shard
--- leases of a group ('{group}/shard') belong to the group's role.
+-- as before 0.3.0. The longest bound prefix of a name decides. The names
+-- of a group's shard leases ('{group}/...') belong to the group's role
+-- itself: only that role (not its members) takes them, as only it syncs.
 
--- _owner(p_name): who owns p_name: for a shard lease of an existing group,
--- the group's role (prefix NULL); else the role of p_name's longest bound
+-- _owner(p_name): who owns p_name: for a name '{g}/...' of an existing
+-- group g, the group's role (prefix NULL); else the role of p_name's longest bound
 -- prefix, and that prefix; both NULL for a shared name. PL/pgSQL, so that
 -- its two reads are planned once per session: pglease.prefixes holds a few
 -- rows (one per service, say), and names starting with '{' cost one more
@@ -750,18 +776,24 @@ END
 $$;
 
 -- _may_take(p_name): whether the caller (session_user) may take p_name: it
--- is shared, or the caller is a member of the role owning it. A prefix
--- bound to a role that no longer exists is nobody's: false.
+-- is shared, it is a group's and the caller is the group's role, or the
+-- caller is a member of the role its prefix is bound to. A prefix bound to
+-- a role that no longer exists is nobody's: false.
 CREATE OR REPLACE FUNCTION pglease._may_take(p_name text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_owner text := (pglease._owner(p_name)).owner_role;
-    v_oid   oid;
+    v_owner  text;
+    v_prefix text;
+    v_oid    oid;
 BEGIN
+    SELECT o.owner_role, o.prefix INTO v_owner, v_prefix FROM pglease._owner(p_name) AS o;
     IF v_owner IS NULL THEN
         RETURN true;
+    END IF;
+    IF v_prefix IS NULL THEN
+        RETURN v_owner = session_user;
     END IF;
     SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_owner;
     RETURN FOUND AND pg_catalog.pg_has_role(session_user, v_oid, 'MEMBER');
@@ -788,7 +820,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('pglease.%s: %s %L is a shard of a group of role %I; role %I is not a member of it',
                              p_func, p_arg, p_name, v_owner, session_user),
-            HINT = 'Take part in the group as its role, through pglease.group_sync.';
+            HINT = 'A group''s shards are taken by its own role, through pglease.group_sync.';
     END IF;
     RAISE EXCEPTION USING ERRCODE = '42501',
         MESSAGE = format('pglease.%s: %s %L is under prefix %L, which belongs to role %I; role %I is not a member of it',
@@ -801,12 +833,15 @@ $$;
 -- role p_role: from now on only members of p_role take a lease, claim a
 -- slot scope or create a group whose name starts with p_prefix (42501 for
 -- anyone else, nothing changed), unless a longer bound prefix of the name
--- says otherwise. Tenures live now keep running until they end (end another
--- role's with pglease.force_release). Binding a bound prefix again moves it
--- to p_role. Returns the role the prefix was bound to before (NULL: none).
+-- says otherwise. Tenures live now keep running until they end (renewals
+-- and releases work; a re-acquire is refused like any acquire under the
+-- prefix; end another role's with pglease.force_release). A group created
+-- under the prefix belongs to the member role that created it. Binding a
+-- bound prefix again moves it to p_role. Returns the role the prefix was
+-- bound to before (NULL: none).
 -- The schema owner's call: granted to no role.
--- Raises 22004 for NULL arguments, 22023 for a prefix not 1 to 256 bytes,
--- 42704 for a role that does not exist; nothing changes then.
+-- Raises 22004 for NULL arguments, 22023 for a prefix or role name not 1
+-- to 256 bytes, 42704 for a role that does not exist; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.prefix_bind(p_prefix text, p_role text, OUT previous_role text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -859,6 +894,147 @@ BEGIN
 END
 $$;
 
+-- Source: sql/functions/06_quotas.sql
+
+-- Quotas (0.3.0, docs/security.md#quotas): the schema owner caps how many
+-- rows of each kind a role may have, so that no client role grows a table
+-- without bound. A cap is checked when a call would create a row of its
+-- kind, never on renewals, releases or calls on existing rows:
+--   leases  lease rows the role created (by the first acquire of a name),
+--           held, expired or free, until a purge deletes them
+--   slots   slot rows the role created (a scope's slot numbers)
+--   scopes  slot scopes the role created (by its first claim in them)
+--   groups  shard groups the role created
+--   queue   the role's entries in slot queues
+--   runs    run ledger rows of the role's tenures
+-- A call that would go over its role's cap raises 53400 and changes
+-- nothing. Checks of one role and kind take turns (the cap's row is locked
+-- until the caller's transaction ends), so a cap is never exceeded, and
+-- only that role waits for itself. Roles without a cap pay one index probe.
+
+-- _quota_kinds(): the kinds of rows a quota caps.
+CREATE OR REPLACE FUNCTION pglease._quota_kinds()
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT ARRAY['leases', 'slots', 'scopes', 'groups', 'queue', 'runs']
+$$;
+
+-- _quota_used(p_role, p_kind, p_limit): how many rows of p_kind role p_role
+-- has, counted up to p_limit (a count stops there).
+CREATE OR REPLACE FUNCTION pglease._quota_used(p_role text, p_kind text, p_limit bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    CASE p_kind
+    WHEN 'leases' THEN
+        RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.leases AS l
+                                      WHERE l.created_by = p_role LIMIT p_limit) AS r);
+    WHEN 'slots' THEN
+        RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.slots AS s
+                                      WHERE s.created_by = p_role LIMIT p_limit) AS r);
+    WHEN 'scopes' THEN
+        RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.slot_scopes AS sc
+                                      WHERE sc.created_by = p_role LIMIT p_limit) AS r);
+    WHEN 'groups' THEN
+        RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.groups AS g
+                                      WHERE g.group_role = p_role LIMIT p_limit) AS r);
+    WHEN 'queue' THEN
+        RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.slot_queue AS q
+                                      WHERE q.holder_role = p_role LIMIT p_limit) AS r);
+    ELSE -- 'runs'
+        RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.runs AS u
+                                      WHERE u.holder_role = p_role LIMIT p_limit) AS r);
+    END CASE;
+END
+$$;
+
+-- _check_quota(p_func, p_kind): before a call creates a row of p_kind for
+-- the caller's role (session_user): returns when the role has no cap for
+-- p_kind or stays within it with one more row; raises 53400 naming the
+-- function (p_func; NULL: none, for the claims' building blocks), the
+-- role, the kind and the cap otherwise. Locks the cap's row until the
+-- caller's transaction ends (see above).
+CREATE OR REPLACE FUNCTION pglease._check_quota(p_func text, p_kind text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_max integer;
+BEGIN
+    SELECT q.max_rows INTO v_max FROM pglease.quotas AS q
+    WHERE q.role_name = session_user AND q.kind = p_kind
+    FOR NO KEY UPDATE;
+    IF NOT FOUND OR pglease._quota_used(session_user, p_kind, v_max::bigint + 1) < v_max THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = '53400',
+        MESSAGE = format('pglease%s: role %I has %s %s, its quota; this call would add one',
+                         coalesce('.' || p_func, ''), session_user, v_max, p_kind),
+        HINT = 'Rows go when pglease.purge deletes them (leases, slots and scopes free long enough, old runs, lapsed queue entries, idle groups); or ask the schema owner to raise the quota (pglease.quota_set).';
+END
+$$;
+
+-- pglease.quota_set(p_role, p_kind, p_max): cap role p_role at p_max rows
+-- of p_kind (see above); p_max NULL removes the cap. Rows the role has
+-- already stay, also above a lowered cap: it then creates none until it is
+-- below. Returns the previous cap (NULL: none). The schema owner's call:
+-- granted to no role.
+-- Raises 22004 for a NULL role or kind; 22023 for a kind not listed above
+-- or a p_max not from 0 to 2,147,483,647; 42704 for a role that does not
+-- exist; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.quota_set(p_role text, p_kind text, p_max integer,
+                                             OUT previous_max integer)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('quota_set', 'p_role', p_role);
+    PERFORM pglease._check_text('quota_set', 'p_kind', p_kind);
+    IF p_kind <> ALL (pglease._quota_kinds()) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.quota_set: p_kind must be one of %s, got %L',
+                             array_to_string(pglease._quota_kinds(), ', '), p_kind),
+            HINT = 'Cap leases, slots, scopes, groups, queue or runs.';
+    END IF;
+    IF p_max < 0 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.quota_set: p_max must be 0 or more, got %s', p_max),
+            HINT = 'Pass the largest number of rows the role may have, or NULL for no cap.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS r WHERE r.rolname = p_role) THEN
+        RAISE EXCEPTION USING ERRCODE = '42704',
+            MESSAGE = format('pglease.quota_set: role %I does not exist', p_role),
+            HINT = 'Name the login role of the service to cap (session_user of its connections).';
+    END IF;
+    SELECT q.max_rows INTO previous_max FROM pglease.quotas AS q
+    WHERE q.role_name = p_role AND q.kind = p_kind;
+    IF p_max IS NULL THEN
+        DELETE FROM pglease.quotas AS q WHERE q.role_name = p_role AND q.kind = p_kind;
+    ELSE
+        INSERT INTO pglease.quotas AS q (role_name, kind, max_rows)
+        VALUES (p_role, p_kind, p_max)
+        ON CONFLICT ON CONSTRAINT quotas_pkey DO UPDATE SET max_rows = excluded.max_rows;
+    END IF;
+END
+$$;
+
+-- pglease.quota_usage(): every cap with its use: role, kind, max_rows and
+-- used (counted up to max_rows + 1). Read-only, for every client (as
+-- public as the views). Ordered by role and kind.
+CREATE OR REPLACE FUNCTION pglease.quota_usage(
+    OUT role_name text, OUT kind text, OUT max_rows integer, OUT used bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT q.role_name, q.kind, q.max_rows,
+           pglease._quota_used(q.role_name, q.kind, q.max_rows::bigint + 1)
+    FROM pglease.quotas AS q
+    ORDER BY q.role_name, q.kind
+$$;
+
 -- Source: sql/functions/10_acquire.sql
 
 -- pglease.acquire(p_name, p_holder, p_ttl): take a lease, or learn who has it.
@@ -902,7 +1078,8 @@ $$;
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
 -- bytes or a TTL not in (0, 24 hours]; 42501 for a name under a prefix
 -- bound to a role the caller is not a member of (see pglease.prefix_bind);
--- 40001 when the lease changed under
+-- 53400 when a new name would take the caller's role over its quota of
+-- leases (see pglease.quota_set); 40001 when the lease changed under
 -- ten attempts in a row (retry); nothing is changed then.
 -- A refused call locks the row only FOR KEY SHARE, which no renewal,
 -- release or takeover waits for, so it never delays the holder's renewals.
@@ -998,7 +1175,7 @@ BEGIN
                     -- A tenure that is over: its fenced transactions may
                     -- keep us out at most 100 ms past its end.
                     IF v_holder IS NOT NULL AND v_expires <= clock_timestamp() THEN
-                        PERFORM pglease._lock_for_takeover(p_name, v_expires);
+                        PERFORM pglease._lock_for_takeover(p_name, v_fence, v_expires);
                     END IF;
                     SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid,
                            l.release_to, l.release_to_role, l.release_for
@@ -1062,12 +1239,15 @@ BEGIN
         END IF;
 
         IF v_next = 'insert' THEN
-            -- A new row starts above the fence floor (see pglease.purge).
+            -- A new row starts above the fence floor (see pglease.purge),
+            -- within the role's quota.
+            PERFORM pglease._check_quota('acquire', 'leases');
             v_now := clock_timestamp();
-            INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at, holder_role)
+            INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at, holder_role,
+                                             created_by)
             VALUES (p_name, p_holder,
                     (SELECT f.last_value FROM pglease.lease_fence_floor AS f) + 1,
-                    v_now, v_now + v_ttl, v_role)
+                    v_now, v_now + v_ttl, v_role, v_role)
             ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
             RETURNING l.fence INTO fence;
             IF FOUND THEN
@@ -1440,7 +1620,7 @@ BEGIN
     -- Known as this lease's fenced transaction (see
     -- pglease._lock_for_takeover), without ever waiting for the key.
     PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
-    FROM pglease._fenced_key(p_name) AS k;
+    FROM pglease._fenced_key(p_name, p_fence) AS k;
 
     -- The bound above: the time left plus 100 ms, as milliseconds. A
     -- setting of 0 (none, the usual case) is lowered without parsing it.
@@ -1460,23 +1640,25 @@ BEGIN
 END
 $$;
 
--- _lock_for_takeover(p_name, p_end): locks lease p_name's row FOR NO KEY
--- UPDATE for a takeover of a tenure that ended at p_end, or for
--- pglease.force_release (p_end: now). A fenced transaction of that tenure
+-- _lock_for_takeover(p_name, p_fence, p_end): locks lease p_name's row FOR
+-- NO KEY UPDATE for a takeover of its tenure p_fence, which ended at p_end,
+-- or for pglease.force_release (p_end: now). A fenced transaction of that tenure
 -- (pglease.assert_held, run_begin, run_end: FOR SHARE until it ends) may
 -- hold the row; it bounds itself by the timeouts assert_held sets, which
 -- its own session can turn off again. So this waits for the lock at most
 -- until p_end + 200 ms (those timeouts, when on, end the transaction
 -- first, at 100 ms); then it terminates the backends whose fenced
--- transactions of the lease are still open (pg_terminate_backend: the
+-- transactions of that tenure are still open (pg_terminate_backend: the
 -- schema owner must be a superuser or a member of pg_signal_backend, and
 -- superusers' backends are never ended), and waits on for whatever else
 -- holds the row (a takeover in flight) as long as that lasts. Without the
 -- privilege it raises a WARNING naming the backends and waits on.
 -- Fenced transactions are found by the advisory lock they take
--- (pglease._fenced_key): a backend that takes that key itself may be
--- ended too. The caller's lock_timeout is restored.
-CREATE OR REPLACE FUNCTION pglease._lock_for_takeover(p_name text, p_end timestamptz)
+-- (pglease._fenced_key of the name and fence; a later tenure's have
+-- another): a backend that takes that key itself may be ended too, and so
+-- may, once in about four billion, a fenced transaction whose name and
+-- fence hash alike. The caller's lock_timeout is restored.
+CREATE OR REPLACE FUNCTION pglease._lock_for_takeover(p_name text, p_fence bigint, p_end timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -1499,14 +1681,14 @@ BEGIN
         SELECT k.pid FROM pg_catalog.pg_locks AS k
         WHERE k.locktype = 'advisory' AND k.granted AND k.pid <> pg_backend_pid()
           AND (k.classid, k.objid, k.objsubid) =
-              (SELECT f.key1::oid, f.key2::oid, 2::smallint FROM pglease._fenced_key(p_name) AS f)
+              (SELECT f.key1::oid, f.key2::oid, 2::smallint FROM pglease._fenced_key(p_name, p_fence) AS f)
     LOOP
         BEGIN
             PERFORM pg_catalog.pg_terminate_backend(v_pid);
         EXCEPTION WHEN insufficient_privilege THEN
             RAISE WARNING USING
-                MESSAGE = format('pglease: lease %L: the fenced transaction of backend %s is still open 200 ms after its tenure ended, and the schema owner may not end it',
-                                 p_name, v_pid),
+                MESSAGE = format('pglease: lease %L: the fenced transaction of backend %s is still open 200 ms after its tenure (fence %s) ended, and the schema owner may not end it',
+                                 p_name, v_pid, p_fence),
                 HINT = 'GRANT pg_signal_backend TO the role that owns schema pglease, or end the backend by hand.';
         END;
     END LOOP;
@@ -1514,12 +1696,13 @@ BEGIN
 END
 $$;
 
--- _fenced_key(p_name): the advisory lock key (two 32-bit halves) a fenced
--- transaction of lease p_name holds shared (see pglease._lock_for_takeover).
-CREATE OR REPLACE FUNCTION pglease._fenced_key(p_name text, OUT key1 integer, OUT key2 integer)
+-- _fenced_key(p_name, p_fence): the advisory lock key (two 32-bit halves)
+-- a fenced transaction of tenure p_fence of lease p_name holds shared (see
+-- pglease._lock_for_takeover).
+CREATE OR REPLACE FUNCTION pglease._fenced_key(p_name text, p_fence bigint, OUT key1 integer, OUT key2 integer)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT 1885825388, pg_catalog.hashtext(p_name)
+    SELECT 1885825388, pg_catalog.hashtext(p_fence::text || '/' || p_name)
 $$;
 
 -- Source: sql/functions/14_force_release.sql
@@ -1553,7 +1736,8 @@ BEGIN
     v_sure := FOUND;
     -- The tenure's fenced transactions keep the row at most 200 ms more.
     IF NOT v_sure THEN
-        PERFORM pglease._lock_for_takeover(p_name, clock_timestamp());
+        SELECT l.fence INTO fence FROM pglease.leases AS l WHERE l.name = p_name;
+        PERFORM pglease._lock_for_takeover(p_name, fence, clock_timestamp());
     END IF;
     SELECT l.holder, l.fence INTO holder, fence
     FROM pglease.leases AS l
@@ -2002,7 +2186,8 @@ BEGIN
     LOOP
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR NO KEY UPDATE;
         EXIT WHEN FOUND;
-        INSERT INTO pglease.slot_scopes AS s (scope) VALUES (p_scope)
+        PERFORM pglease._check_quota(NULL, 'scopes');
+        INSERT INTO pglease.slot_scopes AS s (scope, created_by) VALUES (p_scope, session_user)
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         EXIT WHEN FOUND;
     END LOOP;
@@ -2234,14 +2419,17 @@ BEGIN
                 SELECT coalesce(max(s.slot), 0) + 1 INTO slot
                 FROM pglease.slots AS s WHERE s.scope = p_scope;
                 IF slot <= p_capacity THEN
+                    PERFORM pglease._check_quota(NULL, 'slots');
                     -- A new slot starts above the fence floor (see
                     -- pglease.purge, which takes the scope lock we hold, so
                     -- this statement sees the floor of any purge of the scope).
                     INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at,
-                                                    holder_role, capacity, counted, units, check_at)
+                                                    holder_role, capacity, counted, units, check_at,
+                                                    created_by)
                     VALUES (p_scope, slot, p_holder,
                             (SELECT f.last_value FROM pglease.slot_fence_floor AS f) + 1,
-                            p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl)
+                            p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl,
+                            v_role)
                     ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
                     RETURNING s.fence::bigint, s.units::integer INTO fence, units;
                 END IF;
@@ -2300,6 +2488,10 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q
+                   WHERE q.scope = p_scope AND q.holder = p_holder AND q.holder_role = session_user) THEN
+        PERFORM pglease._check_quota(NULL, 'queue');
+    END IF;
     INSERT INTO pglease.slot_queue AS q (scope, holder, holder_role, units, since, until)
     VALUES (p_scope, p_holder, session_user::text, p_units, p_now,
             p_now + least(p_retry_in, interval '5 seconds') + interval '2 seconds')
@@ -2418,9 +2610,14 @@ $$;
 -- it until the caller's transaction ends, so the cap holds however many
 -- claimers race (and other claims of the scope wait for a grant left open
 -- in a transaction). A refused claim releases it before it returns, and
--- keeps only a lock no claim waits for. One round
--- trip; its cost grows neither with live holders nor with p_capacity (the
--- scope keeps count of its live holders; see pglease._slot_claim_locked).
+-- keeps only a lock no claim waits for. The decision runs in a
+-- subtransaction: a transaction that makes more than 64 claims holds more
+-- than 64 subtransactions, which slows every session's snapshots
+-- (PostgreSQL's subtransaction cache overflows); claim in transactions of
+-- their own, or in several scopes at once with pglease.claim_slots. One
+-- round trip; its cost grows neither with live holders nor with p_capacity
+-- (the scope keeps count of its live holders; see
+-- pglease._slot_claim_locked).
 -- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
 -- capacity not in 1..1000000, units not in 1..p_capacity, a TTL not in
 -- (0, 24 hours]; 42501 for a scope under a prefix bound to a role the
@@ -3550,13 +3747,13 @@ END
 $$;
 
 -- pglease.purge_due(p_every, p_free_for): pglease.purge(p_free_for), at
--- most once per p_every across every caller of the database. Clients (the
--- Go supervisor, runslots.Run, pglease run) call it now and then; the
--- first caller after p_every has passed purges (what pglease.purge lets
--- its role purge), the others return at once. The time of the last purge
--- is taken when the purge starts and stays taken if it fails. Returns the
--- rows deleted, or NULL when no purge was due. Never waits for another
--- caller. Raises 22004 for NULL arguments and 22023 for a p_every not more
+-- most once per p_every across every caller of the database of the
+-- caller's role (session_user): each role purges what it left, so each
+-- role takes its own turns. Clients (the Go supervisor, runslots.Run,
+-- pglease run) call it now and then; the first caller of a role after
+-- p_every has passed purges, the others return at once. Returns the rows
+-- deleted, or NULL when no purge was due. Never waits for a caller of
+-- another role; one of the same role whose purge is in flight is skipped. Raises 22004 for NULL arguments and 22023 for a p_every not more
 -- than 0, or either of more than 100 years, or a negative p_free_for;
 -- nothing is deleted then.
 CREATE OR REPLACE FUNCTION pglease.purge_due(p_every interval, p_free_for interval)
@@ -3566,7 +3763,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_every interval;
-    v_due   boolean := false;
 BEGIN
     v_every := pglease._check_age('purge_due', 'p_every', p_every);
     IF v_every = interval '0' THEN
@@ -3575,20 +3771,15 @@ BEGIN
             HINT = 'Pass how often to purge, e.g. interval ''1 hour''.';
     END IF;
     PERFORM pglease._check_age('purge_due', 'p_free_for', p_free_for);
-    -- Take the turn under the purges' lock, in a subtransaction that
-    -- releases it at once (the sequence keeps its new value).
-    BEGIN
-        LOCK TABLE pglease.purge_lock IN EXCLUSIVE MODE;
-        PERFORM pg_catalog.setval('pglease.last_purge',
-                    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, true)
-        FROM pglease.last_purge AS lp
-        WHERE lp.last_value <= (extract(epoch FROM clock_timestamp() - v_every) * 1000000)::bigint;
-        v_due := FOUND;
-        RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: turn taken';
-    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-        NULL;
-    END;
-    IF NOT v_due THEN
+    INSERT INTO pglease.purge_turns AS t (role_name, last_purge)
+    VALUES (session_user, '-infinity')
+    ON CONFLICT ON CONSTRAINT purge_turns_pkey DO NOTHING;
+    UPDATE pglease.purge_turns AS t SET last_purge = clock_timestamp()
+    WHERE t.role_name = ANY (ARRAY(SELECT d.role_name FROM pglease.purge_turns AS d
+                                   WHERE d.role_name = session_user
+                                     AND d.last_purge <= clock_timestamp() - v_every
+                                   FOR UPDATE SKIP LOCKED));
+    IF NOT FOUND THEN
         RETURN NULL;
     END IF;
     RETURN pglease.purge(p_free_for);
@@ -3629,12 +3820,12 @@ $$;
 --     the slot rows by state;
 --   * lease_waiters, slot_waiters: refused acquires and claims registered
 --     as waiting for a release, by kind, whose wait has not ended;
---   * tables, table_rows, table_bytes: every table of the schema
---     (leases, slots, slot_scopes, waiters, slot_queue, observers,
---     candidates, runs, groups, group_shards, group_members, prefixes, in
---     this order; the first four as before 0.3.0), their exact row counts
---     and their sizes on disk with indexes and TOAST
---     (pg_total_relation_size);
+--   * tables, table_rows, table_bytes: every table of the schema that holds
+--     rows (leases, slots, slot_scopes, waiters, slot_queue, observers,
+--     candidates, runs, groups, group_shards, group_members, prefixes,
+--     quotas, purge_turns, in this order; the first four as before 0.3.0),
+--     their exact row counts and their sizes on disk with indexes and
+--     TOAST (pg_total_relation_size);
 --   * lease_oldest_free_seconds: how long the lease row free (released or
 --     expired) for the longest has been free, 0 when none is: what
 --     pglease.purge(p_free_for) deletes once it exceeds p_free_for;
@@ -3756,7 +3947,8 @@ BEGIN
     SELECT count(*) INTO v_scopes FROM pglease.slot_scopes AS sc;
 
     tables := ARRAY['leases', 'slots', 'slot_scopes', 'waiters', 'slot_queue', 'observers',
-                    'candidates', 'runs', 'groups', 'group_shards', 'group_members', 'prefixes'];
+                    'candidates', 'runs', 'groups', 'group_shards', 'group_members', 'prefixes',
+                    'quotas', 'purge_turns'];
     table_rows := ARRAY[leases_held + leases_expired + leases_free, v_slots, v_scopes, v_waiters,
                         (SELECT count(*) FROM pglease.slot_queue),
                         (SELECT count(*) FROM pglease.observers),
@@ -3765,7 +3957,9 @@ BEGIN
                         (SELECT count(*) FROM pglease.groups),
                         (SELECT count(*) FROM pglease.group_shards),
                         (SELECT count(*) FROM pglease.group_members),
-                        (SELECT count(*) FROM pglease.prefixes)];
+                        (SELECT count(*) FROM pglease.prefixes),
+                        (SELECT count(*) FROM pglease.quotas),
+                        (SELECT count(*) FROM pglease.purge_turns)];
     table_bytes := ARRAY(SELECT pg_total_relation_size(('pglease.' || t)::regclass)
                          FROM unnest(tables) WITH ORDINALITY AS u(t, i) ORDER BY u.i);
 
@@ -4284,7 +4478,7 @@ BEGIN
     IF FOUND AND v_expires > v_now THEN
         -- Known as a fenced transaction (see pglease.assert_held).
         PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
-        FROM pglease._fenced_key(p_name) AS k;
+        FROM pglease._fenced_key(p_name, p_fence) AS k;
         RETURN v_now;
     END IF;
     RETURN NULL;
@@ -4357,6 +4551,7 @@ BEGIN
 
     UPDATE pglease.runs AS r SET outcome = 'lost'
     WHERE r.name = p_name AND r.outcome = 'running' AND r.fence < p_fence;
+    PERFORM pglease._check_quota('run_begin', 'runs');
     INSERT INTO pglease.runs (name, fence, window_start, run_window, holder, holder_role, started_at)
     VALUES (p_name, p_fence, window_start, make_interval(secs => v_window), p_holder, session_user, v_now);
     run := true;
@@ -4709,6 +4904,9 @@ BEGIN
         v_names := p_names;
     END IF;
 
+    IF NOT EXISTS (SELECT 1 FROM pglease.groups AS g WHERE g.name = p_group) THEN
+        PERFORM pglease._check_quota('group_create', 'groups');
+    END IF;
     INSERT INTO pglease.groups AS g (name, group_role, shards, created_at)
     VALUES (p_group, session_user::text, cardinality(v_names), clock_timestamp())
     ON CONFLICT ON CONSTRAINT groups_pkey DO NOTHING;
@@ -5428,8 +5626,9 @@ BEGIN
             pglease.group_list(),
             pglease.group_delete(text)
             TO pglease_client;
-        -- Who owns a name (0.3.0), which lease_status shows too.
-        GRANT EXECUTE ON FUNCTION pglease.owner_of(text) TO pglease_client;
+        -- Who owns a name (0.3.0), which lease_status shows too, and the
+        -- quotas' use.
+        GRANT EXECUTE ON FUNCTION pglease.owner_of(text), pglease.quota_usage() TO pglease_client;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
         GRANT EXECUTE ON FUNCTION pglease.owner_of(text) TO pglease_operator;
@@ -5446,10 +5645,11 @@ SELECT pg_catalog.pg_extension_config_dump('pglease.slots', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.lease_fence_floor', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.slot_fence_floor', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.purged_rows', '');
-SELECT pg_catalog.pg_extension_config_dump('pglease.last_purge', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.purge_turns', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.purge_lock', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.groups', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.group_shards', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.group_members', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.prefixes', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.quotas', '');

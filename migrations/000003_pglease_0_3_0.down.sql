@@ -130,14 +130,15 @@ COMMENT ON TABLE pglease.fence_floor IS
     'pglease: fences of purged rows never come back; change only through the pglease functions';
 INSERT INTO pglease.fence_floor (id, lease_fence, slot_fence, purged, last_purge)
 SELECT true, lf.last_value, sf.last_value, pr.last_value,
-       CASE WHEN lp.last_value > 0 THEN pg_catalog.to_timestamp(lp.last_value / 1000000.0) END
+       (SELECT max(t.last_purge) FROM pglease.purge_turns AS t)
 FROM pglease.lease_fence_floor AS lf, pglease.slot_fence_floor AS sf,
-     pglease.purged_rows AS pr, pglease.last_purge AS lp
-WHERE lf.last_value + sf.last_value + pr.last_value + lp.last_value > 0;
+     pglease.purged_rows AS pr
+WHERE lf.last_value + sf.last_value + pr.last_value > 0
+   OR EXISTS (SELECT FROM pglease.purge_turns);
 DROP SEQUENCE pglease.lease_fence_floor;
 DROP SEQUENCE pglease.slot_fence_floor;
 DROP SEQUENCE pglease.purged_rows;
-DROP SEQUENCE pglease.last_purge;
+DROP TABLE pglease.purge_turns;
 DROP TABLE pglease.purge_lock;
 
 -- The helpers 0.3.0 added for the rules above.
@@ -146,8 +147,8 @@ DROP FUNCTION pglease._reserved(timestamptz, text, text, interval, text, text, t
 DROP FUNCTION pglease._raise_floors(bigint, bigint, bigint);
 DROP FUNCTION pglease._check_age(text, text, interval);
 DROP FUNCTION pglease._check_flag(text, text, boolean);
-DROP FUNCTION pglease._lock_for_takeover(text, timestamptz);
-DROP FUNCTION pglease._fenced_key(text);
+DROP FUNCTION pglease._lock_for_takeover(text, bigint, timestamptz);
+DROP FUNCTION pglease._fenced_key(text, bigint);
 
 -- Names a role owns go: every name is shared again.
 DROP FUNCTION pglease.prefix_bind(text, text);
@@ -158,6 +159,17 @@ DROP FUNCTION pglease._check_owner(text, text, text);
 DROP FUNCTION pglease._may_take(text);
 DROP FUNCTION pglease._owner(text);
 DROP TABLE pglease.prefixes;
+
+-- Quotas go, with the created_by columns and their indexes.
+DROP FUNCTION pglease.quota_set(text, text, integer);
+DROP FUNCTION pglease.quota_usage();
+DROP FUNCTION pglease._check_quota(text, text);
+DROP FUNCTION pglease._quota_used(text, text, bigint);
+DROP FUNCTION pglease._quota_kinds();
+DROP TABLE pglease.quotas;
+ALTER TABLE pglease.leases DROP COLUMN created_by;
+ALTER TABLE pglease.slots DROP COLUMN created_by;
+ALTER TABLE pglease.slot_scopes DROP COLUMN created_by;
 
 -- Views of sql/schema/10_schema.sql
 

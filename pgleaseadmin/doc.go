@@ -19,6 +19,10 @@
 //   - Purge deletes what has been free for a while (`pglease purge`); the
 //     clients already do it in the background, once per hour across the
 //     fleet.
+//   - BindPrefix and UnbindPrefix give a name prefix to a role, and take
+//     it back: only the role's members take the leases, claim the slot
+//     scopes and create the groups under it (`pglease prefix`,
+//     docs/security.md). Prefixes lists them; OwnerOf says whose a name is.
 //   - PartitionOf finds, behind a PL/Proxy proxy database, the partition
 //     that owns a lease name or slot scope (docs/scaling.md).
 //
@@ -33,6 +37,9 @@
 // then on, but work it does without fencing is not stopped; the old holder
 // learns of it at its next renewal. It needs the privileges of the owner
 // of schema pglease (role pglease_client is not granted force_release).
+// BindPrefix, UnbindPrefix and Prefixes are the schema owner's too; a
+// binding refuses new tenures to other roles, and leaves the live ones to
+// run until they end.
 // Purge deletes only rows that are free, and keeps fences monotonic: a name
 // used again after its purge gets a fence larger than any it had.
 //

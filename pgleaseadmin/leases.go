@@ -45,6 +45,9 @@ type LeaseStatus struct {
 	// (empty: none); once that tenure is over, the next grant is reserved
 	// for it for a while (docs/leadership.md).
 	PreferredHolder string
+	// Owner is the role that owns the lease name (see OwnerOf): only its
+	// members take the lease. Empty for a shared name.
+	Owner string
 }
 
 // Leases lists every lease of database, by name: those held, and those
@@ -57,6 +60,7 @@ func Leases(ctx context.Context, database pglease.DB) ([]LeaseStatus, error) {
 			Name: r.Name, Holder: r.Holder.String, Fence: r.Fence,
 			State: LeaseState(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
 			Value: r.Value, ReleaseRequested: r.ReleaseRequested, PreferredHolder: r.PreferredHolder,
+			Owner: r.OwnerRole,
 		}
 	})
 }

@@ -59,8 +59,8 @@ type Metrics struct {
 	// registered as waiting for a release, whose wait has not ended.
 	LeaseWaiters int64
 	SlotWaiters  int64
-	// Tables are pglease's tables (leases, slots, slot_scopes, waiters) with
-	// their row counts and sizes.
+	// Tables are pglease's tables that hold rows (leases first; the list
+	// pglease.metrics documents) with their row counts and sizes.
 	Tables []TableMetric
 	// LeaseOldestFree is how long the lease free (released or expired) for
 	// the longest has been free, zero when none is; a purge with a free-for

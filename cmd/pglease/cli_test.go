@@ -52,6 +52,7 @@ func TestCLI(t *testing.T) {
 		{"NoPasswordInOutput", testNoPasswordInOutput},
 		{"Exporter", testExporter},
 		{"ExporterErrors", testExporterErrors},
+		{"Prefix", testPrefix},
 	}, reaperCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -168,6 +169,8 @@ type statusOutput struct {
 		Value            *string `json:"value"`
 		ReleaseRequested bool    `json:"release_requested"`
 		PreferredHolder  *string `json:"preferred_holder"`
+		// Names a role owns (pglease prefix).
+		Owner *string `json:"owner"`
 	} `json:"leases"`
 	Slots []struct {
 		Scope       string    `json:"scope"`

@@ -12,6 +12,7 @@
 //	                                    one run per cron tick across hosts (docs/cron.md)
 //	pglease history NAME [--json]       the recent runs of a job of the run ledger
 //	pglease release --force NAME --yes  operator override: end a tenure whoever holds it
+//	pglease prefix bind|unbind|list     give a name prefix to a role (schema owner; docs/security.md)
 //	pglease exporter [--listen ADDR]    the database's view as Prometheus metrics (docs/observability.md)
 //	pglease demo                        three supervised instances, a crash, a handover
 //	pglease help [COMMAND]              usage; `pglease COMMAND -h` too

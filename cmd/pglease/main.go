@@ -35,6 +35,7 @@ var commands = []*command{
 	historyCommand,
 	releaseCommand,
 	purgeCommand,
+	prefixCommand,
 	exporterCommand,
 	demoCommand,
 }

@@ -26,7 +26,8 @@ Lists every lease, slot and slot scope in the database with its holder,
 fence, state (held, expired or free) and time left, all computed by the
 server's clock when read. When a holder published a value, or a release
 was requested (pglease release --request), the leases get a VALUE column
-and a REQUEST column (docs/leadership.md).
+and a REQUEST column (docs/leadership.md); when a lease's name belongs to a
+role (pglease prefix bind, or a shard group's lease), an OWNER column.
 
 With --json it prints one JSON object, whose shape is stable:
 
@@ -34,7 +35,7 @@ With --json it prints one JSON object, whose shape is stable:
                "state": "held", "expires_at": "2025-01-02T03:04:05.678Z",
                "expires_in_ms": 28512, "expires_in": "28.512s",
                "value": "10.0.0.7:8080", "release_requested": false,
-               "preferred_holder": null}],
+               "preferred_holder": null, "owner": "billing_svc"}],
    "slots":  [{"scope": "gpu", "slot": 1, "holder": "...", "fence": 3,
                "state": "held", "expires_at": "...",
                "expires_in_ms": 1200, "expires_in": "1.2s"}],
@@ -53,7 +54,9 @@ when it was released). jobs lists the jobs of the run ledger (pglease run
 'pglease help history') and the end of its last success (null when none
 is kept). A lease's value is the live holder's value (null: none, or not
 held); release_requested is true while a requested release is pending;
-preferred_holder is the holder the last request preferred (null: none).`,
+preferred_holder is the holder the last request preferred (null: none);
+owner is the role that owns the lease's name (null: a shared name, which
+any client may take).`,
 	interspersed: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
@@ -117,6 +120,8 @@ type leaseJSON struct {
 	Value            *string `json:"value"`
 	ReleaseRequested bool    `json:"release_requested"`
 	PreferredHolder  *string `json:"preferred_holder"`
+	// Names a role owns (pglease prefix).
+	Owner *string `json:"owner"`
 }
 
 type slotJSON struct {
@@ -203,6 +208,7 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 			Name: l.Name, Holder: nonEmpty(l.Holder), Fence: l.Fence, State: string(l.State),
 			ExpiresAt: l.ExpiresAt, ExpiresInMS: l.ExpiresIn.Milliseconds(), ExpiresIn: l.ExpiresIn.String(),
 			Value: nonEmpty(l.Value), ReleaseRequested: l.ReleaseRequested, PreferredHolder: nonEmpty(l.PreferredHolder),
+			Owner: nonEmpty(l.Owner),
 		})
 	}
 	for _, s := range ss {
@@ -227,15 +233,22 @@ func printStatus(w io.Writer, s statusJSON) error {
 		fmt.Fprintln(tw, "No leases.")
 	} else {
 		leader := slices.ContainsFunc(s.Leases, func(l leaseJSON) bool { return l.Value != nil || l.ReleaseRequested })
+		owned := slices.ContainsFunc(s.Leases, func(l leaseJSON) bool { return l.Owner != nil })
+		fmt.Fprint(tw, "LEASE\tHOLDER\tFENCE\tSTATE\tEXPIRES IN")
 		if leader {
-			fmt.Fprintln(tw, "LEASE\tHOLDER\tFENCE\tSTATE\tEXPIRES IN\tVALUE\tREQUEST")
-		} else {
-			fmt.Fprintln(tw, "LEASE\tHOLDER\tFENCE\tSTATE\tEXPIRES IN")
+			fmt.Fprint(tw, "\tVALUE\tREQUEST")
 		}
+		if owned {
+			fmt.Fprint(tw, "\tOWNER")
+		}
+		fmt.Fprintln(tw)
 		for _, l := range s.Leases {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s", cell(l.Name), orDash(l.Holder), l.Fence, l.State, timeLeft(l.ExpiresInMS))
 			if leader {
 				fmt.Fprintf(tw, "\t%s\t%s", orDash(l.Value), request(l))
+			}
+			if owned {
+				fmt.Fprintf(tw, "\t%s", orDash(l.Owner))
 			}
 			fmt.Fprintln(tw)
 		}

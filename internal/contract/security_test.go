@@ -480,8 +480,8 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 		"group_create(text,integer,text[])", "group_sync(text,text,interval,integer)",
 		"group_release(text,text,text,bigint)", "group_leave(text,text)",
 		"group_status(text)", "group_list()", "group_delete(text)",
-		// Who owns a name (0.3.0).
-		"owner_of(text)",
+		// Who owns a name, and the quotas' use (0.3.0).
+		"owner_of(text)", "quota_usage()",
 	} {
 		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
 	}

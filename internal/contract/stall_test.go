@@ -416,6 +416,10 @@ var stallSweep = map[string][]hostileCall{
 		args:   func(e *stallEnv) []any { return []any{e.group} },
 		raises: "42501",
 	}},
+	"pglease.quota_usage()": {{
+		how: "quota_usage",
+		sql: `SELECT q::text FROM pglease.quota_usage() AS q`,
+	}},
 	"pglease.owner_of(text)": {{
 		how:  "owner_of A's names",
 		sql:  `SELECT pglease.owner_of(u.n) FROM unnest($1::text[]) AS u(n)`,

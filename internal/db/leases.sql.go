@@ -475,7 +475,8 @@ const leaseStatusList = `-- name: LeaseStatusList :many
 SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in,
        coalesce(value, '')::text AS value,
        (release_requested_at IS NOT NULL)::boolean AS release_requested,
-       coalesce(preferred_holder, '')::text AS preferred_holder
+       coalesce(preferred_holder, '')::text AS preferred_holder,
+       coalesce(owner_role, '')::text AS owner_role
 FROM pglease.lease_status
 ORDER BY name
 `
@@ -490,9 +491,11 @@ type LeaseStatusListRow struct {
 	Value            string
 	ReleaseRequested bool
 	PreferredHolder  string
+	OwnerRole        string
 }
 
-// The leadership columns are 0.3.0's (docs/leadership.md).
+// The leadership columns and owner_role are 0.3.0's (docs/leadership.md,
+// docs/security.md#names-a-role-owns).
 func (q *Queries) LeaseStatusList(ctx context.Context) ([]LeaseStatusListRow, error) {
 	rows, err := q.db.Query(ctx, leaseStatusList)
 	if err != nil {
@@ -512,6 +515,7 @@ func (q *Queries) LeaseStatusList(ctx context.Context) ([]LeaseStatusListRow, er
 			&i.Value,
 			&i.ReleaseRequested,
 			&i.PreferredHolder,
+			&i.OwnerRole,
 		); err != nil {
 			return nil, err
 		}

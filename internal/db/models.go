@@ -55,6 +55,7 @@ type PgleaseLease struct {
 	ReleaseTo          pgtype.Text
 	ReleaseFor         *time.Duration
 	ReleaseToRole      pgtype.Text
+	CreatedBy          pgtype.Text
 }
 
 // pglease leases as seen now: state is held, expired or free
@@ -91,6 +92,19 @@ type PgleasePrefix struct {
 type PgleasePurgeLock struct {
 }
 
+// pglease: when each role last purged through pglease.purge_due; change only through the pglease functions
+type PgleasePurgeTurn struct {
+	RoleName  string
+	LastPurge time.Time
+}
+
+// pglease: caps on the rows each role may have, by kind; change only through pglease.quota_set
+type PgleaseQuota struct {
+	RoleName string
+	Kind     string
+	MaxRows  int32
+}
+
 // pglease run ledger: one row per run of a job; change only through the pglease functions
 type PgleaseRun struct {
 	Name        string
@@ -118,6 +132,7 @@ type PgleaseSlot struct {
 	Counted    bool
 	Units      int32
 	CheckAt    time.Time
+	CreatedBy  pgtype.Text
 }
 
 // pglease: refused slot claims in the order they were first refused; the oldest keeps room for its units
@@ -132,8 +147,9 @@ type PgleaseSlotQueue struct {
 
 // pglease slot scopes; the row lock serialises claims within one scope
 type PgleaseSlotScope struct {
-	Scope   string
-	Counted int32
+	Scope     string
+	Counted   int32
+	CreatedBy pgtype.Text
 }
 
 // pglease slot scopes: live holders (in_use), slot rows ever created (slots) and units the live holders hold (units_in_use)

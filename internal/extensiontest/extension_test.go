@@ -156,8 +156,8 @@ func TestExtension(t *testing.T) {
 		// tables (waiters, observers, candidates) are rebuilt by the
 		// clients.
 		want := []string{"pglease.group_members", "pglease.group_shards", "pglease.groups",
-			"pglease.last_purge", "pglease.lease_fence_floor", "pglease.leases", "pglease.prefixes", "pglease.purge_lock",
-			"pglease.purged_rows", "pglease.runs", "pglease.slot_fence_floor", "pglease.slot_scopes", "pglease.slots"}
+			"pglease.lease_fence_floor", "pglease.leases", "pglease.prefixes", "pglease.purge_lock",
+			"pglease.purge_turns", "pglease.purged_rows", "pglease.quotas", "pglease.runs", "pglease.slot_fence_floor", "pglease.slot_scopes", "pglease.slots"}
 		if ver != version || schema != "pglease" || !slices.Equal(config, want) {
 			t.Fatalf("pg_extension: got version %q, schema %q, dumped tables %q; want %q, pglease, %q", ver, schema, config, version, want)
 		}

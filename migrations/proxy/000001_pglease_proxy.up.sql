@@ -189,6 +189,48 @@ AS $$
     RUN ON pglease._route(p_name);
 $$;
 
+-- Source: sql/functions/06_quotas.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_quota_set(p_role text, p_kind text, p_max integer,
+                                             OUT previous_max integer)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.quota_set;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.quota_set(p_role text, p_kind text, p_max integer,
+                                             OUT previous_max integer)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT max(p) FROM pglease._all_quota_set(p_role, p_kind, p_max) AS p;
+$$;
+
+-- Source: sql/functions/06_quotas.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_quota_usage(
+    OUT role_name text, OUT kind text, OUT max_rows integer, OUT used bigint)
+RETURNS SETOF SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.quota_usage;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.quota_usage(
+    OUT role_name text, OUT kind text, OUT max_rows integer, OUT used bigint)
+RETURNS SETOF record
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT u.role_name, u.kind, max(u.max_rows), sum(u.used)::bigint
+    FROM pglease._all_quota_usage() AS u
+    GROUP BY u.role_name, u.kind
+    ORDER BY u.role_name, u.kind;
+$$;
+
 -- Source: sql/functions/10_acquire.sql (signature), sql/proxy/routes (hash p_name)
 CREATE OR REPLACE FUNCTION pglease.acquire(
     p_name text, p_holder text, p_ttl interval,

@@ -2,11 +2,12 @@
 -- owner binds a name prefix to a role (pglease.prefix_bind); from then on
 -- only members of that role take a lease, claim a slot scope or create a
 -- group whose name starts with it. Names under no bound prefix are shared,
--- as before 0.3.0. The longest bound prefix of a name decides. The shard
--- leases of a group ('{group}/shard') belong to the group's role.
+-- as before 0.3.0. The longest bound prefix of a name decides. The names
+-- of a group's shard leases ('{group}/...') belong to the group's role
+-- itself: only that role (not its members) takes them, as only it syncs.
 
--- _owner(p_name): who owns p_name: for a shard lease of an existing group,
--- the group's role (prefix NULL); else the role of p_name's longest bound
+-- _owner(p_name): who owns p_name: for a name '{g}/...' of an existing
+-- group g, the group's role (prefix NULL); else the role of p_name's longest bound
 -- prefix, and that prefix; both NULL for a shared name. PL/pgSQL, so that
 -- its two reads are planned once per session: pglease.prefixes holds a few
 -- rows (one per service, say), and names starting with '{' cost one more
@@ -30,18 +31,24 @@ END
 $$;
 
 -- _may_take(p_name): whether the caller (session_user) may take p_name: it
--- is shared, or the caller is a member of the role owning it. A prefix
--- bound to a role that no longer exists is nobody's: false.
+-- is shared, it is a group's and the caller is the group's role, or the
+-- caller is a member of the role its prefix is bound to. A prefix bound to
+-- a role that no longer exists is nobody's: false.
 CREATE OR REPLACE FUNCTION pglease._may_take(p_name text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_owner text := (pglease._owner(p_name)).owner_role;
-    v_oid   oid;
+    v_owner  text;
+    v_prefix text;
+    v_oid    oid;
 BEGIN
+    SELECT o.owner_role, o.prefix INTO v_owner, v_prefix FROM pglease._owner(p_name) AS o;
     IF v_owner IS NULL THEN
         RETURN true;
+    END IF;
+    IF v_prefix IS NULL THEN
+        RETURN v_owner = session_user;
     END IF;
     SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_owner;
     RETURN FOUND AND pg_catalog.pg_has_role(session_user, v_oid, 'MEMBER');
@@ -68,7 +75,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = format('pglease.%s: %s %L is a shard of a group of role %I; role %I is not a member of it',
                              p_func, p_arg, p_name, v_owner, session_user),
-            HINT = 'Take part in the group as its role, through pglease.group_sync.';
+            HINT = 'A group''s shards are taken by its own role, through pglease.group_sync.';
     END IF;
     RAISE EXCEPTION USING ERRCODE = '42501',
         MESSAGE = format('pglease.%s: %s %L is under prefix %L, which belongs to role %I; role %I is not a member of it',
@@ -81,12 +88,15 @@ $$;
 -- role p_role: from now on only members of p_role take a lease, claim a
 -- slot scope or create a group whose name starts with p_prefix (42501 for
 -- anyone else, nothing changed), unless a longer bound prefix of the name
--- says otherwise. Tenures live now keep running until they end (end another
--- role's with pglease.force_release). Binding a bound prefix again moves it
--- to p_role. Returns the role the prefix was bound to before (NULL: none).
+-- says otherwise. Tenures live now keep running until they end (renewals
+-- and releases work; a re-acquire is refused like any acquire under the
+-- prefix; end another role's with pglease.force_release). A group created
+-- under the prefix belongs to the member role that created it. Binding a
+-- bound prefix again moves it to p_role. Returns the role the prefix was
+-- bound to before (NULL: none).
 -- The schema owner's call: granted to no role.
--- Raises 22004 for NULL arguments, 22023 for a prefix not 1 to 256 bytes,
--- 42704 for a role that does not exist; nothing changes then.
+-- Raises 22004 for NULL arguments, 22023 for a prefix or role name not 1
+-- to 256 bytes, 42704 for a role that does not exist; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.prefix_bind(p_prefix text, p_role text, OUT previous_role text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp

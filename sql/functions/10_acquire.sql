@@ -39,7 +39,8 @@
 -- Raises 22004 for a NULL argument, 22023 for a name or holder not 1 to 256
 -- bytes or a TTL not in (0, 24 hours]; 42501 for a name under a prefix
 -- bound to a role the caller is not a member of (see pglease.prefix_bind);
--- 40001 when the lease changed under
+-- 53400 when a new name would take the caller's role over its quota of
+-- leases (see pglease.quota_set); 40001 when the lease changed under
 -- ten attempts in a row (retry); nothing is changed then.
 -- A refused call locks the row only FOR KEY SHARE, which no renewal,
 -- release or takeover waits for, so it never delays the holder's renewals.
@@ -135,7 +136,7 @@ BEGIN
                     -- A tenure that is over: its fenced transactions may
                     -- keep us out at most 100 ms past its end.
                     IF v_holder IS NOT NULL AND v_expires <= clock_timestamp() THEN
-                        PERFORM pglease._lock_for_takeover(p_name, v_expires);
+                        PERFORM pglease._lock_for_takeover(p_name, v_fence, v_expires);
                     END IF;
                     SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid,
                            l.release_to, l.release_to_role, l.release_for
@@ -199,12 +200,15 @@ BEGIN
         END IF;
 
         IF v_next = 'insert' THEN
-            -- A new row starts above the fence floor (see pglease.purge).
+            -- A new row starts above the fence floor (see pglease.purge),
+            -- within the role's quota.
+            PERFORM pglease._check_quota('acquire', 'leases');
             v_now := clock_timestamp();
-            INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at, holder_role)
+            INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at, holder_role,
+                                             created_by)
             VALUES (p_name, p_holder,
                     (SELECT f.last_value FROM pglease.lease_fence_floor AS f) + 1,
-                    v_now, v_now + v_ttl, v_role)
+                    v_now, v_now + v_ttl, v_role, v_role)
             ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
             RETURNING l.fence INTO fence;
             IF FOUND THEN

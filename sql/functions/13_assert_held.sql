@@ -99,7 +99,7 @@ BEGIN
     -- Known as this lease's fenced transaction (see
     -- pglease._lock_for_takeover), without ever waiting for the key.
     PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
-    FROM pglease._fenced_key(p_name) AS k;
+    FROM pglease._fenced_key(p_name, p_fence) AS k;
 
     -- The bound above: the time left plus 100 ms, as milliseconds. A
     -- setting of 0 (none, the usual case) is lowered without parsing it.
@@ -119,23 +119,25 @@ BEGIN
 END
 $$;
 
--- _lock_for_takeover(p_name, p_end): locks lease p_name's row FOR NO KEY
--- UPDATE for a takeover of a tenure that ended at p_end, or for
--- pglease.force_release (p_end: now). A fenced transaction of that tenure
+-- _lock_for_takeover(p_name, p_fence, p_end): locks lease p_name's row FOR
+-- NO KEY UPDATE for a takeover of its tenure p_fence, which ended at p_end,
+-- or for pglease.force_release (p_end: now). A fenced transaction of that tenure
 -- (pglease.assert_held, run_begin, run_end: FOR SHARE until it ends) may
 -- hold the row; it bounds itself by the timeouts assert_held sets, which
 -- its own session can turn off again. So this waits for the lock at most
 -- until p_end + 200 ms (those timeouts, when on, end the transaction
 -- first, at 100 ms); then it terminates the backends whose fenced
--- transactions of the lease are still open (pg_terminate_backend: the
+-- transactions of that tenure are still open (pg_terminate_backend: the
 -- schema owner must be a superuser or a member of pg_signal_backend, and
 -- superusers' backends are never ended), and waits on for whatever else
 -- holds the row (a takeover in flight) as long as that lasts. Without the
 -- privilege it raises a WARNING naming the backends and waits on.
 -- Fenced transactions are found by the advisory lock they take
--- (pglease._fenced_key): a backend that takes that key itself may be
--- ended too. The caller's lock_timeout is restored.
-CREATE OR REPLACE FUNCTION pglease._lock_for_takeover(p_name text, p_end timestamptz)
+-- (pglease._fenced_key of the name and fence; a later tenure's have
+-- another): a backend that takes that key itself may be ended too, and so
+-- may, once in about four billion, a fenced transaction whose name and
+-- fence hash alike. The caller's lock_timeout is restored.
+CREATE OR REPLACE FUNCTION pglease._lock_for_takeover(p_name text, p_fence bigint, p_end timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -158,14 +160,14 @@ BEGIN
         SELECT k.pid FROM pg_catalog.pg_locks AS k
         WHERE k.locktype = 'advisory' AND k.granted AND k.pid <> pg_backend_pid()
           AND (k.classid, k.objid, k.objsubid) =
-              (SELECT f.key1::oid, f.key2::oid, 2::smallint FROM pglease._fenced_key(p_name) AS f)
+              (SELECT f.key1::oid, f.key2::oid, 2::smallint FROM pglease._fenced_key(p_name, p_fence) AS f)
     LOOP
         BEGIN
             PERFORM pg_catalog.pg_terminate_backend(v_pid);
         EXCEPTION WHEN insufficient_privilege THEN
             RAISE WARNING USING
-                MESSAGE = format('pglease: lease %L: the fenced transaction of backend %s is still open 200 ms after its tenure ended, and the schema owner may not end it',
-                                 p_name, v_pid),
+                MESSAGE = format('pglease: lease %L: the fenced transaction of backend %s is still open 200 ms after its tenure (fence %s) ended, and the schema owner may not end it',
+                                 p_name, v_pid, p_fence),
                 HINT = 'GRANT pg_signal_backend TO the role that owns schema pglease, or end the backend by hand.';
         END;
     END LOOP;
@@ -173,10 +175,11 @@ BEGIN
 END
 $$;
 
--- _fenced_key(p_name): the advisory lock key (two 32-bit halves) a fenced
--- transaction of lease p_name holds shared (see pglease._lock_for_takeover).
-CREATE OR REPLACE FUNCTION pglease._fenced_key(p_name text, OUT key1 integer, OUT key2 integer)
+-- _fenced_key(p_name, p_fence): the advisory lock key (two 32-bit halves)
+-- a fenced transaction of tenure p_fence of lease p_name holds shared (see
+-- pglease._lock_for_takeover).
+CREATE OR REPLACE FUNCTION pglease._fenced_key(p_name text, p_fence bigint, OUT key1 integer, OUT key2 integer)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT 1885825388, pg_catalog.hashtext(p_name)
+    SELECT 1885825388, pg_catalog.hashtext(p_fence::text || '/' || p_name)
 $$;

@@ -27,7 +27,8 @@ BEGIN
     v_sure := FOUND;
     -- The tenure's fenced transactions keep the row at most 200 ms more.
     IF NOT v_sure THEN
-        PERFORM pglease._lock_for_takeover(p_name, clock_timestamp());
+        SELECT l.fence INTO fence FROM pglease.leases AS l WHERE l.name = p_name;
+        PERFORM pglease._lock_for_takeover(p_name, fence, clock_timestamp());
     END IF;
     SELECT l.holder, l.fence INTO holder, fence
     FROM pglease.leases AS l

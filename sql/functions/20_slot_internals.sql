@@ -26,7 +26,8 @@ BEGIN
     LOOP
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR NO KEY UPDATE;
         EXIT WHEN FOUND;
-        INSERT INTO pglease.slot_scopes AS s (scope) VALUES (p_scope)
+        PERFORM pglease._check_quota(NULL, 'scopes');
+        INSERT INTO pglease.slot_scopes AS s (scope, created_by) VALUES (p_scope, session_user)
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         EXIT WHEN FOUND;
     END LOOP;
@@ -258,14 +259,17 @@ BEGIN
                 SELECT coalesce(max(s.slot), 0) + 1 INTO slot
                 FROM pglease.slots AS s WHERE s.scope = p_scope;
                 IF slot <= p_capacity THEN
+                    PERFORM pglease._check_quota(NULL, 'slots');
                     -- A new slot starts above the fence floor (see
                     -- pglease.purge, which takes the scope lock we hold, so
                     -- this statement sees the floor of any purge of the scope).
                     INSERT INTO pglease.slots AS s (scope, slot, holder, fence, acquired_at, expires_at,
-                                                    holder_role, capacity, counted, units, check_at)
+                                                    holder_role, capacity, counted, units, check_at,
+                                                    created_by)
                     VALUES (p_scope, slot, p_holder,
                             (SELECT f.last_value FROM pglease.slot_fence_floor AS f) + 1,
-                            p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl)
+                            p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl,
+                            v_role)
                     ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
                     RETURNING s.fence::bigint, s.units::integer INTO fence, units;
                 END IF;
@@ -324,6 +328,10 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q
+                   WHERE q.scope = p_scope AND q.holder = p_holder AND q.holder_role = session_user) THEN
+        PERFORM pglease._check_quota(NULL, 'queue');
+    END IF;
     INSERT INTO pglease.slot_queue AS q (scope, holder, holder_role, units, since, until)
     VALUES (p_scope, p_holder, session_user::text, p_units, p_now,
             p_now + least(p_retry_in, interval '5 seconds') + interval '2 seconds')

@@ -46,9 +46,14 @@
 -- it until the caller's transaction ends, so the cap holds however many
 -- claimers race (and other claims of the scope wait for a grant left open
 -- in a transaction). A refused claim releases it before it returns, and
--- keeps only a lock no claim waits for. One round
--- trip; its cost grows neither with live holders nor with p_capacity (the
--- scope keeps count of its live holders; see pglease._slot_claim_locked).
+-- keeps only a lock no claim waits for. The decision runs in a
+-- subtransaction: a transaction that makes more than 64 claims holds more
+-- than 64 subtransactions, which slows every session's snapshots
+-- (PostgreSQL's subtransaction cache overflows); claim in transactions of
+-- their own, or in several scopes at once with pglease.claim_slots. One
+-- round trip; its cost grows neither with live holders nor with p_capacity
+-- (the scope keeps count of its live holders; see
+-- pglease._slot_claim_locked).
 -- Raises 22004 for NULL, 22023 for a scope or holder not 1 to 256 bytes, a
 -- capacity not in 1..1000000, units not in 1..p_capacity, a TTL not in
 -- (0, 24 hours]; 42501 for a scope under a prefix bound to a role the

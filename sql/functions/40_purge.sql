@@ -189,13 +189,13 @@ END
 $$;
 
 -- pglease.purge_due(p_every, p_free_for): pglease.purge(p_free_for), at
--- most once per p_every across every caller of the database. Clients (the
--- Go supervisor, runslots.Run, pglease run) call it now and then; the
--- first caller after p_every has passed purges (what pglease.purge lets
--- its role purge), the others return at once. The time of the last purge
--- is taken when the purge starts and stays taken if it fails. Returns the
--- rows deleted, or NULL when no purge was due. Never waits for another
--- caller. Raises 22004 for NULL arguments and 22023 for a p_every not more
+-- most once per p_every across every caller of the database of the
+-- caller's role (session_user): each role purges what it left, so each
+-- role takes its own turns. Clients (the Go supervisor, runslots.Run,
+-- pglease run) call it now and then; the first caller of a role after
+-- p_every has passed purges, the others return at once. Returns the rows
+-- deleted, or NULL when no purge was due. Never waits for a caller of
+-- another role; one of the same role whose purge is in flight is skipped. Raises 22004 for NULL arguments and 22023 for a p_every not more
 -- than 0, or either of more than 100 years, or a negative p_free_for;
 -- nothing is deleted then.
 CREATE OR REPLACE FUNCTION pglease.purge_due(p_every interval, p_free_for interval)
@@ -205,7 +205,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_every interval;
-    v_due   boolean := false;
 BEGIN
     v_every := pglease._check_age('purge_due', 'p_every', p_every);
     IF v_every = interval '0' THEN
@@ -214,20 +213,15 @@ BEGIN
             HINT = 'Pass how often to purge, e.g. interval ''1 hour''.';
     END IF;
     PERFORM pglease._check_age('purge_due', 'p_free_for', p_free_for);
-    -- Take the turn under the purges' lock, in a subtransaction that
-    -- releases it at once (the sequence keeps its new value).
-    BEGIN
-        LOCK TABLE pglease.purge_lock IN EXCLUSIVE MODE;
-        PERFORM pg_catalog.setval('pglease.last_purge',
-                    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, true)
-        FROM pglease.last_purge AS lp
-        WHERE lp.last_value <= (extract(epoch FROM clock_timestamp() - v_every) * 1000000)::bigint;
-        v_due := FOUND;
-        RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: turn taken';
-    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-        NULL;
-    END;
-    IF NOT v_due THEN
+    INSERT INTO pglease.purge_turns AS t (role_name, last_purge)
+    VALUES (session_user, '-infinity')
+    ON CONFLICT ON CONSTRAINT purge_turns_pkey DO NOTHING;
+    UPDATE pglease.purge_turns AS t SET last_purge = clock_timestamp()
+    WHERE t.role_name = ANY (ARRAY(SELECT d.role_name FROM pglease.purge_turns AS d
+                                   WHERE d.role_name = session_user
+                                     AND d.last_purge <= clock_timestamp() - v_every
+                                   FOR UPDATE SKIP LOCKED));
+    IF NOT FOUND THEN
         RETURN NULL;
     END IF;
     RETURN pglease.purge(p_free_for);

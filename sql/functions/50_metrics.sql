@@ -30,12 +30,12 @@
 --     the slot rows by state;
 --   * lease_waiters, slot_waiters: refused acquires and claims registered
 --     as waiting for a release, by kind, whose wait has not ended;
---   * tables, table_rows, table_bytes: every table of the schema
---     (leases, slots, slot_scopes, waiters, slot_queue, observers,
---     candidates, runs, groups, group_shards, group_members, prefixes, in
---     this order; the first four as before 0.3.0), their exact row counts
---     and their sizes on disk with indexes and TOAST
---     (pg_total_relation_size);
+--   * tables, table_rows, table_bytes: every table of the schema that holds
+--     rows (leases, slots, slot_scopes, waiters, slot_queue, observers,
+--     candidates, runs, groups, group_shards, group_members, prefixes,
+--     quotas, purge_turns, in this order; the first four as before 0.3.0),
+--     their exact row counts and their sizes on disk with indexes and
+--     TOAST (pg_total_relation_size);
 --   * lease_oldest_free_seconds: how long the lease row free (released or
 --     expired) for the longest has been free, 0 when none is: what
 --     pglease.purge(p_free_for) deletes once it exceeds p_free_for;
@@ -157,7 +157,8 @@ BEGIN
     SELECT count(*) INTO v_scopes FROM pglease.slot_scopes AS sc;
 
     tables := ARRAY['leases', 'slots', 'slot_scopes', 'waiters', 'slot_queue', 'observers',
-                    'candidates', 'runs', 'groups', 'group_shards', 'group_members', 'prefixes'];
+                    'candidates', 'runs', 'groups', 'group_shards', 'group_members', 'prefixes',
+                    'quotas', 'purge_turns'];
     table_rows := ARRAY[leases_held + leases_expired + leases_free, v_slots, v_scopes, v_waiters,
                         (SELECT count(*) FROM pglease.slot_queue),
                         (SELECT count(*) FROM pglease.observers),
@@ -166,7 +167,9 @@ BEGIN
                         (SELECT count(*) FROM pglease.groups),
                         (SELECT count(*) FROM pglease.group_shards),
                         (SELECT count(*) FROM pglease.group_members),
-                        (SELECT count(*) FROM pglease.prefixes)];
+                        (SELECT count(*) FROM pglease.prefixes),
+                        (SELECT count(*) FROM pglease.quotas),
+                        (SELECT count(*) FROM pglease.purge_turns)];
     table_bytes := ARRAY(SELECT pg_total_relation_size(('pglease.' || t)::regclass)
                          FROM unnest(tables) WITH ORDINALITY AS u(t, i) ORDER BY u.i);
 

@@ -125,7 +125,7 @@ BEGIN
     IF FOUND AND v_expires > v_now THEN
         -- Known as a fenced transaction (see pglease.assert_held).
         PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
-        FROM pglease._fenced_key(p_name) AS k;
+        FROM pglease._fenced_key(p_name, p_fence) AS k;
         RETURN v_now;
     END IF;
     RETURN NULL;
@@ -198,6 +198,7 @@ BEGIN
 
     UPDATE pglease.runs AS r SET outcome = 'lost'
     WHERE r.name = p_name AND r.outcome = 'running' AND r.fence < p_fence;
+    PERFORM pglease._check_quota('run_begin', 'runs');
     INSERT INTO pglease.runs (name, fence, window_start, run_window, holder, holder_role, started_at)
     VALUES (p_name, p_fence, window_start, make_interval(secs => v_window), p_holder, session_user, v_now);
     run := true;

@@ -168,6 +168,9 @@ BEGIN
         v_names := p_names;
     END IF;
 
+    IF NOT EXISTS (SELECT 1 FROM pglease.groups AS g WHERE g.name = p_group) THEN
+        PERFORM pglease._check_quota('group_create', 'groups');
+    END IF;
     INSERT INTO pglease.groups AS g (name, group_role, shards, created_at)
     VALUES (p_group, session_user::text, cardinality(v_names), clock_timestamp())
     ON CONFLICT ON CONSTRAINT groups_pkey DO NOTHING;

@@ -29,11 +29,13 @@ SELECT r.released::boolean AS released, r.holder, r.fence
 FROM pglease.force_release(@name) AS r;
 
 -- name: LeaseStatusList :many
--- The leadership columns are 0.3.0's (docs/leadership.md).
+-- The leadership columns and owner_role are 0.3.0's (docs/leadership.md,
+-- docs/security.md#names-a-role-owns).
 SELECT name, holder, fence, state, expires_at, expires_in::interval AS expires_in,
        coalesce(value, '')::text AS value,
        (release_requested_at IS NOT NULL)::boolean AS release_requested,
-       coalesce(preferred_holder, '')::text AS preferred_holder
+       coalesce(preferred_holder, '')::text AS preferred_holder,
+       coalesce(owner_role, '')::text AS owner_role
 FROM pglease.lease_status
 ORDER BY name;
 

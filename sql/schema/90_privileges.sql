@@ -159,8 +159,9 @@ BEGIN
             pglease.group_list(),
             pglease.group_delete(text)
             TO pglease_client;
-        -- Who owns a name (0.3.0), which lease_status shows too.
-        GRANT EXECUTE ON FUNCTION pglease.owner_of(text) TO pglease_client;
+        -- Who owns a name (0.3.0), which lease_status shows too, and the
+        -- quotas' use.
+        GRANT EXECUTE ON FUNCTION pglease.owner_of(text), pglease.quota_usage() TO pglease_client;
     END IF;
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
         GRANT EXECUTE ON FUNCTION pglease.owner_of(text) TO pglease_operator;

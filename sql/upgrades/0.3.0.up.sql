@@ -172,13 +172,18 @@ ALTER TABLE pglease.waiters
 CREATE SEQUENCE pglease.lease_fence_floor AS bigint MINVALUE 0 START 0;
 CREATE SEQUENCE pglease.slot_fence_floor AS bigint MINVALUE 0 START 0;
 CREATE SEQUENCE pglease.purged_rows AS bigint MINVALUE 0 START 0;
-CREATE SEQUENCE pglease.last_purge AS bigint MINVALUE 0 START 0;
 SELECT pg_catalog.setval('pglease.lease_fence_floor', f.lease_fence, true),
        pg_catalog.setval('pglease.slot_fence_floor', f.slot_fence, true),
-       pg_catalog.setval('pglease.purged_rows', f.purged, true),
-       pg_catalog.setval('pglease.last_purge',
-           coalesce((extract(epoch FROM f.last_purge) * 1000000)::bigint, 0), true)
+       pg_catalog.setval('pglease.purged_rows', f.purged, true)
 FROM pglease.fence_floor AS f;
+-- purge_due's turns become one per role (each role purges what it left);
+-- every role's first purge_due after the upgrade purges.
+CREATE TABLE pglease.purge_turns (
+    role_name  text        PRIMARY KEY,
+    last_purge timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.purge_turns IS
+    'pglease: when each role last purged through pglease.purge_due; change only through the pglease functions';
 DROP TABLE pglease.fence_floor;
 CREATE TABLE pglease.purge_lock ();
 COMMENT ON TABLE pglease.purge_lock IS
@@ -193,3 +198,23 @@ CREATE TABLE pglease.prefixes (
 );
 COMMENT ON TABLE pglease.prefixes IS
     'pglease: name prefixes bound to the role that owns them; change only through pglease.prefix_bind and prefix_unbind';
+
+-- Quotas (0.3.0, sql/functions/06_quotas.sql): the schema owner's caps per
+-- role and kind of row. created_by on leases, slots and slot_scopes is the
+-- role that created the row (NULL for rows from before 0.3.0); it never
+-- changes, so no renewal's HOT update is lost to its index.
+CREATE TABLE pglease.quotas (
+    role_name text    NOT NULL,
+    kind      text    NOT NULL CHECK (kind IN ('leases', 'slots', 'scopes', 'groups', 'queue', 'runs')),
+    max_rows  integer NOT NULL CHECK (max_rows >= 0),
+    PRIMARY KEY (role_name, kind)
+);
+COMMENT ON TABLE pglease.quotas IS
+    'pglease: caps on the rows each role may have, by kind; change only through pglease.quota_set';
+ALTER TABLE pglease.leases ADD COLUMN created_by text;
+ALTER TABLE pglease.slots ADD COLUMN created_by text;
+ALTER TABLE pglease.slot_scopes ADD COLUMN created_by text;
+CREATE INDEX leases_created_by_idx ON pglease.leases (created_by);
+CREATE INDEX slots_created_by_idx ON pglease.slots (created_by);
+CREATE INDEX slot_scopes_created_by_idx ON pglease.slot_scopes (created_by);
+CREATE INDEX runs_holder_role_idx ON pglease.runs (holder_role);
