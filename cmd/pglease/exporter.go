@@ -42,9 +42,10 @@ Serves /metrics in the Prometheus text format: each scrape makes one
 read-only call of pglease.metrics. Per lease: pglease_lease_held,
 pglease_lease_expiry_seconds, pglease_lease_fence (it only grows: its
 increase is the handovers); per slot scope: pglease_slot_scope_in_use and
-pglease_slot_scope_capacity; totals by state, waiters, table rows and
-bytes, the oldest free row (purge health), the schema version, and
-pglease_up. Every metric: docs/observability.md.
+pglease_slot_scope_capacity; per role's quota (role, kind):
+pglease_quota_limit_rows and pglease_quota_used_rows; totals by state,
+waiters, table rows and bytes, the oldest free row (purge health), the
+schema version, and pglease_up. Every metric: docs/observability.md.
 
 The role needs role pglease_client and nothing else (GRANT pglease_client
 TO ...); its sessions are read-only. At start the exporter checks the
@@ -57,9 +58,9 @@ when it answers again). SIGINT or SIGTERM stop it (exit 0).
 --names and --max-series bound the per-name series: only lease and
 scope names matching REGEX (a POSIX regular expression, as PostgreSQL's
 ~: unanchored), and of those the first N in the order of the primary key
-(the database's collation), are exported one by one; the series left out
-are counted in pglease_exporter_series_dropped_total. The totals count
-every row.`,
+(the database's collation), are exported one by one; N bounds the quotas
+too. The series left out are counted in
+pglease_exporter_series_dropped_total. The totals count every row.`,
 	interspersed: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (

@@ -53,7 +53,7 @@ func get(t *testing.T, url string, timeout time.Duration) (int, string) {
 }
 
 // testExporter serves a database through a fault proxy: the metrics of a
-// lease, the series dropped by --max-series, pglease_up 0 within the
+// lease and of a quota, the series dropped by --max-series, pglease_up 0 within the
 // timeout while the database is blackholed, 1 again after, and exit 0 on
 // SIGTERM.
 func testExporter(t *testing.T, c cli) {
@@ -67,6 +67,11 @@ func testExporter(t *testing.T, c cli) {
 		if _, err := client.TryAcquire(t.Context(), name, time.Hour); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A cap on the role that created the leases: its limit and use.
+	var owner string
+	if err := pool.QueryRow(t.Context(), `SELECT current_user FROM pglease.quota_set(current_user, 'leases', 10)`).Scan(&owner); err != nil {
+		t.Fatal(err)
 	}
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -83,7 +88,9 @@ func testExporter(t *testing.T, c cli) {
 	code, body := get(t, metrics, 10*time.Second)
 	requireContains(t, "GET /metrics", fmt.Sprint(code)+"\n"+body, "200\n", "pglease_up 1\n",
 		`pglease_lease_held{name="jobs/\"quoted\""} 1`, `pglease_lease_fence{name="jobs/\"quoted\""} 1`,
-		`pglease_exporter_series_dropped_total{kind="lease"} 3`, `pglease_leases{state="held"} 3`, `pglease_schema_info{version="`)
+		`pglease_exporter_series_dropped_total{kind="lease"} 3`, `pglease_leases{state="held"} 3`, `pglease_schema_info{version="`,
+		`pglease_quota_limit_rows{role="`+owner+`",kind="leases"} 10`, `pglease_quota_used_rows{role="`+owner+`",kind="leases"} 3`,
+		`pglease_exporter_series_dropped_total{kind="quota"} 0`)
 	if strings.Contains(body, `name="other"`) || strings.Contains(body, `name="jobs/a"`) {
 		t.Fatalf("GET /metrics with --names ^jobs/ --max-series 1: got other names:\n%s", body)
 	}

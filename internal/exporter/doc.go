@@ -7,7 +7,9 @@
 // of pglease.metrics (pgleaseadmin.ReadMetrics) and writes its figures in
 // the Prometheus text format, written by hand: the per-lease held, expiry
 // and fence gauges, the per-scope occupancy and capacity, totals by state,
-// waiters, table rows and bytes, purge health, the schema version, and the
+// waiters, table rows and bytes, purge health, the schema version; then,
+// from their own calls, the jobs, the shard groups and each role's quotas
+// with their use (pglease.quota_usage; none on a schema without it); and the
 // exporter's own pglease_up, scrape duration, scrape errors and series
 // dropped by the name cap.
 //

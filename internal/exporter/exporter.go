@@ -32,7 +32,7 @@ const timeoutHeader = "X-Prometheus-Scrape-Timeout-Seconds"
 const timeoutMargin = 250 * time.Millisecond
 
 // Series per name: held, expiry and fence per lease; in use and capacity
-// per scope.
+// per scope (and limit and used per quota: seriesPerQuota).
 const (
 	seriesPerLease = 3
 	seriesPerScope = 2
@@ -41,7 +41,9 @@ const (
 // Options configure an Exporter.
 type Options struct {
 	// Names and MaxNames select the leases and scopes exported one by one,
-	// as pgleaseadmin.MetricsOptions says.
+	// as pgleaseadmin.MetricsOptions says. MaxNames also bounds the jobs
+	// (which Names selects too) and the quotas (role and kind, in that
+	// order); negative: none.
 	Names    string
 	MaxNames int
 	// Timeout bounds each scrape's query; a shorter scrape timeout sent by
@@ -64,6 +66,7 @@ type Exporter struct {
 	scrapeErrors  atomic.Int64
 	droppedLeases atomic.Int64 // series
 	droppedScopes atomic.Int64 // series
+	droppedQuotas atomic.Int64 // series
 
 	mu     sync.Mutex
 	failed bool   // the last scrape failed
@@ -127,11 +130,21 @@ func (e *Exporter) scrape(ctx context.Context, budget time.Duration) []byte {
 			err = timeoutError{after: timeoutText(budget)}
 		}
 		e.scrapeErrors.Add(1)
-	} else {
-		e.droppedLeases.Add(m.LeasesDropped * seriesPerLease)
-		e.droppedScopes.Add(m.ScopesDropped * seriesPerScope)
 	}
 	e.noteOutcome(err)
+	var (
+		quotas   []quotaUsage
+		quotasOK bool
+	)
+	if err == nil {
+		e.droppedLeases.Add(m.LeasesDropped * seriesPerLease)
+		e.droppedScopes.Add(m.ScopesDropped * seriesPerScope)
+		// Read before the counter of dropped series is written, which
+		// then includes this scrape's, as for names.
+		var dropped int64
+		quotas, dropped, quotasOK = e.readQuotas(ctx, e.maxNames())
+		e.droppedQuotas.Add(dropped * seriesPerQuota)
+	}
 
 	var w textWriter
 	w.family("pglease_up", "gauge", "Whether the last read of the pglease database succeeded (1) or not (0): unreachable, too slow, no grant, no schema.")
@@ -141,11 +154,15 @@ func (e *Exporter) scrape(ctx context.Context, budget time.Duration) []byte {
 	w.family("pglease_exporter_scrape_errors_total", "counter", "Scrapes whose read of the database failed, since the exporter started.")
 	w.sampleInt("pglease_exporter_scrape_errors_total", e.scrapeErrors.Load())
 	w.family("pglease_exporter_series_dropped_total", "counter",
-		"Per-name series left out by --max-series (3 per lease, 2 per slot scope), summed over the scrapes since the exporter started.")
+		"Per-name series left out by --max-series (3 per lease, 2 per slot scope, 2 per quota), summed over the scrapes since the exporter started.")
 	w.sampleInt("pglease_exporter_series_dropped_total", e.droppedLeases.Load(), label{"kind", "lease"})
 	w.sampleInt("pglease_exporter_series_dropped_total", e.droppedScopes.Load(), label{"kind", "slot"})
+	w.sampleInt("pglease_exporter_series_dropped_total", e.droppedQuotas.Load(), label{"kind", "quota"})
 	if err == nil {
 		writeMetrics(&w, m)
+		if quotasOK {
+			writeQuotas(&w, quotas)
+		}
 		e.writeJobs(ctx, &w)
 		e.writeGroups(ctx, &w)
 	}
@@ -216,7 +233,7 @@ func writeMetrics(w *textWriter, m pgleaseadmin.Metrics) {
 // read is logged and leaves the series out; pglease_up says the database
 // was read.
 func (e *Exporter) writeJobs(ctx context.Context, w *textWriter) {
-	jobs, err := pgleaseadmin.Jobs(ctx, e.db, e.opts.Names, cmp.Or(e.opts.MaxNames, pgleaseadmin.DefaultMaxNames))
+	jobs, err := pgleaseadmin.Jobs(ctx, e.db, e.opts.Names, e.maxNames())
 	if err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "42883" { // undefined_function: no ledger before 0.3.0
 			e.opts.Log.Warn("pglease exporter: read the run ledger", "err", err)
@@ -269,6 +286,13 @@ func (e *Exporter) writeGroups(ctx context.Context, w *textWriter) {
 			w.sampleInt("pglease_group_member_shards", int64(m.Shards), label{"group", g.Name}, label{"member", m.Name})
 		}
 	}
+}
+
+// maxNames is how many names of each kind (leases, scopes, jobs, quotas)
+// are exported one by one: Options.MaxNames, its default when zero, none
+// when negative.
+func (e *Exporter) maxNames() int {
+	return max(cmp.Or(e.opts.MaxNames, pgleaseadmin.DefaultMaxNames), 0)
 }
 
 // unixSeconds is t as Unix seconds, 0 for the zero time.

@@ -164,6 +164,14 @@ func TestScrape(t *testing.T) {
 			t.Errorf("%s: got %v (present %v), want %v", key, s.Value, ok, want)
 		}
 	}
+	// Every table pglease.metrics lists, however many the schema has.
+	for _, tbl := range m.Tables {
+		for _, metric := range []string{"pglease_table_rows", "pglease_table_bytes"} {
+			if s, ok := got[metric+"{table="+tbl.Name+"}"]; !ok || (metric == "pglease_table_bytes" && s.Value <= 0) {
+				t.Errorf("%s{table=%q}: got %v (present %v), want a series", metric, tbl.Name, s.Value, ok)
+			}
+		}
+	}
 	// The counter of dropped series grows with each scrape that drops.
 	body, _ = scrape(t, e, 0)
 	if s := parseExposition(t, body)["pglease_exporter_series_dropped_total{kind=lease}"]; s.Value != 12 {
