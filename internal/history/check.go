@@ -101,6 +101,14 @@ type Report struct {
 	// Unverifiable counts refusals naming a tenure that only an operation
 	// with an unknown outcome can have granted.
 	Unverifiable int
+	// SnapshotRefusals counts refusals at RepeatableRead or Serializable
+	// that no state of the server during the call explains, but one since
+	// the transaction's snapshot does: an acquire refused in the name of a
+	// tenure released (or with the expiry it had) before a renewal or
+	// release committed after the snapshot, a claim counting a slot
+	// released after it (see checkRefusals). Not violations: what the
+	// server read in the snapshot.
+	SnapshotRefusals int
 	// Counts counts violations per rule; Violations keeps the first few of
 	// each.
 	Counts     map[string]int
@@ -112,8 +120,14 @@ func (r *Report) OK() bool { return len(r.Counts) == 0 }
 
 // Summary describes the report in one line.
 func (r *Report) Summary() string {
-	s := fmt.Sprintf("%d ops (%d ok, %d refused, %d unknown), %d tenures, %d violations",
-		r.Ops, r.Outcomes[OK], r.Outcomes[Refused], r.Outcomes[Unknown], r.Tenures, r.total())
+	s := fmt.Sprintf("%d ops (%d ok, %d refused, %d unknown", r.Ops, r.Outcomes[OK], r.Outcomes[Refused], r.Outcomes[Unknown])
+	if n := r.Outcomes[Aborted]; n > 0 {
+		s += fmt.Sprintf(", %d aborted", n)
+	}
+	s += fmt.Sprintf("), %d tenures, %d violations", r.Tenures, r.total())
+	if r.SnapshotRefusals > 0 {
+		s += fmt.Sprintf(", %d refusals explained only by their snapshot", r.SnapshotRefusals)
+	}
 	if len(r.MaxLive) > 0 {
 		scopes := make([]string, 0, len(r.MaxLive))
 		for sc := range r.MaxLive {
@@ -395,6 +409,9 @@ func Check(ops []Op, cfg Config) Report {
 	slices.SortStableFunc(all, func(a, b *Op) int { return cmp.Compare(a.Call, b.Call) })
 
 	checkSequential(&rep, all, cfg.Coalescing)
+	// Aborted calls changed nothing and told nothing: past the check that
+	// their holder waited for them, they play no part.
+	all = slices.DeleteFunc(all, func(op *Op) bool { return op.Outcome == Aborted })
 
 	// Tenures, from the grants; then the ops that carry their fences.
 	tenures := map[tkey]*tenure{}
@@ -703,58 +720,92 @@ func checkRefusals(rep *Report, all []*Op, tenures map[tkey]*tenure, byKey map[k
 				rep.add(RuleRefusal, fmt.Sprintf("lease %q: acquire refused in the name of %s, fence %d, granted to %s", op.Name, op.Other, op.Fence, t.holder), t.grantOp(), op)
 				continue
 			}
-			if t.start >= op.Return || t.endMax <= op.Call {
-				rep.add(RuleRefusal, fmt.Sprintf("lease %q: acquire refused in the name of fence %d, which cannot have been live then", op.Name, op.Fence), t.grantOp(), op)
+			detail := acquireRefusal(t, op, op.Call, slack)
+			if detail == "" {
 				continue
 			}
-			checkExpiresIn(rep, t, op, slack)
+			// At REPEATABLE READ and SERIALIZABLE the acquire reads the row
+			// as its snapshot has it: the FOR KEY SHARE lock it takes
+			// before refusing does not conflict with a release or renewal
+			// (which changes no key) committed after the snapshot, so
+			// PostgreSQL raises no 40001 and the refusal describes that
+			// older version.
+			if op.Snapshot > 0 && op.Snapshot < op.Call && acquireRefusal(t, op, op.Snapshot, slack) == "" {
+				rep.SnapshotRefusals++
+				continue
+			}
+			rep.add(RuleRefusal, detail, t.grantOp(), op)
 		case Claim:
 			b := scopeBounds[op.Name]
-			possible := countBefore(unknownClaims[op.Name], op.Return)
-			units := max(unknownUnits[op.Name], 1)
-			if b != nil {
-				// Tenures with start < Return and endMax > Call; endMax > start
-				// for each, so those with endMax <= Call all start before Return.
-				possible += countBefore(b.starts, op.Return) - countBefore(b.ends, op.Call+1)
-				units = max(units, b.units)
+			// The tenures that can have been live during [from, Return]:
+			// start < Return and endMax > from; endMax > start for each, so
+			// those with endMax <= from all start before Return.
+			possibleFrom := func(from time.Duration) (possible, units int) {
+				possible = countBefore(unknownClaims[op.Name], op.Return)
+				units = max(unknownUnits[op.Name], 1)
+				if b != nil {
+					possible += countBefore(b.starts, op.Return) - countBefore(b.ends, from+1)
+					units = max(units, b.units)
+				}
+				return possible, units
 			}
 			// Each possibly-live tenure holds at most the scope's largest
 			// claim in units (exactly one unit each when none asked for more).
-			if op.InUse > possible*units {
-				rep.add(RuleRefusal, fmt.Sprintf("scope %q: claim refused with %d units in use, at most %d can have been (%d tenures of at most %d units)",
-					op.Name, op.InUse, possible*units, possible, units), op)
+			possible, units := possibleFrom(op.Call)
+			if op.InUse <= possible*units {
+				continue
 			}
+			// At REPEATABLE READ and SERIALIZABLE the claim locks the
+			// scope's row, not the slot rows it counts: a release that
+			// committed after the snapshot (it writes the slot row only) is
+			// read as still in use. The count is then that of a state since
+			// the snapshot (the claim ordered before the release, as
+			// SERIALIZABLE allows), not of the clock reading.
+			if op.Snapshot > 0 && op.Snapshot < op.Call {
+				if p, u := possibleFrom(op.Snapshot); op.InUse <= p*u {
+					rep.SnapshotRefusals++
+					continue
+				}
+			}
+			rep.add(RuleRefusal, fmt.Sprintf("scope %q: claim refused with %d units in use, at most %d can have been (%d tenures of at most %d units)",
+				op.Name, op.InUse, possible*units, possible, units), op)
 		}
 	}
 }
 
-// checkExpiresIn checks the time left a refused acquire op reported for
-// tenure t (when recorded). The server decided at one clock reading d
-// inside the call, [Call, Return], and reported the row's expiry at d
-// minus d: so it is positive (the refusal needs the expiry after d); d +
-// ExpiresIn is no later than the latest expiry any extension called
-// before Return can have set (possibleEnd); and when one extension's
-// certain segment covers the whole call, the row's expiry at d is at
-// least that segment's end, so Return + ExpiresIn reaches it.
-func checkExpiresIn(rep *Report, t *tenure, op *Op, slack time.Duration) {
+// acquireRefusal checks a refused acquire op in the name of tenure t,
+// read in a state of the row from `from` (the op's Call, or its Snapshot)
+// on: the tenure may have been live since then, and the time left it
+// reported (when recorded) is one its expiry at the decision may have had.
+// It returns what is wrong, or "".
+//
+// The server decided at one clock reading d inside the call, [Call,
+// Return], and reported the row's expiry at d minus d: so it is positive
+// (the refusal needs the expiry after d); d + ExpiresIn is no later than
+// the latest expiry any extension called before Return can have set
+// (possibleEnd); and when one extension's certain segment covers the whole
+// of [from, Return], the row's expiry is at least that segment's end, so
+// Return + ExpiresIn reaches it.
+func acquireRefusal(t *tenure, op *Op, from, slack time.Duration) string {
+	if t.start >= op.Return || t.endMax <= from {
+		return fmt.Sprintf("lease %q: acquire refused in the name of fence %d, which cannot have been live then", op.Name, op.Fence)
+	}
 	if op.ExpiresIn == 0 {
-		return
+		return ""
 	}
 	if op.ExpiresIn < 0 {
-		rep.add(RuleRefusal, fmt.Sprintf("lease %q: acquire refused in the name of fence %d with expires_in %s: the tenure had ended by the clock reading that decided",
-			op.Name, op.Fence, op.ExpiresIn), t.grantOp(), op)
-		return
+		return fmt.Sprintf("lease %q: acquire refused in the name of fence %d with expires_in %s: the tenure had ended by the clock reading that decided",
+			op.Name, op.Fence, op.ExpiresIn)
 	}
 	if end := t.possibleEnd(op.Return, nil, slack); op.Call+op.ExpiresIn > end {
-		rep.add(RuleRefusal, fmt.Sprintf("lease %q: acquire refused in the name of fence %d with expires_in %s, %s past the latest expiry its extensions can have set",
-			op.Name, op.Fence, op.ExpiresIn, op.Call+op.ExpiresIn-end), t.grantOp(), op)
-		return
+		return fmt.Sprintf("lease %q: acquire refused in the name of fence %d with expires_in %s, %s past the latest expiry its extensions can have set",
+			op.Name, op.Fence, op.ExpiresIn, op.Call+op.ExpiresIn-end)
 	}
 	for _, s := range t.raw {
-		if s.start <= op.Call && s.end > op.Return && op.Return+op.ExpiresIn < s.end {
-			rep.add(RuleRefusal, fmt.Sprintf("lease %q: acquire refused in the name of fence %d with expires_in %s, %s before the tenure's certain expiry",
-				op.Name, op.Fence, op.ExpiresIn, s.end-(op.Return+op.ExpiresIn)), t.grantOp(), op)
-			return
+		if s.start <= from && s.end > op.Return && op.Return+op.ExpiresIn < s.end {
+			return fmt.Sprintf("lease %q: acquire refused in the name of fence %d with expires_in %s, %s before the tenure's certain expiry",
+				op.Name, op.Fence, op.ExpiresIn, s.end-(op.Return+op.ExpiresIn))
 		}
 	}
+	return ""
 }

@@ -46,6 +46,12 @@ func refusedAcquireIn(holder, name, other string, fence int64, call, ret, expire
 	return o
 }
 
+// atLevel is o run in a transaction at level.
+func atLevel(o Op, level Isolation) Op {
+	o.Isolation = level
+	return o
+}
+
 func refusedClaim(holder, scope string, capacity, inUse int, call, ret float64) Op {
 	o := op(Claim, Refused, holder, scope, 0, call, ret)
 	o.Capacity, o.InUse = capacity, inUse
@@ -117,6 +123,16 @@ func TestCheckAccepts(t *testing.T) {
 			slotOp(Claim, OK, "d", "S", 1, 2, 2, 160, 161), // a's slot expired at ~150
 			refusedClaim("e", "S", 1, 2, 162, 163),
 		}},
+		{"aborted calls are neither grants nor refusals", []Op{
+			op(Acquire, OK, "a", "L", 7, 0, 1),
+			op(Release, OK, "a", "L", 7, 2, 3),
+			// Granted in a transaction whose commit failed: fence 1 never was.
+			atLevel(op(Acquire, Aborted, "b", "L", 1, 10, 12), Serializable),
+			atLevel(op(Acquire, Aborted, "c", "L", 0, 10, 11), RepeatableRead),
+			atLevel(op(Acquire, OK, "c", "L", 8, 20, 21), RepeatableRead),
+			atLevel(slotOp(Claim, Aborted, "b", "S", 1, 1, 1, 30, 31), RepeatableRead),
+			atLevel(slotOp(Claim, OK, "c", "S", 1, 1, 1, 30, 31), ReadCommitted),
+		}},
 		{"claim at a smaller capacity while a slot is being released", []Op{
 			slotOp(Claim, OK, "a", "S", 1, 1, 2, 0, 1),
 			slotOp(Claim, OK, "b", "S", 2, 1, 2, 2, 3),
@@ -178,6 +194,26 @@ func TestCheckRejects(t *testing.T) {
 		{"fence going backwards across expiry", RuleFenceOrder, []Op{
 			op(Acquire, OK, "a", "L", 5, 0, 1),
 			op(Acquire, OK, "b", "L", 4, 200, 201),
+		}},
+		{"fence going backwards across a purge, at repeatable read", RuleFenceOrder, []Op{
+			op(Acquire, OK, "a", "L", 7, 0, 1),
+			op(Release, OK, "a", "L", 7, 2, 3),
+			// The row purged; a snapshot from before its fences: fence 2.
+			atLevel(op(Acquire, OK, "b", "L", 2, 20, 21), RepeatableRead),
+		}},
+		{"fence granted again across a purge, at serializable", RuleTwoHolders, []Op{
+			op(Acquire, OK, "a", "L", 3, 0, 1),
+			op(Release, OK, "a", "L", 3, 2, 3),
+			atLevel(op(Acquire, OK, "b", "L", 3, 20, 21), Serializable),
+		}},
+		{"slot fence going backwards across a purge, at repeatable read", RuleFenceOrder, []Op{
+			slotOp(Claim, OK, "a", "S", 1, 5, 2, 0, 1),
+			slotOp(ReleaseSlot, OK, "a", "S", 1, 5, 0, 2, 3),
+			atLevel(slotOp(Claim, OK, "b", "S", 1, 4, 2, 20, 21), RepeatableRead),
+		}},
+		{"holder with an aborted call still in flight", RuleSequential, []Op{
+			atLevel(op(Acquire, Aborted, "a", "L", 0, 0, 10), RepeatableRead),
+			op(Acquire, OK, "a", "M", 1, 5, 6),
 		}},
 		{"N+1 overlapping slot holders", RuleCapacity, []Op{
 			slotOp(Claim, OK, "a", "S", 1, 1, 2, 0, 1),
@@ -322,5 +358,77 @@ func TestCheckCoalescing(t *testing.T) {
 	same := []Op{op(Acquire, OK, "a", "L", 1, 0, 10), op(Release, OK, "a", "L", 1, 5, 6)}
 	if rep := Check(same, cfg); rep.Counts[RuleSequential] == 0 {
 		t.Fatalf("coalescing holder, two calls on one name in flight: got %s, want a %s violation", rep.Summary(), RuleSequential)
+	}
+}
+
+// TestCheckSnapshotRefusal: a claim at REPEATABLE READ counts a slot
+// released after its snapshot as in use. The refusal is explained by the
+// snapshot (and counted), not by the call alone.
+func TestCheckSnapshotRefusal(t *testing.T) {
+	claim := atLevel(refusedClaim("c", "S", 2, 2, 20, 21), RepeatableRead)
+	ops := []Op{
+		slotOp(Claim, OK, "a", "S", 1, 1, 2, 0, 1),
+		slotOp(Claim, OK, "b", "S", 2, 1, 2, 2, 3),
+		slotOp(ReleaseSlot, OK, "b", "S", 2, 1, 0, 10, 11),
+		claim,
+	}
+	if rep := Check(ops, Config{}); rep.Counts[RuleRefusal] == 0 {
+		t.Fatalf("no snapshot recorded: got %s, want a %s violation", rep.Summary(), RuleRefusal)
+	}
+	ops[3].Snapshot = 5 * ms // before the release
+	if rep := Check(ops, Config{}); !rep.OK() || rep.SnapshotRefusals != 1 {
+		t.Fatalf("snapshot before the release: got %s %v, want no violation and 1 refusal on the snapshot", rep.Summary(), rep.Violations)
+	}
+	ops[3].Snapshot = 15 * ms // after it
+	if rep := Check(ops, Config{}); rep.Counts[RuleRefusal] == 0 {
+		t.Fatalf("snapshot after the release: got %s, want a %s violation", rep.Summary(), RuleRefusal)
+	}
+}
+
+// TestCheckSnapshotAcquireRefusal: an acquire at SERIALIZABLE refused in
+// the name of a tenure released after its snapshot, or with the expiry it
+// had before a renewal committed after it.
+func TestCheckSnapshotAcquireRefusal(t *testing.T) {
+	for name, ops := range map[string][]Op{
+		"released": {
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Release, OK, "a", "L", 1, 10, 11),
+			atLevel(refusedAcquireIn("b", "L", "a", 1, 20, 21, 80), Serializable),
+		},
+		"renewed": {
+			op(Acquire, OK, "a", "L", 1, 0, 1),
+			op(Renew, OK, "a", "L", 1, 10, 11), // expires in [110, 111]
+			atLevel(refusedAcquireIn("b", "L", "a", 1, 20, 21, 79.5), Serializable),
+		},
+	} {
+		if rep := Check(ops, Config{}); rep.Counts[RuleRefusal] == 0 {
+			t.Errorf("%s, no snapshot recorded: got %s, want a %s violation", name, rep.Summary(), RuleRefusal)
+		}
+		ops[2].Snapshot = 5 * ms
+		if rep := Check(ops, Config{}); !rep.OK() || rep.SnapshotRefusals != 1 {
+			t.Errorf("%s, snapshot before it: got %s %v, want no violation and 1 refusal on the snapshot", name, rep.Summary(), rep.Violations)
+		}
+		ops[2].Snapshot = 15 * ms
+		if rep := Check(ops, Config{}); rep.Counts[RuleRefusal] == 0 {
+			t.Errorf("%s, snapshot after it: got %s, want a %s violation", name, rep.Summary(), RuleRefusal)
+		}
+	}
+}
+
+// TestCheckAborted: aborted calls are counted, in the summary too, and a
+// violation names the isolation level of a call in a transaction.
+func TestCheckAborted(t *testing.T) {
+	ops := []Op{
+		op(Acquire, OK, "a", "L", 2, 0, 1),
+		op(Release, OK, "a", "L", 2, 2, 3),
+		atLevel(op(Acquire, Aborted, "b", "L", 0, 5, 6), Serializable),
+		atLevel(op(Acquire, OK, "b", "L", 1, 10, 11), RepeatableRead),
+	}
+	rep := Check(ops, Config{})
+	if rep.Outcomes[Aborted] != 1 || !strings.Contains(rep.Summary(), "1 aborted") {
+		t.Fatalf("got %s, want 1 aborted", rep.Summary())
+	}
+	if rep.Counts[RuleFenceOrder] != 1 || !strings.Contains(rep.Violations[0].String(), "at repeatable read") {
+		t.Fatalf("got %v, want one %s violation naming the level", rep.Violations, RuleFenceOrder)
 	}
 }

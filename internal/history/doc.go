@@ -20,7 +20,23 @@
 // (an Unknown one: at any time after Call, even after Return, since the
 // server may still run it). Each holder makes one call at a time (checked:
 // RuleSequential). Nothing else is assumed about the order of concurrent
-// calls. The server's clock and the recorder's must tick at the same rate
+// calls.
+//
+// A call may run in an explicit transaction at any isolation level
+// (Op.Isolation): its Call is read after the transaction's snapshot was
+// taken, its Return after the COMMIT returned, so its effect and its
+// clock reading lie between the two as for any call. Under REPEATABLE
+// READ and SERIALIZABLE the snapshot is older than Call, and a decision
+// read from it would be stale; pglease's functions take every grant on a
+// row they lock for update (a row changed or deleted after the snapshot
+// raises 40001, and so does an insert colliding with a row the snapshot
+// does not see) and read the fence floors from sequences, which no
+// snapshot hides. So the rules below hold at every level, for the same
+// reasons, but for refusals, which may describe the snapshot's state (see
+// RuleRefusal). A call that raised 40001 rolled back (Aborted) and is left
+// out, but for RuleSequential.
+//
+// The server's clock and the recorder's must tick at the same rate
 // (same machine; Config.Slack, 1ms, absorbs the rest); their offset does
 // not matter, because Check only compares durations measured on the
 // server (TTLs) with durations on the recorder's clock.
@@ -58,8 +74,13 @@
 //     committed before the second began, and a new tenure's fence is the
 //     row's fence + 1. Release and expiry keep the row; pglease.purge
 //     deletes rows of ended tenures, but first raises the fence floor to
-//     at least their fences, and a new row starts above that floor, so
-//     this holds across release, expiry and purge.
+//     at least their fences, and a new row starts above that floor as it
+//     stands, whatever the caller's snapshot, so this holds across
+//     release, expiry and purge at every isolation level. (Before 0.3.0
+//     the floor was a table row, read in the snapshot: a REPEATABLE READ
+//     acquire whose snapshot predated a purge of its name, and the name's
+//     use before it, started it again at a fence already granted; this
+//     rule, RuleTwoHolders and the server's RuleServerFence catch that.)
 //   - RuleTwoHolders: a fence of one lease or slot is granted to one
 //     holder only.
 //   - RuleOutside: every OK renewal, release, re-grant (re-entrant acquire
@@ -84,7 +105,15 @@
 //     called before Return can have set (so Call + ExpiresIn is bounded by
 //     the tenure's possible end), and, when one extension's certain
 //     segment covers the whole call, the expiry at d is at least that
-//     segment's end (so Return + ExpiresIn reaches it).
+//     segment's end (so Return + ExpiresIn reaches it). A refusal at
+//     REPEATABLE READ or SERIALIZABLE may describe the rows as its
+//     snapshot has them (Op.Snapshot), not as they are at the decision: an
+//     acquire's FOR KEY SHARE lock does not conflict with a renewal or
+//     release committed after the snapshot (neither changes a key), so it
+//     raises no 40001 and reads the older version; a claim locks the
+//     scope's row, not the slot rows it counts. Such a refusal, explained
+//     by a state since the snapshot and by none during the call, is
+//     counted (Report.SnapshotRefusals), not reported.
 //
 // Check under-approximates certain sets and over-approximates possible
 // ones, so it reports no false violations; the price is that a violation
@@ -103,10 +132,15 @@
 // wait for it; a write of the next tenure can only begin once the takeover
 // committed. So, per lease, a write's number lies between the number of
 // its tenure's grant and that of the next change of holder, and the replay
-// in number order is faithful. CheckServer checks, per row: first fence 1,
-// each new tenure's fence the previous + 1, each takeover of a row whose
+// in number order is faithful. Versions of one row written by one
+// transaction (ServerEvent.Tx) count as one change, the last: the others
+// were never committed. CheckServer checks, per row: first fence 1,
+// each new tenure's fence the previous + 1, and a row created again after
+// its purge above every fence it had; each takeover of a row whose
 // previous tenure was released or had expired by the taker's own clock
-// reading (acquired_at), no released tenure revived; each write under the
+// reading (acquired_at; for a lease row created again after its purge,
+// the insert's own clock, since the acquire may have read its clock before
+// waiting for the purge), no released tenure revived; each write under the
 // current, unreleased fence, begun (transaction start, before assert_held)
 // before the latest expiry of its tenure; slot numbers within capacity.
 // Timestamps from the server are compared only with each other.

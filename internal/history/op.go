@@ -71,6 +71,13 @@ const (
 	// Unknown: an error (connection lost, timeout). The operation may have
 	// taken effect, at any time after Call, even after Return.
 	Unknown
+	// Aborted: the server raised a serialization failure (SQLSTATE 40001)
+	// and the call's transaction rolled back: it changed nothing and tells
+	// nothing (not a grant, not a refusal). A call in a transaction at
+	// REPEATABLE READ or SERIALIZABLE gets it when a row it must decide on
+	// changed after the transaction's snapshot; pglease.acquire at any
+	// level after ten changed attempts.
+	Aborted
 )
 
 // String returns the outcome's name.
@@ -82,8 +89,43 @@ func (o Outcome) String() string {
 		return "refused"
 	case Unknown:
 		return "unknown"
+	case Aborted:
+		return "aborted"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Isolation is the transaction an operation ran in.
+type Isolation uint8
+
+// Isolation levels. The zero value is a call outside any explicit
+// transaction (its statement's own, at READ COMMITTED); the others are
+// calls in a transaction opened with BEGIN ISOLATION LEVEL, whose snapshot
+// was taken before the call (Call is read after it) and which committed
+// before Return.
+const (
+	NoTx Isolation = iota
+	ReadCommitted
+	RepeatableRead
+	Serializable
+)
+
+// Isolations lists the isolation levels, NoTx first.
+var Isolations = []Isolation{NoTx, ReadCommitted, RepeatableRead, Serializable}
+
+// String returns the level's name.
+func (i Isolation) String() string {
+	switch i {
+	case NoTx:
+		return "no transaction"
+	case ReadCommitted:
+		return "read committed"
+	case RepeatableRead:
+		return "repeatable read"
+	case Serializable:
+		return "serializable"
+	}
+	return fmt.Sprintf("Isolation(%d)", int(i))
 }
 
 // Op is one call, invoked at Call and answered at Return, both read from one
@@ -121,8 +163,18 @@ type Op struct {
 	// InUse is the units in use a refused Claim reported (live holders,
 	// when every claim takes one unit).
 	InUse int
+	// Isolation is the transaction the call ran in (NoTx: none).
+	Isolation Isolation
+	// Snapshot, for a call in a transaction at RepeatableRead or
+	// Serializable, is a time on the recorder's clock no later than the
+	// taking of the transaction's snapshot (read before its first
+	// statement was sent); zero otherwise. A refusal may describe the
+	// rows as they were then (see Report.SnapshotRefusals).
+	Snapshot time.Duration
 	// Call and Return are when the call was made and answered, on the
-	// recorder's clock.
+	// recorder's clock. For a call in an explicit transaction, Call is read
+	// after the transaction's snapshot was taken, and Return after its
+	// COMMIT (or ROLLBACK) returned.
 	Call, Return time.Duration
 }
 
@@ -148,6 +200,9 @@ func (o Op) String() string {
 			s += fmt.Sprintf(" for another %s", o.ExpiresIn)
 		}
 		s += ")"
+	}
+	if o.Isolation != NoTx {
+		s += " at " + o.Isolation.String()
 	}
 	return s
 }

@@ -135,6 +135,46 @@ func TestCheckServer(t *testing.T) {
 	}
 }
 
+// TestCollapse: versions of one row written by one transaction are one
+// change. pglease.acquire inserts a name purged meanwhile with the floor
+// it read before waiting for the purge, and raises the fence once it sees
+// the floor the purge raised: the first fence was never committed.
+func TestCollapse(t *testing.T) {
+	inTx := func(e ServerEvent, tx int64) ServerEvent { e.Tx = tx; return e }
+	raised := func(seq int64, holder string, from, to int64, acquired float64) ServerEvent {
+		e := renewal(seq, holder, to, acquired, acquired+100, acquired)
+		e.OldFence, e.ExpiresAt = from, at(acquired+100)
+		return e
+	}
+	evs := []ServerEvent{
+		inTx(grant(1, "a", 1, 0, "", 0), 10), inTx(release(2, "a", 1, 0, 100, 50), 11),
+		inTx(grant(3, "b", 2, 60, "", 50), 12), inTx(release(4, "b", 2, 60, 160, 70), 13),
+		inTx(purged(5, "", 2, 70, 80), 14),
+		inTx(recreated(6, "c", 2, 79), 15), inTx(raised(7, "c", 2, 3, 79), 15), // one transaction
+	}
+	evs[5].Clock = at(81)
+	ops := []Op{
+		op(Acquire, OK, "a", "L", 1, 0, 1), op(Release, OK, "a", "L", 1, 49, 51),
+		op(Acquire, OK, "b", "L", 2, 59, 61), op(Release, OK, "b", "L", 2, 69, 71),
+		op(Acquire, OK, "c", "L", 3, 78, 82),
+	}
+	if rep := CheckServer(evs, nil); !rep.OK() || rep.Grants != 3 {
+		t.Fatalf("fence raised in the inserting transaction: %s %v, want 3 grants and no violation", rep.Summary(), rep.Violations)
+	}
+	if rep := Agree(ops, evs); !rep.OK() {
+		t.Fatalf("fence raised in the inserting transaction: client and server disagree: %v", rep.Violations)
+	}
+	// The same versions from two transactions: fence 2 started again,
+	// and granted to c, which was never told.
+	evs[6].Tx = 16
+	if rep := CheckServer(evs, nil); rep.Counts[RuleServerFence] == 0 {
+		t.Fatalf("fence 2 committed again after its purge: no %s violation: %v", RuleServerFence, rep.Violations)
+	}
+	if rep := Agree(ops, evs); rep.Counts[RuleAgree] == 0 {
+		t.Fatalf("fence 2 granted to c by the server: no %s violation", RuleAgree)
+	}
+}
+
 func TestAgree(t *testing.T) {
 	evs := []ServerEvent{grant(1, "a", 1, 0, "", 0), write(2, "a", 1, 10), write(3, "a", 1, 20)}
 	ops := []Op{
@@ -206,6 +246,10 @@ func TestCheckServerClock(t *testing.T) {
 		name: "recreated after a purge, stamped before the purged tenure ended",
 		evs:  []ServerEvent{grant(1, "a", 1, 0, "", 0), purged(2, "a", 1, 100, 400), recreated(3, "b", 2, 90)},
 		rule: RuleServerInterval,
+	}, {
+		name: "recreated after a purge it waited for: stamped before the purged tenure ended, inserted after",
+		evs: []ServerEvent{grant(1, "a", 1, 0, "", 0), purged(2, "a", 1, 100, 400),
+			func() ServerEvent { e := recreated(3, "b", 2, 90); e.Clock = at(401); return e }()},
 	}, {
 		name: "slots within capacity on the server's clock",
 		evs: []ServerEvent{

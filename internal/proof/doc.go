@@ -1,9 +1,11 @@
 // Package proof holds the tests that try to break pglease's claims and turn
-// them into figures: a stress test whose every operation is recorded and
-// checked (package internal/history), fault injection (terminated
-// backends, a blackholed or flapping network, an immediate server restart,
-// a holder frozen with SIGSTOP), fuzz targets over every SQL function's
-// arguments, and a check that passwords never leak into errors or logs.
+// them into figures: stress tests whose every operation is recorded and
+// checked (package internal/history), one of them with calls in
+// transactions at every isolation level against a purger, fault injection
+// (terminated backends, a blackholed or flapping network, an immediate
+// server restart, a holder frozen with SIGSTOP), fuzz targets over every
+// SQL function's arguments, and a check that passwords never leak into
+// errors or logs.
 //
 // It has no code besides its tests, which build with the tag "proof" so
 // that they run on their own (make proof, a CI step of its own) rather than

@@ -66,7 +66,8 @@ func openPool(t testing.TB, url string, maxConns int32, app string, params ...ma
 
 // auditSQL records the server's own history of the database it runs in:
 // every row version of pglease.leases and pglease.slots (an AFTER ROW
-// trigger, so after the row lock is held and before the commit), and the
+// trigger, so after the row lock is held and before the commit), with the
+// transaction that wrote it, and the
 // log of fenced writes (inserted after assert_held, in the writer's
 // transaction). All take their seq from one sequence; see package history
 // for why Seq order is commit order where it matters.
@@ -89,7 +90,8 @@ CREATE TABLE proof.events (
     expires_at     timestamptz NOT NULL,
     capacity       integer,
     units          integer,
-    clock          timestamptz NOT NULL DEFAULT clock_timestamp());
+    clock          timestamptz NOT NULL DEFAULT clock_timestamp(),
+    xid            bigint      NOT NULL DEFAULT txid_current());
 CREATE TABLE proof.writes (
     seq    bigint      PRIMARY KEY DEFAULT nextval('proof.seq'),
     name   text        NOT NULL,
@@ -176,7 +178,7 @@ func readAudit(t testing.TB, pool *pgxpool.Pool) []history.ServerEvent {
 	rows, err := tx.Query(ctx, `
 		SELECT seq, tbl, name, slot, inserted, deleted, coalesce(old_holder, ''), coalesce(old_fence, 0),
 		       coalesce(old_expires_at, 'epoch'), coalesce(holder, ''), fence, acquired_at, expires_at, clock,
-		       coalesce(capacity, 0), coalesce(units, 0)
+		       coalesce(capacity, 0), coalesce(units, 0), xid
 		FROM proof.events`)
 	if err != nil {
 		t.Fatalf("read audit: %v", err)
@@ -187,7 +189,7 @@ func readAudit(t testing.TB, pool *pgxpool.Pool) []history.ServerEvent {
 			tbl string
 		)
 		if err := rows.Scan(&e.Seq, &tbl, &e.Name, &e.Slot, &e.Inserted, &e.Deleted, &e.OldHolder, &e.OldFence,
-			&e.OldExpiresAt, &e.Holder, &e.Fence, &e.AcquiredAt, &e.ExpiresAt, &e.Clock, &e.Capacity, &e.Units); err != nil {
+			&e.OldExpiresAt, &e.Holder, &e.Fence, &e.AcquiredAt, &e.ExpiresAt, &e.Clock, &e.Capacity, &e.Units, &e.Tx); err != nil {
 			t.Fatalf("read audit: %v", err)
 		}
 		e.Row = history.LeaseRow
