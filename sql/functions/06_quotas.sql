@@ -7,7 +7,8 @@
 --   slots   slot rows the role created (a scope's slot numbers)
 --   scopes  slot scopes the role created (by its first claim in them)
 --   groups  shard groups the role created
---   queue   the role's entries in slot queues
+--   queue   the role's live entries in slot queues (a lapsed entry no
+--           longer counts)
 --   runs    run ledger rows of the role's tenures
 -- A call that would go over its role's cap raises 53400 and changes
 -- nothing. Checks of one role and kind take turns (the cap's row is locked
@@ -26,7 +27,7 @@ $$;
 -- has, counted up to p_limit (a count stops there).
 CREATE OR REPLACE FUNCTION pglease._quota_used(p_role text, p_kind text, p_limit bigint)
 RETURNS bigint
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     CASE p_kind
@@ -44,7 +45,8 @@ BEGIN
                                       WHERE g.group_role = p_role LIMIT p_limit) AS r);
     WHEN 'queue' THEN
         RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.slot_queue AS q
-                                      WHERE q.holder_role = p_role LIMIT p_limit) AS r);
+                                      WHERE q.holder_role = p_role AND q.until > clock_timestamp()
+                                      LIMIT p_limit) AS r);
     ELSE -- 'runs'
         RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.runs AS u
                                       WHERE u.holder_role = p_role LIMIT p_limit) AS r);
@@ -128,7 +130,7 @@ $$;
 CREATE OR REPLACE FUNCTION pglease.quota_usage(
     OUT role_name text, OUT kind text, OUT max_rows integer, OUT used bigint)
 RETURNS SETOF record
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE sql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT q.role_name, q.kind, q.max_rows,
