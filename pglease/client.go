@@ -65,8 +65,11 @@ const DefaultNotifyLinger = notify.DefaultLinger
 
 // Config configures a Client. The zero value is usable: zero fields mean
 // their defaults. New refuses an invalid Config with an error that names
-// the field. runslots.Config has the same fields with the same defaults
-// and rules, and so has supervisor.Config where it shares them.
+// the field. runslots.Config has these fields but HoldAtLeast and
+// ObserveInterval (and adds Units); supervisor.Config has Holder,
+// SafetyMargin, Logger, PurgeEvery, RenewInterval, RetryDelay,
+// StopTimeout, Keeper and MeterProvider. A field of the same name has the
+// same default and the same rule in all three.
 type Config struct {
 	// Holder identifies this client in the lease table. Two clients with
 	// the same holder share tenures (acquire is re-entrant per holder), so

@@ -45,9 +45,15 @@
 //
 // # Safety
 //
-// Every decision is made by the server's clock, read once when each call
-// runs (not at the caller's transaction start), in one statement that
-// compares and swaps the lease row. So, whatever clients race:
+// Every decision is made on the server, on its clock, read after the call
+// has taken the lease row's lock (after every wait for it, never at the
+// caller's transaction start), and written while that lock is held: a
+// grant, renewal or release compares and swaps the row under its lock, and
+// the first tenure of a new name is an insert that the row's primary key
+// lets only one caller make. A call may take several statements (acquire
+// looks, locks, then writes, and retries when the row changed under it),
+// but no other call can change the row between its decision and its
+// commit. So, whatever clients race:
 //
 //   - at most one holder has a live tenure of a lease at any instant of the
 //     server's clock;

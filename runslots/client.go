@@ -23,8 +23,10 @@ const (
 
 // Config configures a Client. The zero value is usable: zero fields mean
 // their defaults. New refuses an invalid Config with an error that names
-// the field. It has the fields of pglease.Config, with the same defaults
-// and rules: slots and leases are two kinds of one tenure.
+// the field. Its fields other than Units are fields of pglease.Config,
+// with the same defaults and rules, applied by the same code: slots and
+// leases are two kinds of one tenure. pglease.Config's HoldAtLeast and
+// ObserveInterval have no counterpart here, and Units none there.
 type Config struct {
 	// Holder identifies this client in the slot table. Claims are
 	// re-entrant per holder and scope (a holder has at most one slot of a
