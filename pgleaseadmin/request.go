@@ -93,9 +93,31 @@ func RequestRelease(ctx context.Context, database pglease.DB, name string, req R
 				return RequestedRelease{}, fmt.Errorf("%w: %w", ErrNotHeld, sqlerr.Trim(pgErr))
 			case "PGL05":
 				return RequestedRelease{}, fmt.Errorf("%w: %w", ErrNotCandidate, sqlerr.Trim(pgErr))
+			case insufficientPriv:
+				return RequestedRelease{}, &operatorOnlyError{err: pgErr}
 			}
 		}
 		return RequestedRelease{}, interpret(ctx, err)
 	}
 	return RequestedRelease{Requested: r.Requested, Holder: r.Holder, Fence: r.Fence}, nil
 }
+
+// operatorOnlyError is a refusal of RequestRelease for want of role
+// pglease_operator. It matches pglease.ErrPermissionDenied, whose own
+// words (grant pglease_client) would send a client role's user to the
+// grant it has already.
+type operatorOnlyError struct {
+	err *pgconn.PgError
+}
+
+func (e *operatorOnlyError) Error() string {
+	return fmt.Sprintf("%spermission denied: requesting a release needs role pglease_operator: "+
+		"GRANT pglease_operator TO the connecting role, or connect as the owner of schema pglease (%s, SQLSTATE %s)",
+		sqlerr.Prefix, e.err.Message, e.err.Code)
+}
+
+// Unwrap returns the *pgconn.PgError.
+func (e *operatorOnlyError) Unwrap() error { return e.err }
+
+// Is reports whether target is pglease.ErrPermissionDenied.
+func (e *operatorOnlyError) Is(target error) bool { return target == pglease.ErrPermissionDenied }

@@ -71,13 +71,20 @@ gen_functions() {
         all)
             merge=sql/proxy/merge/$name.sql
             [ -f "$merge" ] || die "$routes runs $name on all partitions, but $merge (how to merge their rows) is missing"
-            # pglease._all_NAME: the same arguments, one row per partition.
+            # pglease._all_NAME: the same arguments, one row per partition
+            # (every partition's rows, for a function that returns a set).
             if printf '%s\n' "$head" | grep -q '^RETURNS '; then
                 printf '%s\n' "$head" | sed -e "s/^CREATE OR REPLACE FUNCTION pglease\.$name(/CREATE OR REPLACE FUNCTION pglease._all_$name(/" \
-                    -e 's/^RETURNS /RETURNS SETOF /'
+                    -e 's/^RETURNS /RETURNS SETOF /' -e 's/^RETURNS SETOF SETOF /RETURNS SETOF /'
             else
                 printf '%s\n' "$head" | sed "s/^CREATE OR REPLACE FUNCTION pglease\.$name(/CREATE OR REPLACE FUNCTION pglease._all_$name(/"
-                echo 'RETURNS SETOF record'
+                # One OUT parameter: a set of its type (Postgres requires it).
+                outs=$(printf '%s\n' "$head" | grep -o 'OUT [a-z_]* [a-z ]*[a-z]' || true)
+                if [ "$(printf '%s\n' "$outs" | grep -c 'OUT ')" -eq 1 ]; then
+                    echo "RETURNS SETOF $(printf '%s\n' "$outs" | sed 's/^OUT [a-z_]* //')"
+                else
+                    echo 'RETURNS SETOF record'
+                fi
             fi
             printf "LANGUAGE plproxy VOLATILE\nAS \$\$\n    CLUSTER 'pglease';\n    RUN ON ALL;\n    TARGET pglease.%s;\n\$\$;\n\n" "$name"
             printf '%s\n' "$head"

@@ -53,6 +53,12 @@ func TestCLI(t *testing.T) {
 		{"Exporter", testExporter},
 		{"ExporterErrors", testExporterErrors},
 		{"Prefix", testPrefix},
+		{"Help", testHelp},
+		{"Version", testVersion},
+		{"GlobalFlags", testGlobalFlags},
+		{"MigratePrivileges", testMigratePrivileges},
+		{"NoDatabaseNamed", testNoDatabaseNamed},
+		{"ScopeFullCapacity", testScopeFullCapacity},
 	}, reaperCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -601,7 +607,7 @@ func testDemo(t *testing.T, c cli) {
 	r = c.with("PGHOST="+cfg.Host, "PGPORT="+strconv.Itoa(int(cfg.Port)), "PGUSER="+cfg.User, "PGPASSWORD="+cfg.Password,
 		"PGDATABASE="+cfg.Database, "PGSSLMODE=disable").mustRun(0, "demo")
 	first, _, _ = strings.Cut(r.stdout, "\n")
-	requireContains(t, "first line of the demo with PG* variables", first, "dbname="+cfg.Database, "(from the PG* environment)")
+	requireContains(t, "first line of the demo with PG* variables", first, "dbname="+cfg.Database, "(from PGHOST, PGPORT, PGUSER, PGDATABASE)")
 	requireContains(t, "demo with PG* variables", r.stdout, "applied the pglease migrations", "summary")
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -49,7 +50,15 @@ type target struct {
 	connString string // may be empty: libpq's environment defaults
 	from       string // where connString came from, for messages
 	cfg        *pgxpool.Config
+	// pgEnv are the PG* variables set that choose a server, a role or a
+	// database (pgserver.LibpqEnv), when connString is empty.
+	pgEnv []string
 }
+
+// unnamed reports whether nothing named the database: no connection
+// string and no PG* variable, so libpq's defaults (the local socket, a
+// database named after the user) are in force.
+func (t *target) unnamed() bool { return t.connString == "" && len(t.pgEnv) == 0 }
 
 // String describes the target for messages, without any password.
 func (t *target) String() string {
@@ -57,8 +66,15 @@ func (t *target) String() string {
 		return pgserver.MaskURL(t.connString)
 	}
 	c := t.cfg.ConnConfig
-	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s (from the PG* environment)", c.Host, c.Port, c.User, c.Database)
+	dbname := cmp.Or(c.Database, c.User) // the server's default: the user name
+	if t.unnamed() {
+		return fmt.Sprintf("libpq's default database %q (user %q, %s port %d)", dbname, c.User, c.Host, c.Port)
+	}
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s (from %s)", c.Host, c.Port, c.User, dbname, strings.Join(t.pgEnv, ", "))
 }
+
+// nameHint says how to name the database, for messages when none was.
+const nameHint = "name the database with --database URL or " + envDatabaseURL + " (such as postgres://user@host:5432/dbname)"
 
 // connString returns the connection string in force and where it came from:
 // the flag, then the environment variables; "" means libpq's defaults.
@@ -97,7 +113,11 @@ func (a *app) parseTarget(d *dbFlag, cmd string) (*target, error) {
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "pglease " + cmd
 	}
-	return &target{connString: s, from: from, cfg: cfg}, nil
+	t := &target{connString: s, from: from, cfg: cfg}
+	if s == "" {
+		t.pgEnv = pgserver.LibpqEnv()
+	}
+	return t, nil
 }
 
 // dsnPasswordKey matches the password keyword of a key=value connection
@@ -195,6 +215,9 @@ func (a *app) connectError(t *target, err error) error {
 	}
 	reason = strings.Join(reasons, "; ")
 	hint := "is the server running and reachable? set --database or " + envDatabaseURL
+	if t.unnamed() {
+		return failf("no database named, and cannot connect to %s: %s; hint: %s", t, reason, nameHint)
+	}
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
 		switch {
 		case pgErr.Code == "28P01" || pgErr.Code == "28000":
@@ -248,6 +271,8 @@ func (a *app) requireSchema(ctx context.Context, pool *pgxpool.Pool, t *target) 
 		return a.queryError(ctx, "inspect schema pglease", err)
 	}
 	switch {
+	case !st.schema && t.unnamed():
+		return failf("no database named, and %s has no schema pglease; hint: %s", t, nameHint)
 	case !st.schema:
 		return failf("schema pglease not found in %s; hint: run `pglease migrate up` (or CREATE EXTENSION pglease)", t)
 	case !st.objects:

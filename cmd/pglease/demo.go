@@ -137,8 +137,12 @@ func (a *app) demo(ctx context.Context, db *dbFlag, ttl time.Duration) error {
 	}
 	if where == "" {
 		where = t.String()
-		fmt.Fprintf(a.stdout, "pglease demo: using %s (from %s); installing the pglease schema there if it is missing "+
-			"(pglease migrate up), and using lease %q, deleted at the end\n", t, from, lease)
+		source := ""
+		if t.connString != "" {
+			source = " (from " + from + ")" // a PG* target names its variables itself
+		}
+		fmt.Fprintf(a.stdout, "pglease demo: using %s%s; installing the pglease schema there if it is missing "+
+			"(pglease migrate up), and using lease %q, deleted at the end\n", where, source, lease)
 	}
 	pool, err := a.connect(ctx, t)
 	if err != nil {
@@ -151,7 +155,7 @@ func (a *app) demo(ctx context.Context, db *dbFlag, ttl time.Duration) error {
 	}
 	if !st.schema {
 		if err := pgleasemigrate.Up(ctx, connString); err != nil {
-			return a.migrateError(ctx, "demo: migrate up", err)
+			return a.migrateError(ctx, t, pgleasemigrate.Table, "demo: migrate up", err)
 		}
 		fmt.Fprintf(a.stdout, "applied the pglease migrations to %s\n", t)
 	} else if err := a.requireSchema(ctx, pool, t); err != nil {

@@ -15,14 +15,20 @@
 //	pglease prefix bind|unbind|list     give a name prefix to a role (schema owner; docs/security.md)
 //	pglease exporter [--listen ADDR]    the database's view as Prometheus metrics (docs/observability.md)
 //	pglease demo                        three supervised instances, a crash, a handover
+//	pglease version                     this build and the schema version it installs; also --version
 //	pglease help [COMMAND]              usage; `pglease COMMAND -h` too
+//
+// Flags are spelt --name (-v is short for run's --verbose); --database URL
+// may come before the command too (pglease --database URL status).
 //
 // The database is the one --database names, else PGLEASE_DATABASE_URL, else
 // DATABASE_URL, else libpq's environment defaults (PGHOST, PGPORT, PGUSER,
 // PGPASSWORD, PGDATABASE, ... as pgx reads them); only demo looks further
-// (see `pglease help`). A postgres:// URL and a key=value connection string
-// are both accepted. Connection strings are
-// printed with any password masked, and the password is scrubbed from every
+// (see `pglease help`). With none of them set, errors say that no database
+// was named and how to name one, and migrate says on standard error which
+// database it works on. A postgres:// URL and a key=value connection
+// string are both accepted. Connection strings are printed with any
+// password masked, and the password is scrubbed from every
 // error message. Unless the connection string sets them, connect_timeout is
 // 10 s and application_name is "pglease COMMAND".
 //
@@ -170,5 +176,6 @@
 // postgres, else a throwaway cluster from the local initdb and pg_ctl. It
 // creates a database of its own there and drops it (or removes the cluster)
 // at the end. Its first line says which server it uses and what it installs.
-// The rule is the one of `pglease help` and of the README's "Try it".
+// The rule is the one of `pglease help`, whole in CONTRIBUTING.md's "Which
+// database".
 package main

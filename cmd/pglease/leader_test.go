@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,14 @@ func testReleaseRequest(t *testing.T, c cli) {
 	}
 	r = c.mustRun(1, "release", "--request", "lead", "--to", "standby")
 	requireContains(t, "request to a holder that is not waiting", r.stderr, "not a candidate")
+	// A client role is told the grant it lacks, not the one it has.
+	r = c.with("PGLEASE_DATABASE_URL="+loginURL(t, url, true)).mustRun(1, "release", "--request", "lead")
+	requireOneLine(t, "request as a pglease_client member", r.stderr)
+	requireContains(t, "request as a pglease_client member", r.stderr, "permission denied", "needs role pglease_operator",
+		"GRANT pglease_operator TO")
+	if strings.Contains(r.stderr, "GRANT pglease_client") || strings.Contains(r.stderr, "needs role pglease_client") {
+		t.Fatalf("request as a pglease_client member: got %q, which asks for pglease_client", r.stderr)
+	}
 	r = c.mustRun(0, "status")
 	requireContains(t, "status with a value", r.stdout, "VALUE", "10.0.0.1:8080")
 

@@ -8,8 +8,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pglease/pglease/internal/sqlerr"
 )
@@ -38,6 +41,7 @@ var commands = []*command{
 	prefixCommand,
 	exporterCommand,
 	demoCommand,
+	versionCommand,
 }
 
 // command is one subcommand.
@@ -78,6 +82,10 @@ func main() {
 
 // main runs the command line args and returns the exit code.
 func (a *app) main(args []string) int {
+	global, args, err := globalFlags(args)
+	if err != nil {
+		return a.report(err)
+	}
 	if len(args) == 0 {
 		a.printUsage(a.stderr)
 		return exitUsage
@@ -86,13 +94,41 @@ func (a *app) main(args []string) int {
 	switch name {
 	case "help", "-h", "-help", "--help":
 		return a.help(rest)
+	case "-version", "--version":
+		name, global = "version", nil
+	case "version":
+		global = nil // the version of pglease, whatever the database
 	}
 	cmd := lookup(name)
 	if cmd == nil {
 		fmt.Fprintf(a.stderr, "pglease: unknown command %q (run 'pglease help' for the list)\n", name)
 		return exitUsage
 	}
-	return a.runCommand(cmd, rest)
+	return a.runCommand(cmd, append(global, rest...))
+}
+
+// globalFlags splits off the flags before the command name: --database
+// URL, which every command takes (pglease --database URL status), and
+// stops at --help or --version. It returns them and the rest of args.
+func globalFlags(args []string) (global, rest []string, err error) {
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		switch {
+		case name == "h" || name == "help" || name == "version":
+			return global, args, nil
+		case name == "database" && hasValue:
+			global, args = append(global, args[0]), args[1:]
+		case name == "database":
+			if len(args) < 2 {
+				return nil, nil, usagef("", "--database needs a URL: pglease --database URL COMMAND ...")
+			}
+			global, args = append(global, args[:2]...), args[2:]
+		default:
+			return nil, nil, usagef("", "%s before the command: only --database URL, --help and --version go there; "+
+				"give the other flags after it (pglease COMMAND %s ...)", args[0], args[0])
+		}
+	}
+	return global, args, nil
 }
 
 // lookup returns the command called name, or nil.
@@ -116,7 +152,7 @@ func (a *app) runCommand(cmd *command, args []string) int {
 		return exitOK
 	}
 	if err != nil {
-		return a.report(usagef(cmd.name, "%v", err))
+		return a.report(usagef(cmd.name, "%s", flagError(fs, err)))
 	}
 	ctx := context.Background()
 	if !cmd.signals {
@@ -180,6 +216,69 @@ func parseFlags(fs *flag.FlagSet, args []string, interspersed bool) ([]string, e
 		}
 	}
 	return positional, nil
+}
+
+// shortFlags maps the one-letter flags to the long ones they stand for
+// (-v is --verbose): help shows them together.
+var shortFlags = map[string]string{"v": "verbose"}
+
+// dashed returns how help and messages spell flag name: -v for a
+// one-letter alias, --name for the rest.
+func dashed(name string) string {
+	if _, ok := shortFlags[name]; ok {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// The errors of package flag, matched to say them the way the help spells
+// the flags.
+var (
+	flagUndefinedRE = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	flagNoValueRE   = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
+	flagBadValueRE  = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-(\S+): (.*)$`)
+)
+
+// flagError rewords an error of fs.Parse: "--ttl 30: a duration needs a
+// unit, e.g. 30s" rather than `invalid value "30" for flag -ttl: parse
+// error`.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if m := flagUndefinedRE.FindStringSubmatch(msg); m != nil {
+		return "unknown flag " + dashed(m[1])
+	}
+	if m := flagNoValueRE.FindStringSubmatch(msg); m != nil {
+		return dashed(m[1]) + " needs a value"
+	}
+	m := flagBadValueRE.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	value, name, reason := m[1], m[2], m[3]
+	shown := value
+	if shown == "" || strings.ContainsAny(shown, " \t") {
+		shown = strconv.Quote(value)
+	}
+	if f := fs.Lookup(name); f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			switch g.Get().(type) {
+			case time.Duration:
+				if _, err := strconv.ParseFloat(value, 64); err == nil {
+					reason = "a duration needs a unit, e.g. " + value + "s"
+				} else {
+					reason = "not a duration: use a number with a unit, such as 30s, 1m30s or 500ms"
+				}
+			case int, int64, uint, uint64:
+				if reason == "parse error" {
+					reason = "not a whole number"
+				}
+			case bool:
+				reason = "want true or false"
+				return fmt.Sprintf("%s=%s: %s", dashed(name), shown, reason)
+			}
+		}
+	}
+	return fmt.Sprintf("%s %s: %s", dashed(name), shown, reason)
 }
 
 // exitError ends pglease with code, after printing "pglease: msg" to
@@ -265,7 +364,8 @@ func (a *app) printUsage(w io.Writer) {
 	fmt.Fprint(w, `pglease: fenced leases and N-slot claims in PostgreSQL.
 
 Usage:
-  pglease <command> [flags] [arguments]
+  pglease [--database URL] <command> [flags] [arguments]
+  pglease --version
 
 Commands:
 `)
@@ -283,7 +383,7 @@ Which database: the first that applies of
      postgres, else a throwaway cluster from the local initdb and pg_ctl.
 A server named by 1 or 2 is used or the command fails. make test follows
 the same rule, steps 3 included, with PGLEASE_TEST_DATABASE_URL in 1 and a
-container last; the README's "Try it" has it whole.
+container last; CONTRIBUTING.md#which-database has it whole.
 
 Exit codes: 0 success; 1 failure; 2 usage error (bad flags, or a connection
 string that does not parse). pglease run exits with the command's status, or
@@ -291,7 +391,9 @@ string that does not parse). pglease run exits with the command's status, or
 elsewhere (--no-wait), 126/127 when the command cannot be executed or found,
 128+n when it died of signal n.
 
-Run 'pglease help <command>' for the flags of a command.
+Flags are spelt --name (and -v for run's --verbose); --database may also
+come before the command. Run 'pglease help <command>' for the flags of a
+command.
 `)
 }
 
@@ -299,22 +401,52 @@ func (a *app) printCommandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "%s\n", strings.TrimSpace(cmd.usage))
 	var b strings.Builder
 	fs.VisitAll(func(f *flag.Flag) {
-		name, usage := flag.UnquoteUsage(f)
-		dashes := "--"
-		if len(f.Name) == 1 {
-			dashes = "-"
+		if _, ok := shortFlags[f.Name]; ok {
+			return // shown with its long form
 		}
-		fmt.Fprintf(&b, "  %s%s", dashes, f.Name)
+		name, usage := flag.UnquoteUsage(f)
+		b.WriteString("  ")
+		for short, long := range shortFlags {
+			if long == f.Name {
+				fmt.Fprintf(&b, "-%s, ", short)
+			}
+		}
+		fmt.Fprintf(&b, "--%s", f.Name)
 		if name != "" {
 			fmt.Fprintf(&b, " %s", name)
 		}
 		fmt.Fprintf(&b, "\n      %s", usage)
-		if f.DefValue != "" && f.DefValue != "false" {
-			fmt.Fprintf(&b, " (default %s)", f.DefValue)
+		if def := defaultText(f); def != "" && !strings.Contains(usage, "(default") {
+			fmt.Fprintf(&b, " (default %s)", def)
 		}
 		b.WriteString("\n")
 	})
 	if b.Len() > 0 {
 		fmt.Fprintf(w, "\nFlags:\n%s", b.String())
 	}
+}
+
+// defaultText returns the default of f as help says it: "" for a zero
+// value (false, 0, 0s, ""), which means unset, as in package flag's own
+// help; durations without trailing zero units (24h, not 24h0m0s).
+func defaultText(f *flag.Flag) string {
+	switch f.DefValue {
+	case "", "false", "0", "0s":
+		return ""
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return f.DefValue
+	}
+	if _, ok := g.Get().(time.Duration); !ok {
+		return f.DefValue
+	}
+	s := f.DefValue // such as 24h0m0s
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

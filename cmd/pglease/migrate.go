@@ -2,11 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pglease/pglease/internal/schema"
 	"github.com/pglease/pglease/pgleasemigrate"
@@ -32,7 +38,10 @@ Usage: pglease migrate up|down|version|goto N [--database URL] [--yes]
   down     reverts them all: drops schema pglease with every lease, slot and
            fence. Refused without --yes.
   version  prints the applied migration version (0: none), followed by
-           " (dirty)" when a migration failed half-way.
+           " (dirty)" when the history records a migration that was
+           interrupted. Reading it needs a role that may read the history
+           table, or create it where it is missing (CREATE on the schema
+           it goes in): the owner of schema pglease has both.
   goto N   migrates up or down to version N (1 is pglease 0.1.0, 2 is
            0.2.0, 3 is 0.3.0), keeping leases and fences; N = 0 is down
            (needs --yes).
@@ -63,7 +72,7 @@ loses no lease: they live on the partitions.`,
 				if len(args) != 1 || (args[0] != "up" && args[0] != "down") {
 					return usagef("migrate", "--proxy takes up or down")
 				}
-				t, err := a.parseTarget(&db, "migrate")
+				t, err := a.migrateTarget(&db)
 				if err != nil {
 					return err
 				}
@@ -74,7 +83,7 @@ loses no lease: they live on the partitions.`,
 					step, done = pgleasemigrate.ProxyDown, "removed"
 				}
 				if err := step(ctx, t.connString); err != nil {
-					return a.migrateError(ctx, "migrate "+args[0]+" --proxy", err)
+					return a.migrateError(ctx, t, pgleasemigrate.ProxyTable, "migrate "+args[0]+" --proxy", err)
 				}
 				fmt.Fprintf(a.stdout, "pglease proxy schema %s in %s\n", done, t)
 				return nil
@@ -103,9 +112,9 @@ func (a *app) migrate(ctx context.Context, db *dbFlag, action string, yes bool) 
 			return usagef("migrate", "down deletes schema pglease with every lease, slot and fence: add --yes to confirm")
 		}
 	default:
-		return usagef("migrate", "unknown action %q: want up, down or version", action)
+		return usagef("migrate", "unknown action %q: want up, down, version or goto N", action)
 	}
-	t, err := a.parseTarget(db, "migrate")
+	t, err := a.migrateTarget(db)
 	if err != nil {
 		return err
 	}
@@ -135,7 +144,7 @@ func (a *app) migrate(ctx context.Context, db *dbFlag, action string, yes bool) 
 	}
 	version, dirty, err := schema.Version(ctx, connString)
 	if err != nil {
-		return a.migrateError(ctx, "read the migration version", err)
+		return a.migrateError(ctx, t, pgleasemigrate.Table, "read the migration version", err)
 	}
 	switch action {
 	case "version":
@@ -154,11 +163,11 @@ func (a *app) migrate(ctx context.Context, db *dbFlag, action string, yes bool) 
 			return failf("schema pglease already exists in %s but has no migration history (made by hand, or left by DROP EXTENSION?): drop it or use it as it is", t)
 		}
 		if err := pgleasemigrate.Up(ctx, connString); err != nil {
-			return a.migrateError(ctx, "migrate up", err)
+			return a.migrateError(ctx, t, pgleasemigrate.Table, "migrate up", err)
 		}
 		after, _, err := schema.Version(ctx, connString)
 		if err != nil {
-			return a.migrateError(ctx, "read the migration version", err)
+			return a.migrateError(ctx, t, pgleasemigrate.Table, "read the migration version", err)
 		}
 		if after == version {
 			fmt.Fprintf(a.stdout, "pglease schema is up to date at version %d in %s\n", after, t)
@@ -168,7 +177,7 @@ func (a *app) migrate(ctx context.Context, db *dbFlag, action string, yes bool) 
 		return nil
 	default: // down
 		if err := pgleasemigrate.Down(ctx, connString); err != nil {
-			return a.migrateError(ctx, "migrate down", err)
+			return a.migrateError(ctx, t, pgleasemigrate.Table, "migrate down", err)
 		}
 		fmt.Fprintf(a.stdout, "reverted pglease schema from version %d to 0 in %s: schema pglease is gone\n", version, t)
 		return nil
@@ -177,7 +186,7 @@ func (a *app) migrate(ctx context.Context, db *dbFlag, action string, yes bool) 
 
 // migrateTo migrates the database up or down to version.
 func (a *app) migrateTo(ctx context.Context, db *dbFlag, version uint) error {
-	t, err := a.parseTarget(db, "migrate")
+	t, err := a.migrateTarget(db)
 	if err != nil {
 		return err
 	}
@@ -197,10 +206,10 @@ func (a *app) migrateTo(ctx context.Context, db *dbFlag, version uint) error {
 	}
 	before, _, err := schema.Version(ctx, t.connString)
 	if err != nil {
-		return a.migrateError(ctx, "read the migration version", err)
+		return a.migrateError(ctx, t, pgleasemigrate.Table, "read the migration version", err)
 	}
 	if err := schema.Goto(ctx, t.connString, version); err != nil {
-		return a.migrateError(ctx, fmt.Sprintf("migrate to version %d", version), err)
+		return a.migrateError(ctx, t, pgleasemigrate.Table, fmt.Sprintf("migrate to version %d", version), err)
 	}
 	if before == version {
 		fmt.Fprintf(a.stdout, "pglease schema is at version %d in %s already\n", version, t)
@@ -210,19 +219,89 @@ func (a *app) migrateTo(ctx context.Context, db *dbFlag, version uint) error {
 	return nil
 }
 
+// migrateTarget parses the target of a migrate command, and says on
+// standard error when no database was named: migrate then works on libpq's
+// default database, named after the user, which is seldom the one meant.
+func (a *app) migrateTarget(db *dbFlag) (*target, error) {
+	t, err := a.parseTarget(db, "migrate")
+	if err == nil && t.unnamed() {
+		fmt.Fprintf(a.stderr, "pglease: note: no database named: migrate works on %s; %s\n", t, nameHint)
+	}
+	return t, err
+}
+
 // migrateError explains a failed migration step in one line: golang-migrate
-// errors may quote the whole migration.
-func (a *app) migrateError(ctx context.Context, what string, err error) error {
+// errors may quote the whole migration. table is the history table of the
+// step.
+func (a *app) migrateError(ctx context.Context, t *target, table, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if dirty, ok := errors.AsType[migrate.ErrDirty](err); ok {
+		// Every migration is one transaction, and one the server refused
+		// leaves a clean history (internal/schema): a dirty one was cut off
+		// with its outcome unknown, such as by a lost connection at COMMIT.
+		return failf("%s: the history (table %s) records migration %d as dirty: it was interrupted, and may or may not be in place, "+
+			"so nothing was done; hint: see which version schema pglease is at (SELECT pglease.version(): %s is migration %d), "+
+			"record it by hand (UPDATE %s SET version = N, dirty = false), then run the command again",
+			what, table, dirty.Version, schemaRelease(schema.Latest()), schema.Latest(), table)
+	}
+	if msg, ok := historyDenied(ctx, t, table, err); ok {
+		return failf("%s: %s", what, msg)
 	}
 	msg, _, _ := strings.Cut(detail(err), "\n")
 	const maxLen = 1500
 	if len(msg) > maxLen {
 		msg = msg[:maxLen] + "..."
 	}
-	if strings.Contains(msg, "Dirty database") || strings.Contains(msg, "dirty") {
-		msg += "; hint: a migration failed half-way: fix the schema by hand, then set the version in table " + pgleasemigrate.Table
-	}
 	return failf("%s: %s", what, msg)
+}
+
+// historyDenied explains err when it is the server refusing the connecting
+// role the migration history table: reading it (migrate version needs
+// that) or creating it where it is missing. Nothing failed half-way then.
+func historyDenied(ctx context.Context, t *target, table string, err error) (string, bool) {
+	dbErr, ok := errors.AsType[*database.Error](err)
+	if !ok || !strings.Contains(string(dbErr.Query), table) {
+		return "", false
+	}
+	pgErr, ok := errors.AsType[*pgconn.PgError](dbErr.OrigErr)
+	if !ok || pgErr.Code != "42501" {
+		return "", false
+	}
+	const runAsOwner = "run pglease migrate as the owner of schema pglease (the role that ran migrate up)"
+	user, nsp, exists, err := historyTable(ctx, t, table)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s: the connecting role may not create or read the migration history table %s, "+
+			"so the migration version can be neither read nor recorded; nothing was changed; hint: %s", pgErr.Message, table, runAsOwner), true
+	case exists:
+		return fmt.Sprintf("role %s may not read or write %s.%s, the migration history (%s), "+
+			"so the migration version can be neither read nor recorded; nothing was changed; hint: %s, "+
+			"or GRANT SELECT ON %s.%s TO %s to let it read the version",
+			user, nsp, table, pgErr.Message, runAsOwner, nsp, table, user), true
+	default:
+		return fmt.Sprintf("role %s may not create %s, the migration history, in schema %s (%s), "+
+			"so the migration version can be neither read nor recorded; nothing was changed; hint: %s, "+
+			"or GRANT CREATE ON SCHEMA %s TO %s", user, table, nsp, pgErr.Message, runAsOwner, nsp, user), true
+	}
+}
+
+// historyTable reports the connecting role, the schema golang-migrate keeps
+// table in (the current schema) and whether table exists there, whatever
+// the role may do with it.
+func historyTable(ctx context.Context, t *target, table string) (user, nsp string, exists bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, t.cfg.ConnConfig.Copy())
+	if err != nil {
+		return "", "", false, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	err = conn.QueryRow(ctx, `
+		SELECT current_user, s.name,
+		       pg_catalog.to_regclass(pg_catalog.format('%I.%I', s.name, $1::text)) IS NOT NULL
+		FROM (SELECT pg_catalog.current_schema() AS name) AS s
+		WHERE s.name IS NOT NULL`, table).Scan(&user, &nsp, &exists)
+	return user, nsp, exists, err
 }

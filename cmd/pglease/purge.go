@@ -30,8 +30,9 @@ never wait for a purge.
 
 You rarely need it by hand: supervisors, runslots.Run and pglease run purge
 in the background, once per hour across the whole fleet, what has been free
-for a day. SQL-only users can schedule pglease.purge with pg_cron (see the
-README).`,
+for a day. SQL-only users can schedule pglease.purge with pg_cron, as the
+schema owner: docs/upgrading.md#bounded-tables-purge has the cron.schedule
+call.`,
 	interspersed: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var db dbFlag

@@ -142,6 +142,9 @@ func (a *app) requestRelease(ctx context.Context, db *dbFlag, name string, req p
 		return usagef("release", "%s", detail(err))
 	case errors.Is(err, pgleaseadmin.ErrNotHeld), errors.Is(err, pgleaseadmin.ErrNotCandidate):
 		return failf("release: %s", detail(err))
+	case errors.Is(err, pglease.ErrPermissionDenied) && ctx.Err() == nil:
+		// Its words name pglease_operator, not queryError's pglease_client.
+		return failf("request the release of lease %q: %s", name, detail(err))
 	case err != nil:
 		return a.queryError(ctx, fmt.Sprintf("request the release of lease %q", name), err)
 	case !r.Requested:

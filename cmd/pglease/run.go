@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/pglease/pglease/internal/tenure"
 	"github.com/pglease/pglease/pglease"
+	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"
 )
 
@@ -37,7 +39,7 @@ var runCommand = &command{
 	summary: "Run a command only while holding a lease and/or a slot (a distributed flock)",
 	usage: `
 Usage: pglease run [--lease NAME] [--slot SCOPE:CAPACITY [--units K]] [--ttl 30s]
-                   [--wait | --no-wait] [--grace DURATION] [--database URL]
+                   [--wait | --no-wait] [--grace DURATION] [--verbose] [--database URL]
                    [--hold-at-least D] [--once-per WINDOW] [--skip-status N] -- COMMAND [ARGS...]
 
 Takes lease NAME (and/or K units, default 1, of the CAPACITY units of
@@ -128,7 +130,8 @@ pglease got signal n while waiting, before COMMAND started).`,
 		fs.BoolVar(&noWait, "no-wait", false, "exit with status 75 at once when held elsewhere (the default)")
 		fs.DurationVar(&o.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping the command; at most TTL/2 (default TTL/4, at most 10s)")
 		fs.StringVar(&o.holder, "holder", "", "holder `ID` to take the lease as (default host/pid/random, unique)")
-		fs.BoolVar(&o.verbose, "v", false, "log acquisitions, renewal problems and releases to standard error")
+		fs.BoolVar(&o.verbose, "verbose", false, "log acquisitions, renewal problems and releases to standard error")
+		fs.BoolVar(&o.verbose, "v", false, "short for --verbose")
 		registerCronFlags(fs, &o)
 		return func(ctx context.Context, args []string) error {
 			if o.wait && noWait {
@@ -389,11 +392,11 @@ func (r *runner) steps() ([]step, error) {
 				if full, ok := errors.AsType[*runslots.FullError](err); ok {
 					if !r.o.wait {
 						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
-							"scope %s is full: %d holders for capacity %d, the earliest expires in %s: not running the command (exit %d; --wait to wait)",
-							quoteName(scope), full.InUse, capacity, full.RetryIn.Round(time.Millisecond), exitHeld)}
+							"scope %s is full: %s: not running the command (exit %d; --wait to wait)",
+							quoteName(scope), r.scopeFull(ctx, full), exitHeld)}
 					}
-					fmt.Fprintf(r.a.stderr, "pglease: waiting for a slot of scope %s: %d holders for capacity %d, the earliest expires in %s (--wait)\n",
-						quoteName(scope), full.InUse, capacity, full.RetryIn.Round(time.Millisecond))
+					fmt.Fprintf(r.a.stderr, "pglease: waiting for a slot of scope %s: %s (--wait)\n",
+						quoteName(scope), r.scopeFull(ctx, full))
 					s, err = c.Claim(ctx, scope, capacity, r.o.ttl)
 					c.CloseIdle() // the command needs no LISTEN connection
 				}
@@ -414,6 +417,45 @@ func (r *runner) steps() ([]step, error) {
 		})
 	}
 	return steps, nil
+}
+
+// scopeFull says why a claim was refused with full: the units in use (the
+// live holders, for claims of one unit) and the capacity, the one in force
+// when it is below the one asked: a scope's capacity is the smallest its
+// live holders claimed with, so a claim of capacity 8 is refused while two
+// holders of capacity 2 live.
+func (r *runner) scopeFull(ctx context.Context, full *runslots.FullError) string {
+	inUse := fmt.Sprintf("%d holders", full.InUse)
+	if r.o.units > 1 {
+		inUse = fmt.Sprintf("%d units in use", full.InUse)
+	}
+	capacity := fmt.Sprintf("for capacity %d", full.Capacity)
+	if full.InUse+r.o.units <= full.Capacity {
+		// The capacity asked would have admitted the claim.
+		if inForce := r.scopeCapacity(ctx, full.Scope); inForce > 0 && inForce < full.Capacity {
+			capacity = fmt.Sprintf("with capacity %d in force (%d asked; a scope's capacity is the smallest its live holders claimed with)",
+				inForce, full.Capacity)
+		}
+	}
+	return fmt.Sprintf("%s %s, the earliest expires in %s", inUse, capacity, full.RetryIn.Round(time.Millisecond))
+}
+
+// scopeCapacity returns the capacity in force in scope as pglease.metrics
+// reports it, or 0 when it cannot be read.
+func (r *runner) scopeCapacity(ctx context.Context, scope string) int {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := pgleaseadmin.ReadMetrics(ctx, r.pool, pgleaseadmin.MetricsOptions{Names: "^" + regexp.QuoteMeta(scope) + "$", MaxNames: 1})
+	if err != nil {
+		r.log.Debug("read the capacity in force", "scope", scope, "error", err)
+		return 0
+	}
+	for _, s := range m.Scopes {
+		if s.Scope == scope {
+			return s.Capacity
+		}
+	}
+	return 0
 }
 
 // takeError explains a failure to take a lease or slot.
@@ -584,7 +626,7 @@ func childEnv(env []string) []string {
 }
 
 // newLogger returns the logger of the lease keeping: warnings always (a
-// renewal that failed, a command that does not stop), the rest with -v.
+// renewal that failed, a command that does not stop), the rest with --verbose (-v).
 func newLogger(w io.Writer, verbose bool) *slog.Logger {
 	level := slog.LevelWarn
 	if verbose {

@@ -44,7 +44,7 @@ func Loop(ctx context.Context, q db.DBTX, every, freeFor time.Duration, log *slo
 			return
 		case err != nil && !warned:
 			warned = true
-			log.Warn("pglease: background purge failed; it is retried every interval (run `pglease purge` by hand, or see the README on purging)",
+			log.Warn("pglease: background purge failed; it is retried every interval (run `pglease purge` by hand, or schedule it: docs/upgrading.md#bounded-tables-purge)",
 				"every", every, "error", err)
 		case err != nil:
 			log.Debug("pglease: background purge failed", "error", err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -143,5 +145,53 @@ func TestLoopTiming(t *testing.T) {
 				t.Fatalf("fail=%v: %d warnings, want %d", fail, h.warns, wantWarns)
 			}
 		})
+	}
+}
+
+// recordingHandler records the messages of log records at warn.
+type recordingHandler struct {
+	mu    sync.Mutex
+	warns []string
+}
+
+func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r.Level >= slog.LevelWarn {
+		h.warns = append(h.warns, r.Message)
+	}
+	return nil
+}
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestFailureWarningNamesTheDocs checks that the warning of a failed purge
+// names a page that exists and tells how to schedule a purge (pg_cron).
+func TestFailureWarningNamesTheDocs(t *testing.T) {
+	const page, section = "docs/upgrading.md", "## Bounded tables: purge"
+	var h recordingHandler
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			Loop(ctx, &fakeDB{fail: true}, time.Hour, DefaultFreeFor, slog.New(&h))
+		}()
+		synctest.Wait()
+		cancel()
+		<-done
+	})
+	if len(h.warns) != 1 || !strings.Contains(h.warns[0], page+"#bounded-tables-purge") {
+		t.Fatalf("warnings: got %q, want one naming %s#bounded-tables-purge", h.warns, page)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "\n"+section+"\n")
+	body, _, _ := strings.Cut(after, "\n## ")
+	if !ok || !strings.Contains(body, "pg_cron") || !strings.Contains(body, "pglease purge") {
+		t.Fatalf("%s: want a section %q that shows pg_cron and pglease purge", page, section)
 	}
 }

@@ -148,7 +148,7 @@ $$;
 
 -- Source: sql/functions/05_prefixes.sql (signature), sql/proxy/routes (all)
 CREATE OR REPLACE FUNCTION pglease._all_prefix_bind(p_prefix text, p_role text, OUT previous_role text)
-RETURNS SETOF record
+RETURNS SETOF text
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
@@ -165,7 +165,7 @@ $$;
 
 -- Source: sql/functions/05_prefixes.sql (signature), sql/proxy/routes (all)
 CREATE OR REPLACE FUNCTION pglease._all_prefix_unbind(p_prefix text, OUT previous_role text)
-RETURNS SETOF record
+RETURNS SETOF text
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
@@ -192,7 +192,7 @@ $$;
 -- Source: sql/functions/06_quotas.sql (signature), sql/proxy/routes (all)
 CREATE OR REPLACE FUNCTION pglease._all_quota_set(p_role text, p_kind text, p_max integer,
                                              OUT previous_max integer)
-RETURNS SETOF record
+RETURNS SETOF integer
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
@@ -211,7 +211,7 @@ $$;
 -- Source: sql/functions/06_quotas.sql (signature), sql/proxy/routes (all)
 CREATE OR REPLACE FUNCTION pglease._all_quota_usage(
     OUT role_name text, OUT kind text, OUT max_rows integer, OUT used bigint)
-RETURNS SETOF SETOF record
+RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
