@@ -1621,8 +1621,7 @@ BEGIN
 
     -- Known as this lease's fenced transaction (see
     -- pglease._lock_for_takeover), without ever waiting for the key.
-    PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
-    FROM pglease._fenced_key(p_name, p_fence) AS k;
+    PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(pglease._fenced_key(p_name, p_fence));
 
     -- The bound above: the time left plus 100 ms, as milliseconds. A
     -- setting of 0 (none, the usual case) is lowered without parsing it.
@@ -1683,7 +1682,8 @@ BEGIN
         SELECT k.pid FROM pg_catalog.pg_locks AS k
         WHERE k.locktype = 'advisory' AND k.granted AND k.pid <> pg_backend_pid()
           AND (k.classid, k.objid, k.objsubid) =
-              (SELECT f.key1::oid, f.key2::oid, 2::smallint FROM pglease._fenced_key(p_name, p_fence) AS f)
+              ((pglease._fenced_key(p_name, p_fence) >> 32)::oid,
+               (pglease._fenced_key(p_name, p_fence) & 4294967295)::oid, 1::smallint)
     LOOP
         BEGIN
             PERFORM pg_catalog.pg_terminate_backend(v_pid);
@@ -1698,13 +1698,15 @@ BEGIN
 END
 $$;
 
--- _fenced_key(p_name, p_fence): the advisory lock key (two 32-bit halves)
--- a fenced transaction of tenure p_fence of lease p_name holds shared (see
--- pglease._lock_for_takeover).
-CREATE OR REPLACE FUNCTION pglease._fenced_key(p_name text, p_fence bigint, OUT key1 integer, OUT key2 integer)
+-- _fenced_key(p_name, p_fence): the advisory lock key a fenced transaction
+-- of tenure p_fence of lease p_name holds shared (see
+-- pglease._lock_for_takeover): a constant in the high 32 bits, a hash of
+-- the tenure in the low ones. A scalar SQL function, inlined where called.
+CREATE OR REPLACE FUNCTION pglease._fenced_key(p_name text, p_fence bigint)
+RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT 1885825388, pg_catalog.hashtext(p_fence::text || '/' || p_name)
+    SELECT (1885825388::bigint << 32) | (pg_catalog.hashtext(p_fence::text || '/' || p_name)::bigint & 4294967295)
 $$;
 
 -- Source: sql/functions/14_force_release.sql
@@ -4479,8 +4481,7 @@ BEGIN
     v_now := clock_timestamp();
     IF FOUND AND v_expires > v_now THEN
         -- Known as a fenced transaction (see pglease.assert_held).
-        PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
-        FROM pglease._fenced_key(p_name, p_fence) AS k;
+        PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(pglease._fenced_key(p_name, p_fence));
         RETURN v_now;
     END IF;
     RETURN NULL;

@@ -124,8 +124,7 @@ BEGIN
     v_now := clock_timestamp();
     IF FOUND AND v_expires > v_now THEN
         -- Known as a fenced transaction (see pglease.assert_held).
-        PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(k.key1, k.key2)
-        FROM pglease._fenced_key(p_name, p_fence) AS k;
+        PERFORM pg_catalog.pg_try_advisory_xact_lock_shared(pglease._fenced_key(p_name, p_fence));
         RETURN v_now;
     END IF;
     RETURN NULL;
