@@ -388,8 +388,9 @@ COMMENT ON TABLE pglease.prefixes IS
 
 -- Quotas (0.3.0, sql/functions/06_quotas.sql): the schema owner's caps per
 -- role and kind of row. created_by on leases, slots and slot_scopes is the
--- role that created the row (NULL for rows from before 0.3.0); it never
--- changes, so no renewal's HOT update is lost to its index.
+-- role that created the row while that role was capped (NULL otherwise:
+-- the partial indexes then cost uncapped roles nothing, also on the
+-- updates of a takeover or release that are not HOT); it never changes.
 CREATE TABLE pglease.quotas (
     role_name text    NOT NULL,
     kind      text    NOT NULL CHECK (kind IN ('leases', 'slots', 'scopes', 'groups', 'queue', 'runs')),
@@ -401,9 +402,9 @@ COMMENT ON TABLE pglease.quotas IS
 ALTER TABLE pglease.leases ADD COLUMN created_by text;
 ALTER TABLE pglease.slots ADD COLUMN created_by text;
 ALTER TABLE pglease.slot_scopes ADD COLUMN created_by text;
-CREATE INDEX leases_created_by_idx ON pglease.leases (created_by);
-CREATE INDEX slots_created_by_idx ON pglease.slots (created_by);
-CREATE INDEX slot_scopes_created_by_idx ON pglease.slot_scopes (created_by);
+CREATE INDEX leases_created_by_idx ON pglease.leases (created_by) WHERE created_by IS NOT NULL;
+CREATE INDEX slots_created_by_idx ON pglease.slots (created_by) WHERE created_by IS NOT NULL;
+CREATE INDEX slot_scopes_created_by_idx ON pglease.slot_scopes (created_by) WHERE created_by IS NOT NULL;
 CREATE INDEX runs_holder_role_idx ON pglease.runs (holder_role);
 
 -- Source: sql/functions/00_checks.sql
@@ -900,10 +901,10 @@ $$;
 -- rows of each kind a role may have, so that no client role grows a table
 -- without bound. A cap is checked when a call would create a row of its
 -- kind, never on renewals, releases or calls on existing rows:
---   leases  lease rows the role created (by the first acquire of a name),
---           held, expired or free, until a purge deletes them
---   slots   slot rows the role created (a scope's slot numbers)
---   scopes  slot scopes the role created (by its first claim in them)
+--   leases  lease rows the role created (by the first acquire of a name)
+--           while capped, held, expired or free, until a purge deletes them
+--   slots   slot rows the role created while capped (a scope's slot numbers)
+--   scopes  slot scopes the role created while capped (by its first claim)
 --   groups  shard groups the role created
 --   queue   the role's live entries in slot queues (a lapsed entry no
 --           longer counts)
@@ -912,6 +913,9 @@ $$;
 -- nothing. Checks of one role and kind take turns (the cap's row is locked
 -- until the caller's transaction ends), so a cap is never exceeded, and
 -- only that role waits for itself. Roles without a cap pay one index probe.
+-- Rows record their creator (created_by) only while it is capped, so that
+-- the partial indexes that count them cost uncapped roles nothing: leases,
+-- slots and scopes a role created before its cap was set do not count.
 
 -- _quota_kinds(): the kinds of rows a quota caps.
 CREATE OR REPLACE FUNCTION pglease._quota_kinds()
@@ -953,13 +957,14 @@ END
 $$;
 
 -- _check_quota(p_func, p_kind): before a call creates a row of p_kind for
--- the caller's role (session_user): returns when the role has no cap for
--- p_kind or stays within it with one more row; raises 53400 naming the
--- function (p_func; NULL: none, for the claims' building blocks), the
--- role, the kind and the cap otherwise. Locks the cap's row until the
--- caller's transaction ends (see above).
+-- the caller's role (session_user): returns false when the role has no cap
+-- for p_kind, true when it stays within its cap with one more row (the
+-- row then records its creator); raises 53400 naming the function (p_func;
+-- NULL: none, for the claims' building blocks), the role, the kind and the
+-- cap otherwise. Locks the cap's row until the caller's transaction ends
+-- (see above).
 CREATE OR REPLACE FUNCTION pglease._check_quota(p_func text, p_kind text)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -968,8 +973,11 @@ BEGIN
     SELECT q.max_rows INTO v_max FROM pglease.quotas AS q
     WHERE q.role_name = session_user AND q.kind = p_kind
     FOR NO KEY UPDATE;
-    IF NOT FOUND OR pglease._quota_used(session_user, p_kind, v_max::bigint + 1) < v_max THEN
-        RETURN;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF pglease._quota_used(session_user, p_kind, v_max::bigint + 1) < v_max THEN
+        RETURN true;
     END IF;
     RAISE EXCEPTION USING ERRCODE = '53400',
         MESSAGE = format('pglease%s: role %I has %s %s, its quota; this call would add one',
@@ -981,7 +989,8 @@ $$;
 -- pglease.quota_set(p_role, p_kind, p_max): cap role p_role at p_max rows
 -- of p_kind (see above); p_max NULL removes the cap. Rows the role has
 -- already stay, also above a lowered cap: it then creates none until it is
--- below. Returns the previous cap (NULL: none). The schema owner's call:
+-- below (leases, slots and scopes it created before any cap was set do
+-- not count). Returns the previous cap (NULL: none). The schema owner's call:
 -- granted to no role.
 -- Raises 22004 for a NULL role or kind; 22023 for a kind not listed above
 -- or a p_max not from 0 to 2,147,483,647; 42704 for a role that does not
@@ -1107,6 +1116,7 @@ DECLARE
     v_rrole   text;
     v_rfor    interval;
     v_observed boolean;
+    v_capped  boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -1243,13 +1253,13 @@ BEGIN
         IF v_next = 'insert' THEN
             -- A new row starts above the fence floor (see pglease.purge),
             -- within the role's quota.
-            PERFORM pglease._check_quota('acquire', 'leases');
+            v_capped := pglease._check_quota('acquire', 'leases');
             v_now := clock_timestamp();
             INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at, holder_role,
                                              created_by)
             VALUES (p_name, p_holder,
                     (SELECT f.last_value FROM pglease.lease_fence_floor AS f) + 1,
-                    v_now, v_now + v_ttl, v_role, v_role)
+                    v_now, v_now + v_ttl, v_role, CASE WHEN v_capped THEN v_role END)
             ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
             RETURNING l.fence INTO fence;
             IF FOUND THEN
@@ -2190,8 +2200,8 @@ BEGIN
     LOOP
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR NO KEY UPDATE;
         EXIT WHEN FOUND;
-        PERFORM pglease._check_quota(NULL, 'scopes');
-        INSERT INTO pglease.slot_scopes AS s (scope, created_by) VALUES (p_scope, session_user)
+        INSERT INTO pglease.slot_scopes AS s (scope, created_by)
+        VALUES (p_scope, CASE WHEN pglease._check_quota(NULL, 'scopes') THEN session_user END)
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         EXIT WHEN FOUND;
     END LOOP;
@@ -2423,7 +2433,6 @@ BEGIN
                 SELECT coalesce(max(s.slot), 0) + 1 INTO slot
                 FROM pglease.slots AS s WHERE s.scope = p_scope;
                 IF slot <= p_capacity THEN
-                    PERFORM pglease._check_quota(NULL, 'slots');
                     -- A new slot starts above the fence floor (see
                     -- pglease.purge, which takes the scope lock we hold, so
                     -- this statement sees the floor of any purge of the scope).
@@ -2433,7 +2442,7 @@ BEGIN
                     VALUES (p_scope, slot, p_holder,
                             (SELECT f.last_value FROM pglease.slot_fence_floor AS f) + 1,
                             p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl,
-                            v_role)
+                            CASE WHEN pglease._check_quota(NULL, 'slots') THEN v_role END)
                     ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
                     RETURNING s.fence::bigint, s.units::integer INTO fence, units;
                 END IF;

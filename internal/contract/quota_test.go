@@ -512,7 +512,7 @@ func testQuotaPurgeDueTurnsPerRole(t *testing.T, db *testDB) {
 	}
 	rowsOf := func(r loginRole) int64 {
 		t.Helper()
-		return countRows(t, db.pool, `SELECT count(*) FROM pglease.leases WHERE created_by = $1`, r.name)
+		return countRows(t, db.pool, `SELECT count(*) FROM pglease.leases WHERE holder_role = $1`, r.name)
 	}
 	purgeDue := func(c *pgx.Conn) *int64 {
 		t.Helper()

@@ -2,10 +2,10 @@
 -- rows of each kind a role may have, so that no client role grows a table
 -- without bound. A cap is checked when a call would create a row of its
 -- kind, never on renewals, releases or calls on existing rows:
---   leases  lease rows the role created (by the first acquire of a name),
---           held, expired or free, until a purge deletes them
---   slots   slot rows the role created (a scope's slot numbers)
---   scopes  slot scopes the role created (by its first claim in them)
+--   leases  lease rows the role created (by the first acquire of a name)
+--           while capped, held, expired or free, until a purge deletes them
+--   slots   slot rows the role created while capped (a scope's slot numbers)
+--   scopes  slot scopes the role created while capped (by its first claim)
 --   groups  shard groups the role created
 --   queue   the role's live entries in slot queues (a lapsed entry no
 --           longer counts)
@@ -14,6 +14,9 @@
 -- nothing. Checks of one role and kind take turns (the cap's row is locked
 -- until the caller's transaction ends), so a cap is never exceeded, and
 -- only that role waits for itself. Roles without a cap pay one index probe.
+-- Rows record their creator (created_by) only while it is capped, so that
+-- the partial indexes that count them cost uncapped roles nothing: leases,
+-- slots and scopes a role created before its cap was set do not count.
 
 -- _quota_kinds(): the kinds of rows a quota caps.
 CREATE OR REPLACE FUNCTION pglease._quota_kinds()
@@ -55,13 +58,14 @@ END
 $$;
 
 -- _check_quota(p_func, p_kind): before a call creates a row of p_kind for
--- the caller's role (session_user): returns when the role has no cap for
--- p_kind or stays within it with one more row; raises 53400 naming the
--- function (p_func; NULL: none, for the claims' building blocks), the
--- role, the kind and the cap otherwise. Locks the cap's row until the
--- caller's transaction ends (see above).
+-- the caller's role (session_user): returns false when the role has no cap
+-- for p_kind, true when it stays within its cap with one more row (the
+-- row then records its creator); raises 53400 naming the function (p_func;
+-- NULL: none, for the claims' building blocks), the role, the kind and the
+-- cap otherwise. Locks the cap's row until the caller's transaction ends
+-- (see above).
 CREATE OR REPLACE FUNCTION pglease._check_quota(p_func text, p_kind text)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
@@ -70,8 +74,11 @@ BEGIN
     SELECT q.max_rows INTO v_max FROM pglease.quotas AS q
     WHERE q.role_name = session_user AND q.kind = p_kind
     FOR NO KEY UPDATE;
-    IF NOT FOUND OR pglease._quota_used(session_user, p_kind, v_max::bigint + 1) < v_max THEN
-        RETURN;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF pglease._quota_used(session_user, p_kind, v_max::bigint + 1) < v_max THEN
+        RETURN true;
     END IF;
     RAISE EXCEPTION USING ERRCODE = '53400',
         MESSAGE = format('pglease%s: role %I has %s %s, its quota; this call would add one',
@@ -83,7 +90,8 @@ $$;
 -- pglease.quota_set(p_role, p_kind, p_max): cap role p_role at p_max rows
 -- of p_kind (see above); p_max NULL removes the cap. Rows the role has
 -- already stay, also above a lowered cap: it then creates none until it is
--- below. Returns the previous cap (NULL: none). The schema owner's call:
+-- below (leases, slots and scopes it created before any cap was set do
+-- not count). Returns the previous cap (NULL: none). The schema owner's call:
 -- granted to no role.
 -- Raises 22004 for a NULL role or kind; 22023 for a kind not listed above
 -- or a p_max not from 0 to 2,147,483,647; 42704 for a role that does not

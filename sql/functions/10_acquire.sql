@@ -66,6 +66,7 @@ DECLARE
     v_rrole   text;
     v_rfor    interval;
     v_observed boolean;
+    v_capped  boolean;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -202,13 +203,13 @@ BEGIN
         IF v_next = 'insert' THEN
             -- A new row starts above the fence floor (see pglease.purge),
             -- within the role's quota.
-            PERFORM pglease._check_quota('acquire', 'leases');
+            v_capped := pglease._check_quota('acquire', 'leases');
             v_now := clock_timestamp();
             INSERT INTO pglease.leases AS l (name, holder, fence, acquired_at, expires_at, holder_role,
                                              created_by)
             VALUES (p_name, p_holder,
                     (SELECT f.last_value FROM pglease.lease_fence_floor AS f) + 1,
-                    v_now, v_now + v_ttl, v_role, v_role)
+                    v_now, v_now + v_ttl, v_role, CASE WHEN v_capped THEN v_role END)
             ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
             RETURNING l.fence INTO fence;
             IF FOUND THEN

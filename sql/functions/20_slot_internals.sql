@@ -26,8 +26,8 @@ BEGIN
     LOOP
         PERFORM 1 FROM pglease.slot_scopes AS s WHERE s.scope = p_scope FOR NO KEY UPDATE;
         EXIT WHEN FOUND;
-        PERFORM pglease._check_quota(NULL, 'scopes');
-        INSERT INTO pglease.slot_scopes AS s (scope, created_by) VALUES (p_scope, session_user)
+        INSERT INTO pglease.slot_scopes AS s (scope, created_by)
+        VALUES (p_scope, CASE WHEN pglease._check_quota(NULL, 'scopes') THEN session_user END)
         ON CONFLICT ON CONSTRAINT slot_scopes_pkey DO NOTHING;
         EXIT WHEN FOUND;
     END LOOP;
@@ -259,7 +259,6 @@ BEGIN
                 SELECT coalesce(max(s.slot), 0) + 1 INTO slot
                 FROM pglease.slots AS s WHERE s.scope = p_scope;
                 IF slot <= p_capacity THEN
-                    PERFORM pglease._check_quota(NULL, 'slots');
                     -- A new slot starts above the fence floor (see
                     -- pglease.purge, which takes the scope lock we hold, so
                     -- this statement sees the floor of any purge of the scope).
@@ -269,7 +268,7 @@ BEGIN
                     VALUES (p_scope, slot, p_holder,
                             (SELECT f.last_value FROM pglease.slot_fence_floor AS f) + 1,
                             p_now, p_now + p_ttl, v_role, p_capacity, true, p_units, p_now + p_ttl,
-                            v_role)
+                            CASE WHEN pglease._check_quota(NULL, 'slots') THEN v_role END)
                     ON CONFLICT ON CONSTRAINT slots_pkey DO NOTHING
                     RETURNING s.fence::bigint, s.units::integer INTO fence, units;
                 END IF;

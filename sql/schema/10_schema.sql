@@ -330,8 +330,9 @@ COMMENT ON TABLE pglease.prefixes IS
 
 -- Quotas (0.3.0, sql/functions/06_quotas.sql): the schema owner's caps per
 -- role and kind of row. created_by on leases, slots and slot_scopes is the
--- role that created the row (NULL for rows from before 0.3.0); it never
--- changes, so no renewal's HOT update is lost to its index.
+-- role that created the row while that role was capped (NULL otherwise:
+-- the partial indexes then cost uncapped roles nothing, also on the
+-- updates of a takeover or release that are not HOT); it never changes.
 CREATE TABLE pglease.quotas (
     role_name text    NOT NULL,
     kind      text    NOT NULL CHECK (kind IN ('leases', 'slots', 'scopes', 'groups', 'queue', 'runs')),
@@ -343,7 +344,7 @@ COMMENT ON TABLE pglease.quotas IS
 ALTER TABLE pglease.leases ADD COLUMN created_by text;
 ALTER TABLE pglease.slots ADD COLUMN created_by text;
 ALTER TABLE pglease.slot_scopes ADD COLUMN created_by text;
-CREATE INDEX leases_created_by_idx ON pglease.leases (created_by);
-CREATE INDEX slots_created_by_idx ON pglease.slots (created_by);
-CREATE INDEX slot_scopes_created_by_idx ON pglease.slot_scopes (created_by);
+CREATE INDEX leases_created_by_idx ON pglease.leases (created_by) WHERE created_by IS NOT NULL;
+CREATE INDEX slots_created_by_idx ON pglease.slots (created_by) WHERE created_by IS NOT NULL;
+CREATE INDEX slot_scopes_created_by_idx ON pglease.slot_scopes (created_by) WHERE created_by IS NOT NULL;
 CREATE INDEX runs_holder_role_idx ON pglease.runs (holder_role);
