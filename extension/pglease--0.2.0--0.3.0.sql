@@ -2226,10 +2226,10 @@ $$;
 -- live holder claimed with, however claims with different capacities race.
 -- No starvation: while the scope's queue (pglease.slot_queue) has a head
 -- (its oldest refused claim that has not lapsed) other than this holder,
--- a claim must also leave room for the head's units, unless the head asks
--- for more than the capacity this claim sees, or, for a claim of another
--- role than the head's, for more than that capacity less the units the
--- head's own role holds live. So a claim of k units that
+-- first refused less than 30 seconds ago, a claim must also leave room for
+-- the head's units, unless the head asks for more than the capacity this
+-- claim sees, or, for a claim of another role than the head's, for more
+-- than that capacity less the units the head's own role holds live. So a claim of k units that
 -- is head gets in at its first claim after k units are free, and no claim
 -- registered after it takes them; it becomes head once every claim
 -- refused before it has claimed or lapsed.
@@ -2275,6 +2275,7 @@ DECLARE
     v_head   integer;
     v_hrole  text;
     v_own    integer := 0;
+    v_since  timestamptz;
     v_mine   boolean;
     v_reserve integer;
     v_check  timestamptz;
@@ -2367,11 +2368,18 @@ BEGIN
         WHERE q.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.slot_queue AS d
                                   WHERE d.scope = p_scope AND d.until <= p_now
                                   FOR UPDATE SKIP LOCKED));
-        SELECT q.units, q.holder_role, q.holder = p_holder AND q.holder_role = v_role
-        INTO v_head, v_hrole, v_mine
+        SELECT q.units, q.holder_role, q.holder = p_holder AND q.holder_role = v_role, q.since
+        INTO v_head, v_hrole, v_mine, v_since
         FROM pglease.slot_queue AS q
         WHERE q.scope = p_scope AND q.until > p_now
         ORDER BY q.since, q.holder, q.holder_role LIMIT 1;
+        -- A head keeps room for 30 seconds from its first refusal at most:
+        -- then it waits as any claim, and the entries behind it, in order,
+        -- get their turn (a claim refused after it is head only once it
+        -- claimed or lapsed).
+        IF v_since <= p_now - interval '30 seconds' THEN
+            v_head := NULL;
+        END IF;
         IF v_head IS NOT NULL AND v_hrole <> v_role THEN
             v_own := coalesce((SELECT sum(s.units)::integer FROM pglease.slots AS s
                                WHERE s.scope = p_scope AND s.counted
@@ -2458,7 +2466,7 @@ BEGIN
         UPDATE pglease.slot_scopes AS sc SET counted = in_use WHERE sc.scope = p_scope;
     END IF;
     IF claimed THEN
-        IF v_head IS NOT NULL THEN
+        IF v_queued THEN
             DELETE FROM pglease.slot_queue AS q
             WHERE q.scope = p_scope AND q.holder = p_holder AND q.holder_role = v_role;
         END IF;

@@ -24,6 +24,7 @@ func TestIntegrity(t *testing.T) {
 		{"ClientPurgeDeletesOnlyItsOwnRows", testClientPurgeDeletesOnlyItsOwnRows},
 		{"SuccessKeepsItsWindowClosed", testSuccessKeepsItsWindowClosed},
 		{"HeadOfAnotherRoleBlockedByItsOwnUnits", testHeadOfAnotherRoleBlockedByItsOwnUnits},
+		{"HeadKeepsRoomThirtySecondsAtMost", testHeadKeepsRoomThirtySecondsAtMost},
 		{"Input", testIntegrityInput},
 		{"ObserveHoldsNoLock", testObserveHoldsNoLock},
 	})
@@ -288,6 +289,34 @@ func testHeadOfAnotherRoleBlockedByItsOwnUnits(t *testing.T, db *testDB) {
 	}
 	if claimed, inUse := claimUnits(t, a, own, "a-2", 1, false); claimed || inUse != 1 {
 		t.Fatalf("A's 1 unit while A's own 4-unit claim is the head: got claimed %v, in_use %d; want refused, 1", claimed, inUse)
+	}
+}
+
+// testHeadKeepsRoomThirtySecondsAtMost: roles working together (C holds a
+// unit, B queues a claim of the whole capacity, which fits once C lets go)
+// keep room from A's one-shot claims for 30 seconds from B's first refusal
+// at most; then A's unit is granted while B still waits. The wait is not
+// slept: B's entry is dated 31 seconds back, as the owner.
+func testHeadKeepsRoomThirtySecondsAtMost(t *testing.T, db *testDB) {
+	n := namer(t)
+	a, b, _ := clientPair(t, db)
+	c := connectAs(t, db.url, createLoginRole(t, pgtest.AdminURL(t), db.url, true))
+	scope := n("s")
+	if claimed, _ := claimUnits(t, c, scope, "c-1", 1, false); !claimed {
+		t.Fatal("C's 1 unit of 4 in an empty scope: got refused, want claimed")
+	}
+	if claimed, _ := claimUnits(t, b, scope, "b-all", 4, true); claimed {
+		t.Fatal("B's 4 units with p_wait beside C's 1: got claimed, want refused and queued")
+	}
+	if claimed, inUse := claimUnits(t, a, scope, "a-1", 1, false); claimed || inUse != 1 {
+		t.Fatalf("A's 1 unit while B's fresh 4-unit head waits: got claimed %v, in_use %d; want refused, 1", claimed, inUse)
+	}
+	mustExec(t, db.pool, `UPDATE pglease.slot_queue SET since = clock_timestamp() - interval '31 seconds' WHERE scope = $1`, scope)
+	if claimed, _ := claimUnits(t, b, scope, "b-all", 4, true); claimed {
+		t.Fatal("B's 4 units again beside C's 1: got claimed, want refused (still queued)")
+	}
+	if claimed, inUse := claimUnits(t, a, scope, "a-1", 1, false); !claimed || inUse != 2 {
+		t.Fatalf("A's 1 unit once B's head has waited 31 s: got claimed %v, in_use %d; want claimed, 2", claimed, inUse)
 	}
 }
 

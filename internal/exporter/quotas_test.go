@@ -29,7 +29,11 @@ func TestScrapeQuotas(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `DROP ROLE `+ident) })
-	// Three leases created by the role: session_user is what quotas count.
+	// Leases capped at 3 first (rows count from the cap on), then three
+	// leases created by the role: session_user is what quotas count.
+	if _, err := pool.Exec(ctx, `SELECT pglease.quota_set($1, 'leases', 3)`, role); err != nil {
+		t.Fatal(err)
+	}
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -43,8 +47,8 @@ func TestScrapeQuotas(t *testing.T) {
 			t.Fatalf("acquire %s as the role: %v", name, err)
 		}
 	}
-	// As the schema owner: leases capped below the role's 3 (its use then
-	// counts up to the cap + 1), groups and runs unused.
+	// As the schema owner: leases capped again, below the role's 3 (its
+	// use then counts up to the cap + 1), groups and runs unused.
 	for kind, n := range map[string]int{"leases": 2, "groups": 5, "runs": 10} {
 		if _, err := pool.Exec(ctx, `SELECT pglease.quota_set($1, $2, $3)`, role, kind, n); err != nil {
 			t.Fatalf("quota_set(%s): %v", kind, err)
