@@ -69,7 +69,9 @@ func testExporter(t *testing.T, c cli) {
 	if err := pool.QueryRow(t.Context(), `SELECT current_user FROM pglease.quota_set(current_user, 'leases', 10)`).Scan(&owner); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), `SELECT pglease.quota_set(current_user, 'leases', NULL)`) })
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `SELECT pglease.quota_set(current_user, 'leases', NULL)`)
+	})
 	for _, name := range []string{"jobs/a", `jobs/"quoted"`, "other"} {
 		if _, err := client.TryAcquire(t.Context(), name, time.Hour); err != nil {
 			t.Fatal(err)
