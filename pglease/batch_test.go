@@ -25,6 +25,12 @@ type batchHooks struct {
 func hookBatches(c *pglease.Client) batchHooks {
 	h := batchHooks{testsignal.New[int](), testsignal.New[int](), testsignal.New[string]()}
 	pglease.SetBatchHooks(c, h.sending.Send, h.queued.Send, h.left.Send)
+	// A call in flight keeps its place however long a test takes to see it
+	// wait: with the default 20 ms spill, a machine busy enough to take that
+	// long between a blocked call's send and the next call let the next one
+	// go out on its own, not queued (TestBatchCoalesces, 1 run in 30 beside
+	// two CPU-bound processes).
+	pglease.SetBatchSpill(c, time.Hour)
 	return h
 }
 

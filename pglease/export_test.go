@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"time"
 
 	"github.com/pglease/pglease/internal/coalesce"
 )
@@ -25,6 +26,13 @@ func SetBatchHooks(c *Client, sending, queued func(n int), left func(name string
 		orig(a, res)
 		left(a.name)
 	}
+}
+
+// SetBatchSpill sets how long an acquire in flight holds back the calls
+// queued behind it (batchSpill by default). Set it before the client is
+// used.
+func SetBatchSpill(c *Client, d time.Duration) {
+	c.batch.acquires.Spill = d
 }
 
 // EndStrandedSession is endStrandedSession for the session with backend
