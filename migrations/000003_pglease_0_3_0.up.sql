@@ -413,7 +413,7 @@ CREATE INDEX runs_holder_role_idx ON pglease.runs (holder_role);
 -- Like every internal function (no SECURITY DEFINER, no grant), they run
 -- with their caller's search_path, which the entry points pin to
 -- pg_catalog, pg_temp: a SET clause here would only cost each call a
--- settings save and restore (0.035 ms of a slot claim's 0.32).
+-- settings save and restore.
 --
 -- Contract: each returns normally when the argument is acceptable and raises
 -- otherwise, naming the function and the argument:
@@ -516,8 +516,10 @@ $$;
 --     registration); a release first tries the row FOR UPDATE SKIP LOCKED,
 --     which conflicts with it. A renewal or takeover takes FOR NO KEY
 --     UPDATE, which does not: a refused acquire never delays them.
---   * a slot scope: the claim holds the scope row FOR UPDATE until its
---     commit; a release tries it FOR UPDATE SKIP LOCKED.
+--   * a slot scope: a claim holds the scope row FOR NO KEY UPDATE while it
+--     decides, and a refused claim keeps it FOR KEY SHARE until its commit
+--     (with the registration); a release tries it FOR UPDATE SKIP LOCKED,
+--     which conflicts with both.
 -- Either the release holds its lock first (the refused call waits for the
 -- release to commit, then sees it and is not refused), or the refused call
 -- holds it first (the release cannot rule a waiter out and notifies), or
@@ -625,7 +627,7 @@ $$;
 -- recorded) is reserved for no role: nobody but its end takes it.
 -- Declared VOLATILE only so that the planner inlines it where p_now is
 -- clock_timestamp() (an IMMUTABLE one would not be, and every call would
--- then run the SQL function executor: about 30 µs per acquire).
+-- then run the SQL function executor).
 CREATE OR REPLACE FUNCTION pglease._reserved(
     p_expires timestamptz, p_to text, p_to_role text, p_for interval,
     p_holder text, p_role text, p_now timestamptz)
@@ -746,8 +748,8 @@ $$;
 -- Names a role owns (0.3.0, docs/security.md#names-a-role-owns). The schema
 -- owner binds a name prefix to a role (pglease.prefix_bind); from then on
 -- only members of that role take a lease, claim a slot scope or create a
--- group whose name starts with it. Names under no bound prefix are shared,
--- as before 0.3.0. The longest bound prefix of a name decides. The names
+-- group whose name starts with it. Names under no bound prefix are shared.
+-- The longest bound prefix of a name decides. The names
 -- of a group's shard leases ('{group}/...') belong to the group's role
 -- itself: only that role (not its members) takes them, as only it syncs.
 
@@ -1184,7 +1186,8 @@ BEGIN
                 -- grant stays with the transaction when the block ends.
                 BEGIN
                     -- A tenure that is over: its fenced transactions may
-                    -- keep us out at most 100 ms past its end.
+                    -- keep us out at most 200 ms past its end (see
+                    -- pglease._lock_for_takeover).
                     IF v_holder IS NOT NULL AND v_expires <= clock_timestamp() THEN
                         PERFORM pglease._lock_for_takeover(p_name, v_fence, v_expires);
                     END IF;
@@ -1784,8 +1787,8 @@ $$;
 -- clock is read after the locks, and one statement writes every decision
 -- that clock reading makes (a new tenure with the next fence, our own
 -- re-pinned, a release), exactly the single fast path's decision per
--- element. This costs an element a fraction of the single call's server
--- time. Otherwise, when any element is anything else (a bad argument, a
+-- element; it is cheaper per element than the single calls.
+-- Otherwise, when any element is anything else (a bad argument, a
 -- refusal, a name with no row yet, a name given twice, a row someone has
 -- locked), the set-based attempt is rolled back, locks and all, and every
 -- element is the single-name function itself, called once per element
@@ -1795,9 +1798,8 @@ $$;
 -- differently from the single call.
 --
 -- Both functions run with plan_cache_mode = force_generic_plan: their
--- statements take arrays, whose custom plans were re-planned on every
--- call (0.25 ms more server time per call, measured on batches of one
--- name).
+-- statements take arrays, and custom plans for them would be made again
+-- on every call.
 --
 -- Order: the results are in input order (element i of every OUT array
 -- answers element i of the input). The per-element path processes the
@@ -2186,9 +2188,8 @@ $$;
 -- purge can delete the row while this call waits for its lock (the lock
 -- then returns no row), also after this call found the row missing and
 -- another claim created it; so each miss tries to create the row, and each
--- conflict looks again. (0.2.0 returned after one miss without the lock: a
--- claim racing a purge of its scope could count without it, and more units
--- than the capacity were granted; contract test TestQueueFlagUnderTraffic.)
+-- conflict looks again: a claim that counted without the lock could grant
+-- more units than the capacity.
 -- The lock only: the caller counts on the clock it reads once every lock
 -- is granted (see pglease._slot_claim_locked).
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
@@ -2312,9 +2313,8 @@ BEGIN
     -- A counted slot that ended, to take again in place.
     -- v_more: whether any other counted slot ended (read with it, so that
     -- the un-count below, a costlier statement, runs only when it has work;
-    -- ORDER BY and LIMIT keep it a range of slots_counted_check_idx: as an
-    -- EXISTS, the generic plan scanned the whole table for a scope of
-    -- 16,000 live holders, 1.2 ms).
+    -- ORDER BY and LIMIT keep it a range of slots_counted_check_idx, where
+    -- the generic plan of an EXISTS may scan the whole table).
     SELECT s.slot::integer, s.units::integer,
            (SELECT o.slot FROM pglease.slots AS o
             WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
@@ -2358,8 +2358,8 @@ BEGIN
     -- role cannot make its waiter keep room from other roles with its own
     -- units). Within one role the head keeps its room whatever that role
     -- holds: a fleet's big claim is not starved by its own small ones. An
-    -- empty queue (the common case) costs the
-    -- caller's one index probe. Lapsed entries are deleted, but for those
+    -- empty queue (the common case) costs the caller's one index probe.
+    -- Lapsed entries are deleted, but for those
     -- locked by a refusal in flight, which are skipped: a claim never
     -- waits for a refused claim's transaction.
     IF v_queued THEN
@@ -2523,17 +2523,17 @@ $$;
 -- _slot_wake(p_scope, p_counted): the NOTIFY of a release in p_scope, once
 -- the caller (pglease.release_slot) has decided that one is due. With
 -- p_counted, the caller took the scope lock before its release because the
--- scope's queue had a waiter (blocking claims of 0.3.0), and the payload
--- has one more field: "free", the units the release leaves free as it
+-- scope's queue had a waiter (a blocking claim), and the payload has one
+-- more field (0.3.0): "free", the units the release leaves free as it
 -- counts them (the smallest capacity of the counted tenures, the released
 -- one too, less the units of the tenures live on its clock, read from the
 -- scope's counter and the counted rows whose check_at passed: index
--- ranges). A waiter of k units has room only when k <= free; clients that
--- ignore the field wake as before. Only a release that held the scope lock
--- from before its own change may count: two releases counting at once
--- would each miss the other's, not yet committed, both say too few units
--- free, and a waiter that needs them all would hear of none (a lost
--- wake-up). Without p_counted the payload is 0.2.0's, which wakes every
+-- ranges). A waiter of k units has room only when k <= free; a client
+-- that ignores the field wakes at each notification. Only a release that
+-- held the scope lock from before its own change may count: two releases
+-- counting at once would each miss the other's, not yet committed, both
+-- say too few units free, and a waiter that needs them all would hear of
+-- none (a lost wake-up). Without p_counted the payload has no "free", which wakes every
 -- waiter.
 CREATE OR REPLACE FUNCTION pglease._slot_wake(p_scope text, p_counted boolean)
 RETURNS void
@@ -2590,8 +2590,8 @@ $$;
 -- units against later claims, so it is not starved by claims of fewer
 -- units (against other roles' claims, only while the units its own role
 -- holds leave it room); a claim with p_wait false is never queued (a
--- one-shot claim must not hold room it will not take). The four-argument form (0.2.0) is
--- p_units 1, p_wait false, without the units column.
+-- one-shot claim must not hold room it will not take). The four-argument
+-- form (0.2.0) is p_units 1, p_wait false, without the units column.
 --
 -- A tenure belongs to the pair (p_holder, the caller's database role:
 -- session_user); the same holder string from another role is another
@@ -2646,21 +2646,18 @@ $$;
 -- scope's live holders claimed with; nothing changes then.
 --
 -- enable_bitmapscan is off for the call (and the claim's building blocks
--- it calls). Every take and release leaves a dead entry of
+-- it calls): every take and release leaves a dead entry of
 -- slots_counted_check_idx in the range of the scope that the next claim
--- reads. A plain index scan marks such entries dead as it passes, and an
--- insertion into a full leaf page then removes them, so the range stays a
--- few pages; a bitmap scan never marks them, so under a bitmap plan every
--- claim read them all again, with their heap pages, until a VACUUM, and the
--- index grew as fast as the claims ran (929 pages after 45 s at C=8,
--- against 15). The planner picks the bitmap scan on the statistics of a
--- table in use. Contract test TestClaimsScanSlotsWithoutBitmaps checks the
--- plans. plan_cache_mode is force_generic_plan for the call too: the reads
--- compare with the clock, a constant to the plans PostgreSQL makes for a
--- statement's values, and on statistics older than the table (autovacuum
--- off) those kept looking cheaper than the generic plan, so every call
--- planned its statements again (about 250 µs more per claim here; see
--- docs/scaling.md). The generic plans read the same index ranges.
+-- reads; a plain index scan marks such entries dead as it passes (an
+-- insertion into a full leaf page then removes them), but a bitmap scan
+-- never marks them, so under a bitmap plan, which the planner picks on the
+-- statistics of a table in use, the range every claim reads, with its heap
+-- pages, grows until a VACUUM. plan_cache_mode is force_generic_plan for
+-- the call too: the reads compare with the clock, a constant to the plans
+-- PostgreSQL makes for a statement's values, and on statistics older than
+-- the table those can keep looking cheaper than the generic plan, so every
+-- call would plan its statements again (see docs/scaling.md). The generic
+-- plans read the same index ranges.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
     p_wait boolean DEFAULT false,
@@ -3127,23 +3124,19 @@ BEGIN
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
     -- The common release, on a scope whose queue is empty, takes both of
-    -- its locks in one
-    -- statement, each without waiting: the caller's live slot, then the
-    -- scope's row (a joined row's tables are locked in the order of the
-    -- locking clauses, so a slot locked by someone else is skipped before
-    -- the scope's row is tried, and no wait below holds the scope lock;
-    -- contract test WeightedSlots/ReleaseWaitsWithoutTheScopeLock). With
-    -- both, no claim is in flight in the scope (a refused claim keeps a FOR
-    -- KEY SHARE lock, which this FOR UPDATE does not get either). The queue
-    -- is probed before any lock: a release of a queued scope locks nothing
-    -- here, and
-    -- takes the scope's lock before its slot's below, as claims do; had it
-    -- locked its slot here, its wait for the scope's lock could close a
-    -- cycle with a claim that waits for the slot (contract test
-    -- WeightedSlots/QueuedReleaseLocksTheScopeFirst). A waiter queued
-    -- while this statement runs holds the scope row FOR KEY SHARE until it
-    -- commits, so the statement finds no row and the release goes the
-    -- other way, which notifies it.
+    -- its locks in one statement, each without waiting: the caller's live
+    -- slot, then the scope's row (a joined row's tables are locked in the
+    -- order of the locking clauses, so a slot locked by someone else is
+    -- skipped before the scope's row is tried, and no wait below holds the
+    -- scope lock). With both, no claim is in flight in the scope (a refused
+    -- claim keeps a FOR KEY SHARE lock, which this FOR UPDATE does not get
+    -- either). The queue is probed before any lock: a release of a queued
+    -- scope locks nothing here, and takes the scope's lock before its
+    -- slot's below, as claims do; had it locked its slot here, its wait for
+    -- the scope's lock could close a cycle with a claim that waits for the
+    -- slot. A waiter queued while this statement runs holds the scope row
+    -- FOR KEY SHARE until it commits, so the statement finds no row and the
+    -- release goes the other way, which notifies it.
     SELECT s.ctid INTO v_tid
     FROM pglease.slots AS s, pglease.slot_scopes AS sc
     WHERE s.scope = p_scope AND s.slot = p_slot
@@ -3282,8 +3275,8 @@ $$;
 
 -- Source: sql/functions/25_slot_claim_one_unit.sql
 
--- The 0.2.0 forms of the slot claims, which claim one unit (0.3.0 added
--- the unit count as a fifth argument). Apart so that each file holds one
+-- The four-argument forms of the slot claims (0.2.0), which claim one
+-- unit. Apart so that each file holds one
 -- form of a function, as the proxy generator reads them. The two that
 -- clients call are PL/pgSQL, not SQL: PostgreSQL 15 plans a SQL function
 -- that it cannot inline (SECURITY DEFINER, SET) again in every statement
@@ -3333,7 +3326,7 @@ $$;
 -- _slot_claim_locked(p_scope, p_holder, p_capacity, p_now, p_ttl): the
 -- 0.2.0 form of the claims' building block, one unit, never queued; kept
 -- so that the catalog of 0.2.0's functions stays whole (internal: granted
--- to no client, as the 0.2.0 contract checks).
+-- to no client).
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer,
     p_now timestamptz, p_ttl interval,
@@ -3369,9 +3362,8 @@ $$;
 --     may take as every renewed tenure's deadline the time it sent the
 --     call + expires_in (the Keeper does, with p_ttl), never later; a
 --     tenure's own end is in pglease.lease_status and pglease.slot_status.
---     (One value rather than an end per tenure keeps the result type of
---     0.1.0 and 0.2.0: clients of those versions, the v0.2.0 Keeper among
---     them, read it unchanged, and an upgrade replaces the function in
+--     (One value rather than an end per tenure keeps the result type
+--     that older clients read, so that an upgrade replaces the function in
 --     place; a new result type would need DROP FUNCTION.)
 -- As with pglease.renew, a tenure is renewed only when it is live on the
 -- clock read after any wait for its row lock: one whose row another
@@ -3422,9 +3414,8 @@ BEGIN
     -- one at a time in the slow path. The bound keeps a long fenced
     -- transaction from holding up the whole renewal, and any wait here
     -- shorter than deadlock_timeout, so this call, not the other
-    -- transaction, gives way. (The second form alone locks every row in a
-    -- pass of its own before its UPDATE: 4.7 us of server CPU per lease
-    -- at 100,000 leases against 3.2 us, and 2.2 us for a bare UPDATE.)
+    -- transaction, gives way. (The second form is not the only one because
+    -- it locks every row in a pass of its own before its UPDATE.)
     -- The lock timeout set here is the caller's again after the UPDATE,
     -- and after the rollback (a subtransaction's settings go with it).
     v_wait := current_setting('lock_timeout');
@@ -3495,8 +3486,8 @@ BEGIN
     -- row is found again by its name or scope, never by the holder
     -- (compared with IS NOT DISTINCT FROM, as in pglease.renew). What the
     -- fast path renewed is left out by a hashed NOT IN: = ANY over the
-    -- array would compare each row with every element (quadratic: 10,000
-    -- leases cost seconds).
+    -- array would compare each row with every element (quadratic in the
+    -- holder's leases).
     IF v_live > v_fast THEN
         FOR v_name, v_fence IN
             SELECT l.name, l.fence FROM pglease.leases AS l
@@ -3773,9 +3764,10 @@ $$;
 -- pglease run) call it now and then; the first caller of a role after
 -- p_every has passed purges, the others return at once. Returns the rows
 -- deleted, or NULL when no purge was due. Never waits for a caller of
--- another role; one of the same role whose purge is in flight is skipped. Raises 22004 for NULL arguments and 22023 for a p_every not more
--- than 0, or either of more than 100 years, or a negative p_free_for;
--- nothing is deleted then.
+-- another role; one of the same role whose purge is in flight is skipped.
+-- Raises 22004 for NULL arguments and 22023 for a p_every not more than 0,
+-- or either of more than 100 years, or a negative p_free_for; nothing is
+-- deleted then.
 CREATE OR REPLACE FUNCTION pglease.purge_due(p_every interval, p_free_for interval)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -3894,9 +3886,8 @@ BEGIN
     version := pglease.version();
 
     -- Leases: the totals in one pass, then the first p_max_names that match
-    -- in the primary key's order (an index scan that stops there: 0.6 ms
-    -- for 1,000 of 100,000 leases, against 180 ms for a sort in another
-    -- order).
+    -- in the primary key's order (an index scan that stops there, where
+    -- another order would sort every match).
     SELECT count(*) FILTER (WHERE l.holder IS NOT NULL AND l.expires_at > v_now),
            count(*) FILTER (WHERE l.holder IS NOT NULL AND l.expires_at <= v_now),
            count(*) FILTER (WHERE l.holder IS NULL),
@@ -4087,7 +4078,7 @@ BEGIN
     -- instead of writing. Only the caller's own row: lapsed rows are
     -- pglease.purge's (a refusal that deleted others' rows would lock rows
     -- that their holders' refusals then wait for, and two transactions
-    -- refused on two leases in opposite order deadlocked).
+    -- refused on two leases in opposite order could deadlock).
     PERFORM 1 FROM pglease.candidates AS c
     WHERE c.name = p_name AND c.holder = p_holder AND c.holder_role = session_user
       AND c.until >= expires_at + p_ttl;
@@ -4143,14 +4134,13 @@ $$;
 -- holder to hand over (release, and acquire no more for a while); false
 -- otherwise. Raises what pglease.renew raises, naming renew_lease.
 --
--- The common renewal is pglease.renew's first path, the same two
--- statements with the same conditions, and reads the request from the row
--- version it writes: the row is locked, so no request is in flight (a
--- request locks the row too). Calling pglease.renew for it cost 1.3x
--- renew's server time (146 against 112 µs, medians of 3,000 alternated
--- calls). Anything else, a row locked in flight or a tenure that is not
--- the caller's live one, goes through pglease.renew itself, which waits
--- and decides as it does. Contract test Leadership/RenewLeaseDecidesAsRenew.
+-- The common renewal is pglease.renew's first path inline (a call of
+-- pglease.renew would cost more), the same two statements with the same
+-- conditions, and reads the request from the row version it writes: the
+-- row is locked, so no request is in flight (a request locks the row too).
+-- Anything else, a row locked in flight or a tenure that is not the
+-- caller's live one, goes through pglease.renew itself, which waits and
+-- decides as it does.
 CREATE OR REPLACE FUNCTION pglease.renew_lease(
     p_name text, p_holder text, p_fence bigint, p_ttl interval,
     OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,

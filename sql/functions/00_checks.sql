@@ -3,7 +3,7 @@
 -- Like every internal function (no SECURITY DEFINER, no grant), they run
 -- with their caller's search_path, which the entry points pin to
 -- pg_catalog, pg_temp: a SET clause here would only cost each call a
--- settings save and restore (0.035 ms of a slot claim's 0.32).
+-- settings save and restore.
 --
 -- Contract: each returns normally when the argument is acceptable and raises
 -- otherwise, naming the function and the argument:
@@ -106,8 +106,10 @@ $$;
 --     registration); a release first tries the row FOR UPDATE SKIP LOCKED,
 --     which conflicts with it. A renewal or takeover takes FOR NO KEY
 --     UPDATE, which does not: a refused acquire never delays them.
---   * a slot scope: the claim holds the scope row FOR UPDATE until its
---     commit; a release tries it FOR UPDATE SKIP LOCKED.
+--   * a slot scope: a claim holds the scope row FOR NO KEY UPDATE while it
+--     decides, and a refused claim keeps it FOR KEY SHARE until its commit
+--     (with the registration); a release tries it FOR UPDATE SKIP LOCKED,
+--     which conflicts with both.
 -- Either the release holds its lock first (the refused call waits for the
 -- release to commit, then sees it and is not refused), or the refused call
 -- holds it first (the release cannot rule a waiter out and notifies), or
@@ -215,7 +217,7 @@ $$;
 -- recorded) is reserved for no role: nobody but its end takes it.
 -- Declared VOLATILE only so that the planner inlines it where p_now is
 -- clock_timestamp() (an IMMUTABLE one would not be, and every call would
--- then run the SQL function executor: about 30 µs per acquire).
+-- then run the SQL function executor).
 CREATE OR REPLACE FUNCTION pglease._reserved(
     p_expires timestamptz, p_to text, p_to_role text, p_for interval,
     p_holder text, p_role text, p_now timestamptz)

@@ -1,8 +1,8 @@
 -- Names a role owns (0.3.0, docs/security.md#names-a-role-owns). The schema
 -- owner binds a name prefix to a role (pglease.prefix_bind); from then on
 -- only members of that role take a lease, claim a slot scope or create a
--- group whose name starts with it. Names under no bound prefix are shared,
--- as before 0.3.0. The longest bound prefix of a name decides. The names
+-- group whose name starts with it. Names under no bound prefix are shared.
+-- The longest bound prefix of a name decides. The names
 -- of a group's shard leases ('{group}/...') belong to the group's role
 -- itself: only that role (not its members) takes them, as only it syncs.
 

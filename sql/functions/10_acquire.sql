@@ -135,7 +135,8 @@ BEGIN
                 -- grant stays with the transaction when the block ends.
                 BEGIN
                     -- A tenure that is over: its fenced transactions may
-                    -- keep us out at most 100 ms past its end.
+                    -- keep us out at most 200 ms past its end (see
+                    -- pglease._lock_for_takeover).
                     IF v_holder IS NOT NULL AND v_expires <= clock_timestamp() THEN
                         PERFORM pglease._lock_for_takeover(p_name, v_fence, v_expires);
                     END IF;

@@ -13,8 +13,8 @@
 -- clock is read after the locks, and one statement writes every decision
 -- that clock reading makes (a new tenure with the next fence, our own
 -- re-pinned, a release), exactly the single fast path's decision per
--- element. This costs an element a fraction of the single call's server
--- time. Otherwise, when any element is anything else (a bad argument, a
+-- element; it is cheaper per element than the single calls.
+-- Otherwise, when any element is anything else (a bad argument, a
 -- refusal, a name with no row yet, a name given twice, a row someone has
 -- locked), the set-based attempt is rolled back, locks and all, and every
 -- element is the single-name function itself, called once per element
@@ -24,9 +24,8 @@
 -- differently from the single call.
 --
 -- Both functions run with plan_cache_mode = force_generic_plan: their
--- statements take arrays, whose custom plans were re-planned on every
--- call (0.25 ms more server time per call, measured on batches of one
--- name).
+-- statements take arrays, and custom plans for them would be made again
+-- on every call.
 --
 -- Order: the results are in input order (element i of every OUT array
 -- answers element i of the input). The per-element path processes the

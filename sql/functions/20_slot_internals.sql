@@ -13,9 +13,8 @@
 -- purge can delete the row while this call waits for its lock (the lock
 -- then returns no row), also after this call found the row missing and
 -- another claim created it; so each miss tries to create the row, and each
--- conflict looks again. (0.2.0 returned after one miss without the lock: a
--- claim racing a purge of its scope could count without it, and more units
--- than the capacity were granted; contract test TestQueueFlagUnderTraffic.)
+-- conflict looks again: a claim that counted without the lock could grant
+-- more units than the capacity.
 -- The lock only: the caller counts on the clock it reads once every lock
 -- is granted (see pglease._slot_claim_locked).
 CREATE OR REPLACE FUNCTION pglease._scope_lock(p_scope text)
@@ -139,9 +138,8 @@ BEGIN
     -- A counted slot that ended, to take again in place.
     -- v_more: whether any other counted slot ended (read with it, so that
     -- the un-count below, a costlier statement, runs only when it has work;
-    -- ORDER BY and LIMIT keep it a range of slots_counted_check_idx: as an
-    -- EXISTS, the generic plan scanned the whole table for a scope of
-    -- 16,000 live holders, 1.2 ms).
+    -- ORDER BY and LIMIT keep it a range of slots_counted_check_idx, where
+    -- the generic plan of an EXISTS may scan the whole table).
     SELECT s.slot::integer, s.units::integer,
            (SELECT o.slot FROM pglease.slots AS o
             WHERE o.scope = p_scope AND o.counted AND o.check_at <= p_now
@@ -185,8 +183,8 @@ BEGIN
     -- role cannot make its waiter keep room from other roles with its own
     -- units). Within one role the head keeps its room whatever that role
     -- holds: a fleet's big claim is not starved by its own small ones. An
-    -- empty queue (the common case) costs the
-    -- caller's one index probe. Lapsed entries are deleted, but for those
+    -- empty queue (the common case) costs the caller's one index probe.
+    -- Lapsed entries are deleted, but for those
     -- locked by a refusal in flight, which are skipped: a claim never
     -- waits for a refused claim's transaction.
     IF v_queued THEN
@@ -350,17 +348,17 @@ $$;
 -- _slot_wake(p_scope, p_counted): the NOTIFY of a release in p_scope, once
 -- the caller (pglease.release_slot) has decided that one is due. With
 -- p_counted, the caller took the scope lock before its release because the
--- scope's queue had a waiter (blocking claims of 0.3.0), and the payload
--- has one more field: "free", the units the release leaves free as it
+-- scope's queue had a waiter (a blocking claim), and the payload has one
+-- more field (0.3.0): "free", the units the release leaves free as it
 -- counts them (the smallest capacity of the counted tenures, the released
 -- one too, less the units of the tenures live on its clock, read from the
 -- scope's counter and the counted rows whose check_at passed: index
--- ranges). A waiter of k units has room only when k <= free; clients that
--- ignore the field wake as before. Only a release that held the scope lock
--- from before its own change may count: two releases counting at once
--- would each miss the other's, not yet committed, both say too few units
--- free, and a waiter that needs them all would hear of none (a lost
--- wake-up). Without p_counted the payload is 0.2.0's, which wakes every
+-- ranges). A waiter of k units has room only when k <= free; a client
+-- that ignores the field wakes at each notification. Only a release that
+-- held the scope lock from before its own change may count: two releases
+-- counting at once would each miss the other's, not yet committed, both
+-- say too few units free, and a waiter that needs them all would hear of
+-- none (a lost wake-up). Without p_counted the payload has no "free", which wakes every
 -- waiter.
 CREATE OR REPLACE FUNCTION pglease._slot_wake(p_scope text, p_counted boolean)
 RETURNS void

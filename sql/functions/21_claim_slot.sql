@@ -6,8 +6,8 @@
 -- units against later claims, so it is not starved by claims of fewer
 -- units (against other roles' claims, only while the units its own role
 -- holds leave it room); a claim with p_wait false is never queued (a
--- one-shot claim must not hold room it will not take). The four-argument form (0.2.0) is
--- p_units 1, p_wait false, without the units column.
+-- one-shot claim must not hold room it will not take). The four-argument
+-- form (0.2.0) is p_units 1, p_wait false, without the units column.
 --
 -- A tenure belongs to the pair (p_holder, the caller's database role:
 -- session_user); the same holder string from another role is another
@@ -62,21 +62,18 @@
 -- scope's live holders claimed with; nothing changes then.
 --
 -- enable_bitmapscan is off for the call (and the claim's building blocks
--- it calls). Every take and release leaves a dead entry of
+-- it calls): every take and release leaves a dead entry of
 -- slots_counted_check_idx in the range of the scope that the next claim
--- reads. A plain index scan marks such entries dead as it passes, and an
--- insertion into a full leaf page then removes them, so the range stays a
--- few pages; a bitmap scan never marks them, so under a bitmap plan every
--- claim read them all again, with their heap pages, until a VACUUM, and the
--- index grew as fast as the claims ran (929 pages after 45 s at C=8,
--- against 15). The planner picks the bitmap scan on the statistics of a
--- table in use. Contract test TestClaimsScanSlotsWithoutBitmaps checks the
--- plans. plan_cache_mode is force_generic_plan for the call too: the reads
--- compare with the clock, a constant to the plans PostgreSQL makes for a
--- statement's values, and on statistics older than the table (autovacuum
--- off) those kept looking cheaper than the generic plan, so every call
--- planned its statements again (about 250 µs more per claim here; see
--- docs/scaling.md). The generic plans read the same index ranges.
+-- reads; a plain index scan marks such entries dead as it passes (an
+-- insertion into a full leaf page then removes them), but a bitmap scan
+-- never marks them, so under a bitmap plan, which the planner picks on the
+-- statistics of a table in use, the range every claim reads, with its heap
+-- pages, grows until a VACUUM. plan_cache_mode is force_generic_plan for
+-- the call too: the reads compare with the clock, a constant to the plans
+-- PostgreSQL makes for a statement's values, and on statistics older than
+-- the table those can keep looking cheaper than the generic plan, so every
+-- call would plan its statements again (see docs/scaling.md). The generic
+-- plans read the same index ranges.
 CREATE OR REPLACE FUNCTION pglease.claim_slot(
     p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
     p_wait boolean DEFAULT false,

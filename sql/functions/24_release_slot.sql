@@ -44,23 +44,19 @@ BEGIN
     -- As pglease.release: a fast path when nobody else has the row locked,
     -- else wait in a subtransaction and decide on the clock after the wait.
     -- The common release, on a scope whose queue is empty, takes both of
-    -- its locks in one
-    -- statement, each without waiting: the caller's live slot, then the
-    -- scope's row (a joined row's tables are locked in the order of the
-    -- locking clauses, so a slot locked by someone else is skipped before
-    -- the scope's row is tried, and no wait below holds the scope lock;
-    -- contract test WeightedSlots/ReleaseWaitsWithoutTheScopeLock). With
-    -- both, no claim is in flight in the scope (a refused claim keeps a FOR
-    -- KEY SHARE lock, which this FOR UPDATE does not get either). The queue
-    -- is probed before any lock: a release of a queued scope locks nothing
-    -- here, and
-    -- takes the scope's lock before its slot's below, as claims do; had it
-    -- locked its slot here, its wait for the scope's lock could close a
-    -- cycle with a claim that waits for the slot (contract test
-    -- WeightedSlots/QueuedReleaseLocksTheScopeFirst). A waiter queued
-    -- while this statement runs holds the scope row FOR KEY SHARE until it
-    -- commits, so the statement finds no row and the release goes the
-    -- other way, which notifies it.
+    -- its locks in one statement, each without waiting: the caller's live
+    -- slot, then the scope's row (a joined row's tables are locked in the
+    -- order of the locking clauses, so a slot locked by someone else is
+    -- skipped before the scope's row is tried, and no wait below holds the
+    -- scope lock). With both, no claim is in flight in the scope (a refused
+    -- claim keeps a FOR KEY SHARE lock, which this FOR UPDATE does not get
+    -- either). The queue is probed before any lock: a release of a queued
+    -- scope locks nothing here, and takes the scope's lock before its
+    -- slot's below, as claims do; had it locked its slot here, its wait for
+    -- the scope's lock could close a cycle with a claim that waits for the
+    -- slot. A waiter queued while this statement runs holds the scope row
+    -- FOR KEY SHARE until it commits, so the statement finds no row and the
+    -- release goes the other way, which notifies it.
     SELECT s.ctid INTO v_tid
     FROM pglease.slots AS s, pglease.slot_scopes AS sc
     WHERE s.scope = p_scope AND s.slot = p_slot

@@ -1,5 +1,5 @@
--- The 0.2.0 forms of the slot claims, which claim one unit (0.3.0 added
--- the unit count as a fifth argument). Apart so that each file holds one
+-- The four-argument forms of the slot claims (0.2.0), which claim one
+-- unit. Apart so that each file holds one
 -- form of a function, as the proxy generator reads them. The two that
 -- clients call are PL/pgSQL, not SQL: PostgreSQL 15 plans a SQL function
 -- that it cannot inline (SECURITY DEFINER, SET) again in every statement
@@ -49,7 +49,7 @@ $$;
 -- _slot_claim_locked(p_scope, p_holder, p_capacity, p_now, p_ttl): the
 -- 0.2.0 form of the claims' building block, one unit, never queued; kept
 -- so that the catalog of 0.2.0's functions stays whole (internal: granted
--- to no client, as the 0.2.0 contract checks).
+-- to no client).
 CREATE OR REPLACE FUNCTION pglease._slot_claim_locked(
     p_scope text, p_holder text, p_capacity integer,
     p_now timestamptz, p_ttl interval,

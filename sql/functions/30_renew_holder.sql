@@ -20,9 +20,8 @@
 --     may take as every renewed tenure's deadline the time it sent the
 --     call + expires_in (the Keeper does, with p_ttl), never later; a
 --     tenure's own end is in pglease.lease_status and pglease.slot_status.
---     (One value rather than an end per tenure keeps the result type of
---     0.1.0 and 0.2.0: clients of those versions, the v0.2.0 Keeper among
---     them, read it unchanged, and an upgrade replaces the function in
+--     (One value rather than an end per tenure keeps the result type
+--     that older clients read, so that an upgrade replaces the function in
 --     place; a new result type would need DROP FUNCTION.)
 -- As with pglease.renew, a tenure is renewed only when it is live on the
 -- clock read after any wait for its row lock: one whose row another
@@ -73,9 +72,8 @@ BEGIN
     -- one at a time in the slow path. The bound keeps a long fenced
     -- transaction from holding up the whole renewal, and any wait here
     -- shorter than deadlock_timeout, so this call, not the other
-    -- transaction, gives way. (The second form alone locks every row in a
-    -- pass of its own before its UPDATE: 4.7 us of server CPU per lease
-    -- at 100,000 leases against 3.2 us, and 2.2 us for a bare UPDATE.)
+    -- transaction, gives way. (The second form is not the only one because
+    -- it locks every row in a pass of its own before its UPDATE.)
     -- The lock timeout set here is the caller's again after the UPDATE,
     -- and after the rollback (a subtransaction's settings go with it).
     v_wait := current_setting('lock_timeout');
@@ -146,8 +144,8 @@ BEGIN
     -- row is found again by its name or scope, never by the holder
     -- (compared with IS NOT DISTINCT FROM, as in pglease.renew). What the
     -- fast path renewed is left out by a hashed NOT IN: = ANY over the
-    -- array would compare each row with every element (quadratic: 10,000
-    -- leases cost seconds).
+    -- array would compare each row with every element (quadratic in the
+    -- holder's leases).
     IF v_live > v_fast THEN
         FOR v_name, v_fence IN
             SELECT l.name, l.fence FROM pglease.leases AS l

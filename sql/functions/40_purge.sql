@@ -195,9 +195,10 @@ $$;
 -- pglease run) call it now and then; the first caller of a role after
 -- p_every has passed purges, the others return at once. Returns the rows
 -- deleted, or NULL when no purge was due. Never waits for a caller of
--- another role; one of the same role whose purge is in flight is skipped. Raises 22004 for NULL arguments and 22023 for a p_every not more
--- than 0, or either of more than 100 years, or a negative p_free_for;
--- nothing is deleted then.
+-- another role; one of the same role whose purge is in flight is skipped.
+-- Raises 22004 for NULL arguments and 22023 for a p_every not more than 0,
+-- or either of more than 100 years, or a negative p_free_for; nothing is
+-- deleted then.
 CREATE OR REPLACE FUNCTION pglease.purge_due(p_every interval, p_free_for interval)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER

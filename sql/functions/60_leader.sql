@@ -96,7 +96,7 @@ BEGIN
     -- instead of writing. Only the caller's own row: lapsed rows are
     -- pglease.purge's (a refusal that deleted others' rows would lock rows
     -- that their holders' refusals then wait for, and two transactions
-    -- refused on two leases in opposite order deadlocked).
+    -- refused on two leases in opposite order could deadlock).
     PERFORM 1 FROM pglease.candidates AS c
     WHERE c.name = p_name AND c.holder = p_holder AND c.holder_role = session_user
       AND c.until >= expires_at + p_ttl;
@@ -152,14 +152,13 @@ $$;
 -- holder to hand over (release, and acquire no more for a while); false
 -- otherwise. Raises what pglease.renew raises, naming renew_lease.
 --
--- The common renewal is pglease.renew's first path, the same two
--- statements with the same conditions, and reads the request from the row
--- version it writes: the row is locked, so no request is in flight (a
--- request locks the row too). Calling pglease.renew for it cost 1.3x
--- renew's server time (146 against 112 µs, medians of 3,000 alternated
--- calls). Anything else, a row locked in flight or a tenure that is not
--- the caller's live one, goes through pglease.renew itself, which waits
--- and decides as it does. Contract test Leadership/RenewLeaseDecidesAsRenew.
+-- The common renewal is pglease.renew's first path inline (a call of
+-- pglease.renew would cost more), the same two statements with the same
+-- conditions, and reads the request from the row version it writes: the
+-- row is locked, so no request is in flight (a request locks the row too).
+-- Anything else, a row locked in flight or a tenure that is not the
+-- caller's live one, goes through pglease.renew itself, which waits and
+-- decides as it does.
 CREATE OR REPLACE FUNCTION pglease.renew_lease(
     p_name text, p_holder text, p_fence bigint, p_ttl interval,
     OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
