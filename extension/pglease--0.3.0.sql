@@ -693,6 +693,151 @@ AS $$
     SELECT '0.3.0'::text;
 $$;
 
+-- Source: sql/functions/02_rules.sql
+
+-- The rules of tenures, each written once. Internal: not granted to
+-- clients. The two predicates are SQL functions the planner inlines into
+-- the statements that use them (same plans as the expression written out);
+-- the two lock functions are the one way a call that changes a caller's
+-- live tenure locks its row.
+
+-- _takeable(p_cur, p_cur_role, p_expires, p_to, p_to_role, p_for,
+--           p_holder, p_role, p_now): whether a lease whose row says
+-- holder p_cur of role p_cur_role until p_expires (release requested for
+-- p_to of p_to_role for p_for after that end) is holder p_holder of role
+-- p_role's to take at p_now: free or over and not reserved for someone
+-- else (see pglease._reserved), or p_holder's own live tenure (a tenure
+-- from before 0.2.0, without a role, counts as the caller's). Never NULL
+-- for a lease row. pglease.acquire and pglease.acquire_batch grant on it
+-- and refuse on its negation. Pass p_now as a variable, not
+-- clock_timestamp(): it is read three times, and a volatile argument read
+-- more than once keeps the planner from inlining the function.
+CREATE OR REPLACE FUNCTION pglease._takeable(
+    p_cur text, p_cur_role text, p_expires timestamptz,
+    p_to text, p_to_role text, p_for interval,
+    p_holder text, p_role text, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT ((p_cur IS NULL OR p_expires <= p_now)
+            AND NOT pglease._reserved(p_expires, p_to, p_to_role, p_for, p_holder, p_role, p_now))
+        OR (p_cur IS NOT DISTINCT FROM p_holder AND coalesce(p_cur_role = p_role, true)
+            AND p_expires > p_now)
+$$;
+
+-- _live_tenure(p_cur, p_cur_role, p_cur_fence, p_expires, p_holder, p_role,
+--              p_fence, p_now): whether a lease or slot row is the live
+-- tenure (p_holder, p_fence) of role p_role at p_now: the compare of every
+-- compare-and-swap (renew, release, set_value, assert_held, their slot
+-- forms). A tenure without a role (from before 0.2.0) is bound to the
+-- role of the first call that changes it. The holder is compared with IS
+-- NOT DISTINCT FROM, which no holder index serves: a statement that adds
+-- the key's equality finds the row by its primary key, whatever the
+-- statistics say. Declared VOLATILE so that it is inlined also where p_now
+-- is clock_timestamp().
+CREATE OR REPLACE FUNCTION pglease._live_tenure(
+    p_cur text, p_cur_role text, p_cur_fence bigint, p_expires timestamptz,
+    p_holder text, p_role text, p_fence bigint, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT p_cur IS NOT DISTINCT FROM p_holder AND p_cur_fence = p_fence
+       AND coalesce(p_cur_role = p_role, true) AND p_expires > p_now
+$$;
+
+-- _lease_lock(p_name, p_holder, p_fence, p_role): the row of lease p_name
+-- locked FOR NO KEY UPDATE when it is the live tenure (p_holder, p_fence)
+-- of role p_role, or NULL, with no lock kept, when it is not.
+-- Returns the locked row version's ctid (it stays where it is until the
+-- caller's transaction ends: update it by ctid). A row nobody else has
+-- locked is locked at once; a row locked by a transaction in flight (the
+-- holder's own fenced write or renewal, a takeover, a purge) is waited for,
+-- in a subtransaction, and then judged live or not on the clock read after
+-- the wait: a lock taken for a tenure that ended meanwhile goes with the
+-- subtransaction, so it never delays a takeover or another holder's
+-- renewals. A row that is not the caller's live tenure is not waited for.
+CREATE OR REPLACE FUNCTION pglease._lease_lock(
+    p_name text, p_holder text, p_fence bigint, p_role text)
+RETURNS tid
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_tid     tid;
+    v_expires timestamptz;
+BEGIN
+    SELECT l.ctid INTO v_tid FROM pglease.leases AS l
+    WHERE l.name = p_name
+      AND pglease._live_tenure(l.holder, l.holder_role, l.fence, l.expires_at,
+                               p_holder, p_role, p_fence, clock_timestamp())
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN v_tid;
+    END IF;
+    PERFORM 1 FROM pglease.leases AS l
+    WHERE l.name = p_name
+      AND pglease._live_tenure(l.holder, l.holder_role, l.fence, l.expires_at,
+                               p_holder, p_role, p_fence, clock_timestamp());
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        SELECT l.ctid, l.expires_at INTO v_tid, v_expires FROM pglease.leases AS l
+        WHERE l.name = p_name
+          AND pglease._live_tenure(l.holder, l.holder_role, l.fence, l.expires_at,
+                                   p_holder, p_role, p_fence, '-infinity')
+        FOR NO KEY UPDATE;
+        IF NOT FOUND OR v_expires <= clock_timestamp() THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+        END IF;
+        RETURN v_tid;
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        RETURN NULL;
+    END;
+END
+$$;
+
+-- _slot_lock(p_scope, p_slot, p_holder, p_fence, p_role): as
+-- pglease._lease_lock, for slot p_slot of scope p_scope.
+CREATE OR REPLACE FUNCTION pglease._slot_lock(
+    p_scope text, p_slot integer, p_holder text, p_fence bigint, p_role text)
+RETURNS tid
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_tid     tid;
+    v_expires timestamptz;
+BEGIN
+    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.slot = p_slot
+      AND pglease._live_tenure(s.holder, s.holder_role, s.fence, s.expires_at,
+                               p_holder, p_role, p_fence, clock_timestamp())
+    FOR NO KEY UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        RETURN v_tid;
+    END IF;
+    PERFORM 1 FROM pglease.slots AS s
+    WHERE s.scope = p_scope AND s.slot = p_slot
+      AND pglease._live_tenure(s.holder, s.holder_role, s.fence, s.expires_at,
+                               p_holder, p_role, p_fence, clock_timestamp());
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        SELECT s.ctid, s.expires_at INTO v_tid, v_expires FROM pglease.slots AS s
+        WHERE s.scope = p_scope AND s.slot = p_slot
+          AND pglease._live_tenure(s.holder, s.holder_role, s.fence, s.expires_at,
+                                   p_holder, p_role, p_fence, '-infinity')
+        FOR NO KEY UPDATE;
+        IF NOT FOUND OR v_expires <= clock_timestamp() THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
+        END IF;
+        RETURN v_tid;
+    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
+        RETURN NULL;
+    END;
+END
+$$;
+
 -- Source: sql/functions/05_prefixes.sql
 
 -- Names a role owns (0.3.0, docs/security.md#names-a-role-owns). The schema
@@ -1097,15 +1242,13 @@ BEGIN
         -- locked. Once locked it stays ours to take (a free or expired
         -- tenure cannot come back, our own cannot change hands), so the
         -- decision on the clock read after the lock is a grant.
+        v_now := clock_timestamp();
         SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid
         INTO v_holder, v_hrole, v_fence, v_expires, v_tid
         FROM pglease.leases AS l
         WHERE l.name = p_name
-          AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
-                                          l.release_for, p_holder, v_role, clock_timestamp()))
-               OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-                   AND l.expires_at > clock_timestamp()))
+          AND pglease._takeable(l.holder, l.holder_role, l.expires_at, l.release_to,
+                                l.release_to_role, l.release_for, p_holder, v_role, v_now)
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             v_now := clock_timestamp();
@@ -1118,15 +1261,12 @@ BEGIN
             INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rrole, v_rfor
             FROM pglease.leases AS l
             WHERE l.name = p_name;
+            v_now := clock_timestamp();
             IF NOT FOUND THEN
                 v_next := 'insert';
-            ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
-                  AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
-                v_next := 'refuse';
-            ELSIF (v_holder IS NULL OR v_expires <= clock_timestamp())
-                  AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor, p_holder, v_role,
-                                        clock_timestamp()) THEN
-                v_next := 'refuse'; -- reserved for the preferred holder
+            ELSIF NOT pglease._takeable(v_holder, v_hrole, v_expires, v_rto, v_rrole, v_rfor,
+                                        p_holder, v_role, v_now) THEN
+                v_next := 'refuse'; -- held by another, or reserved for the preferred holder
             ELSE
                 -- Ours to take, but locked (a release, takeover, renewal,
                 -- purge or fenced transaction in flight): wait for it. A
@@ -1138,7 +1278,7 @@ BEGIN
                     -- A tenure that is over: its fenced transactions may
                     -- keep us out at most 200 ms past its end (see
                     -- pglease._lock_for_takeover).
-                    IF v_holder IS NOT NULL AND v_expires <= clock_timestamp() THEN
+                    IF v_holder IS NOT NULL AND v_expires <= v_now THEN
                         PERFORM pglease._lock_for_takeover(p_name, v_fence, v_expires);
                     END IF;
                     SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid,
@@ -1152,11 +1292,8 @@ BEGIN
                     ELSE
                         -- Decide on the clock read now, after every wait.
                         v_now := clock_timestamp();
-                        IF (v_holder IS NOT NULL AND v_expires > v_now
-                            AND (v_holder <> p_holder OR v_hrole <> v_role))
-                           OR ((v_holder IS NULL OR v_expires <= v_now)
-                               AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor,
-                                                     p_holder, v_role, v_now)) THEN
+                        IF NOT pglease._takeable(v_holder, v_hrole, v_expires, v_rto, v_rrole,
+                                                 v_rfor, p_holder, v_role, v_now) THEN
                             RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
                         END IF;
                         v_next := 'take';
@@ -1246,25 +1383,20 @@ BEGIN
         WHERE l.name = p_name
         FOR KEY SHARE;
         v_now := clock_timestamp();
-        IF FOUND AND v_holder IS NOT NULL AND v_expires > v_now
-           AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+        IF FOUND AND NOT pglease._takeable(v_holder, v_hrole, v_expires, v_rto, v_rrole, v_rfor,
+                                           p_holder, v_role, v_now) THEN
             acquired := false;
-            holder := v_holder;
             fence := v_fence;
-            expires_at := v_expires;
-            expires_in := v_expires - v_now;
-            PERFORM pglease._wait_register('lease', p_name, v_expires);
-            RETURN;
-        END IF;
-        IF FOUND AND (v_holder IS NULL OR v_expires <= v_now)
-           AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor, p_holder, v_role, v_now) THEN
-            -- Reserved for the preferred holder until v_expires + v_rfor.
-            acquired := false;
-            holder := v_rto;
-            fence := v_fence;
-            expires_at := v_expires + v_rfor;
-            expires_in := v_expires + v_rfor - v_now;
-            PERFORM pglease._wait_register('lease', p_name, v_expires + v_rfor);
+            IF v_holder IS NOT NULL AND v_expires > v_now THEN
+                holder := v_holder;
+                expires_at := v_expires;
+            ELSE
+                -- Reserved for the preferred holder until v_expires + v_rfor.
+                holder := v_rto;
+                expires_at := v_expires + v_rfor;
+            END IF;
+            expires_in := expires_at - v_now;
+            PERFORM pglease._wait_register('lease', p_name, expires_at);
             RETURN;
         END IF;
         -- Released, expired or purged meanwhile: try again.
@@ -1288,13 +1420,17 @@ $$;
 -- NULL: an expired tenure is over, even for its last holder, who must
 -- acquire again (new fence). A tenure from before 0.2.0 (no role) is bound
 -- to the role of its first renewal.
--- Time is the server clock read after any wait for the row lock;
--- expires_in = p_ttl, true when the call returns.
+-- release_requested is true when the renewal succeeded and
+-- pglease.request_release has asked this tenure's holder to hand over
+-- (release, and acquire no more for a while); false otherwise.
+-- Time is the server clock read after any wait for the row lock (see
+-- pglease._lease_lock); expires_in = p_ttl, true when the call returns.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder, TTL or a
 -- negative fence; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.renew(
     p_name text, p_holder text, p_fence bigint, p_ttl interval,
-    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
+    OUT release_requested boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1311,68 +1447,26 @@ BEGIN
         PERFORM pglease._check_text('renew', 'p_holder', p_holder);
         PERFORM pglease._check_fence('renew', p_fence);
     END IF;
-    -- The TTL as plain seconds, as pglease._check_ttl returns it (date_part's
-    -- float is the same number of microseconds as extract's numeric, and
-    -- cheaper).
+    -- The TTL as plain seconds, as pglease._check_ttl returns it.
     v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('renew', p_ttl);
     END IF;
 
-    -- Every statement finds the row by its primary key, whatever the
-    -- planner's statistics say (right after a purge and VACUUM they say the
-    -- table is empty): the holder is compared with IS NOT DISTINCT FROM,
-    -- which leases_holder_idx cannot serve, so no plan walks that index's
-    -- entries of p_holder (one per tenure it ever took, dead ones too).
-    -- The result is the same as with =, p_holder being NOT NULL.
-    -- Fast path: lock the row when this is the caller's live tenure and
-    -- nobody else has it locked; decided then, on the clock read then.
-    SELECT l.ctid INTO v_tid FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at > clock_timestamp()
-    FOR NO KEY UPDATE SKIP LOCKED;
-    IF FOUND THEN
+    v_tid := pglease._lease_lock(p_name, p_holder, p_fence, v_role);
+    renewed := v_tid IS NOT NULL;
+    release_requested := false;
+    IF renewed THEN
+        -- The row is locked: no release request is in flight (a request
+        -- locks the row too), so the row version written says whether one
+        -- was made.
         UPDATE pglease.leases AS l
         SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE l.ctid = v_tid -- the locked row version stays where it is
-        RETURNING l.expires_at INTO expires_at;
-        renewed := true;
+        WHERE l.ctid = v_tid
+        RETURNING l.expires_at, l.release_requested_at IS NOT NULL
+        INTO expires_at, release_requested;
         expires_in := v_ttl;
-        RETURN;
     END IF;
-    -- Locked by a transaction in flight (the holder's own fenced write or
-    -- renewal, a takeover, a purge): wait for it in a subtransaction, then
-    -- decide on the clock read after the wait. A lock taken for nothing
-    -- (the tenure ended or changed meanwhile) goes with the subtransaction,
-    -- so it never delays a takeover or another holder's renewals.
-    renewed := false;
-    PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at > clock_timestamp();
-    IF NOT FOUND THEN
-        RETURN; -- not the caller's live tenure
-    END IF;
-    BEGIN
-        PERFORM 1 FROM pglease.leases AS l
-        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-          AND coalesce(l.holder_role = v_role, true)
-        FOR NO KEY UPDATE;
-        UPDATE pglease.leases AS l
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-          AND coalesce(l.holder_role = v_role, true)
-          AND l.expires_at > clock_timestamp()
-        RETURNING l.expires_at INTO expires_at;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-        END IF;
-        renewed := true;
-        expires_in := v_ttl;
-    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-        expires_at := NULL;
-    END;
 END
 $$;
 
@@ -1383,7 +1477,8 @@ $$;
 -- Compare-and-release: when p_holder holds the lease with fence p_fence, took
 -- it as the caller's role (session_user), and it has not expired, the lease
 -- becomes free and released = true; the tenure ends at the server clock
--- read after any wait for the row lock (expires_at); waiters hear it by a
+-- read after any wait for the row lock (expires_at; see
+-- pglease._lease_lock); waiters hear it by a
 -- NOTIFY on channel 'pglease' at commit (see pglease._wake). Otherwise
 -- released = false and nothing changes (a false release means the tenure
 -- had already ended, or is not the caller's: another role is another
@@ -1405,6 +1500,7 @@ DECLARE
     v_tid      tid;
     v_observed boolean;
     v_waited   boolean;
+    v_sure     boolean; -- locked FOR UPDATE: no refused acquire in flight
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_name) BETWEEN 1 AND 256
@@ -1415,69 +1511,43 @@ BEGIN
         PERFORM pglease._check_fence('release', p_fence);
     END IF;
 
-    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
-    -- every statement finds the row by its primary key.
     -- Fast path: the lock refused acquires wait for (FOR UPDATE, see
-    -- pglease._wake), when nobody else has the row locked; decided then.
+    -- pglease._wake), when nobody else has the row locked. Then nobody
+    -- can register as a waiter unseen: waiters are notified only when a
+    -- registration is visible. Otherwise the row is locked as every
+    -- compare-and-swap locks it (pglease._lease_lock), and a refused
+    -- acquire in flight may register after this call looks: waiters are
+    -- always notified.
     SELECT l.ctid INTO v_tid FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at > clock_timestamp()
+    WHERE l.name = p_name
+      AND pglease._live_tenure(l.holder, l.holder_role, l.fence, l.expires_at,
+                               p_holder, v_role, p_fence, clock_timestamp())
     FOR UPDATE SKIP LOCKED;
-    IF FOUND THEN
-        UPDATE pglease.leases AS l
-        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
-        WHERE l.ctid = v_tid -- the locked row version stays where it is
-        -- One look for observers (pglease._observed_wake, which looks
-        -- again) and waiters, read with the update: its snapshot is taken
-        -- after the lock refused acquires take, so notify waiters only
-        -- when a registration is visible (pglease._wake with p_sure,
-        -- inline).
-        RETURNING EXISTS (SELECT FROM pglease.observers AS o
-                          WHERE o.name = p_name AND o.until > clock_timestamp()),
-                  EXISTS (SELECT FROM pglease.waiters AS w
-                          WHERE w.kind = 'lease' AND w.name = p_name AND w.until > clock_timestamp())
-        INTO v_observed, v_waited;
-        released := true;
-        IF v_observed THEN
-            PERFORM pglease._observed_wake(p_name);
-        END IF;
-        IF v_waited THEN
-            PERFORM pglease._wake('lease', p_name, false);
-        END IF;
-        RETURN;
+    v_sure := FOUND;
+    IF NOT v_sure THEN
+        v_tid := pglease._lease_lock(p_name, p_holder, p_fence, v_role);
     END IF;
-    -- Locked by a transaction in flight (maybe a refused acquire that may
-    -- register as a waiter: notify whether or not one registered): wait in
-    -- a subtransaction and decide on the clock read after the wait, as
-    -- pglease.renew does.
-    released := false;
-    PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at > clock_timestamp();
-    IF NOT FOUND THEN
+    released := v_tid IS NOT NULL;
+    IF NOT released THEN
         RETURN; -- not the caller's live tenure
     END IF;
-    BEGIN
-        PERFORM 1 FROM pglease.leases AS l
-        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-          AND coalesce(l.holder_role = v_role, true)
-        FOR NO KEY UPDATE;
-        UPDATE pglease.leases AS l
-        SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
-        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-          AND coalesce(l.holder_role = v_role, true)
-          AND l.expires_at > clock_timestamp();
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-        END IF;
-        released := true;
-    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-        RETURN;
-    END;
-    PERFORM pglease._wake('lease', p_name, false);
-    PERFORM pglease._observed_wake(p_name);
+    UPDATE pglease.leases AS l
+    SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
+    WHERE l.ctid = v_tid -- the locked row version stays where it is
+    -- One look for observers (pglease._observed_wake, which looks again)
+    -- and waiters, read with the update: its snapshot is taken after the
+    -- lock.
+    RETURNING EXISTS (SELECT FROM pglease.observers AS o
+                      WHERE o.name = p_name AND o.until > clock_timestamp()),
+              EXISTS (SELECT FROM pglease.waiters AS w
+                      WHERE w.kind = 'lease' AND w.name = p_name AND w.until > clock_timestamp())
+    INTO v_observed, v_waited;
+    IF v_observed OR NOT v_sure THEN
+        PERFORM pglease._observed_wake(p_name);
+    END IF;
+    IF v_waited OR NOT v_sure THEN
+        PERFORM pglease._wake('lease', p_name, false);
+    END IF;
 END
 $$;
 
@@ -1846,6 +1916,7 @@ BEGIN
             -- Lock, in name order and without waiting, the row of every
             -- valid element that is ours to take, as pglease.acquire's fast
             -- path tests it.
+            v_now := clock_timestamp();
             SELECT count(*), count(DISTINCT x.name), array_agg(x.name), array_agg(x.i),
                    array_agg(x.ttl), array_agg(x.value), array_agg(x.holder),
                    array_agg(x.holder_role), array_agg(x.fence), array_agg(x.expires_at),
@@ -1859,11 +1930,8 @@ BEGIN
                   WHERE date_part('epoch', u.ttl) > 0 AND date_part('epoch', u.ttl) <= 86400
                     AND pglease._may_take(l.name)
                     AND coalesce(octet_length(u.value) <= 1024, true)
-                    AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                          AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
-                                                    l.release_for, p_holder, v_role, clock_timestamp()))
-                         OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-                             AND l.expires_at > clock_timestamp()))
+                    AND pglease._takeable(l.holder, l.holder_role, l.expires_at, l.release_to,
+                                          l.release_to_role, l.release_for, p_holder, v_role, v_now)
                   ORDER BY l.name COLLATE "C"
                   FOR NO KEY UPDATE OF l NOWAIT) AS x;
             IF v_locked < v_n OR v_distinct < v_n THEN
@@ -1891,9 +1959,8 @@ BEGIN
                     release_to_role = CASE WHEN d.own THEN l.release_to_role END
                 FROM d
                 WHERE l.name = d.name
-                  AND (d.own OR ((d.holder IS NULL OR d.expires_at <= v_now)
-                                 AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
-                                                           l.release_for, p_holder, v_role, v_now)))
+                  AND pglease._takeable(d.holder, d.holder_role, d.expires_at, l.release_to,
+                                        l.release_to_role, l.release_for, p_holder, v_role, v_now)
                 RETURNING d.i, d.name, d.own, d.ttl, d.value, d.old, l.fence
             )
             SELECT count(*), array_agg(true ORDER BY w.i), array_agg(w.fence ORDER BY w.i),
@@ -1945,15 +2012,13 @@ BEGIN
         -- nobody has it locked, and grant on the clock read after the
         -- lock. The TTL as pglease.acquire normalizes it.
         v_ttl := make_interval(secs => date_part('epoch', e.ttl));
+        v_now := clock_timestamp();
         SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.value, l.ctid
         INTO v_holder, v_hrole, v_fence, v_expires, v_value, v_tid
         FROM pglease.leases AS l
         WHERE l.name = e.name
-          AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
-                                          l.release_for, p_holder, v_role, clock_timestamp()))
-               OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-                   AND l.expires_at > clock_timestamp()))
+          AND pglease._takeable(l.holder, l.holder_role, l.expires_at, l.release_to,
+                                l.release_to_role, l.release_for, p_holder, v_role, v_now)
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             v_now := clock_timestamp();
@@ -2046,9 +2111,8 @@ BEGIN
             FROM (SELECT l.name
                   FROM unnest(p_names, p_fences) AS u(name, fence)
                   JOIN pglease.leases AS l ON l.name = u.name
-                  WHERE l.holder = p_holder AND l.fence = u.fence
-                    AND coalesce(l.holder_role = v_role, true)
-                    AND l.expires_at > clock_timestamp()
+                  WHERE pglease._live_tenure(l.holder, l.holder_role, l.fence, l.expires_at,
+                                             p_holder, v_role, u.fence, clock_timestamp())
                   ORDER BY l.name COLLATE "C"
                   FOR UPDATE OF l NOWAIT) AS x;
             IF v_locked < v_n OR v_distinct < v_n THEN
@@ -2930,7 +2994,8 @@ $$;
 -- pglease.renew: renewed = true with expires_at = now + p_ttl, or
 -- renewed = false with expires_at, expires_in NULL when the slot is not live
 -- under (p_holder, p_fence) taken by the caller's role (session_user).
--- now is the server clock read when the row is checked, after any wait.
+-- now is the server clock read after any wait for the row lock (see
+-- pglease._slot_lock).
 -- It changes expires_at and holder_role, which no index holds: a HOT update
 -- (see pglease.slots); and check_at, indexed, only when it is less than a
 -- quarter of p_ttl ahead or beyond the new end: then to the new end. So a
@@ -2966,63 +3031,18 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_slot', p_ttl);
     END IF;
 
-    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
-    -- every statement finds the row by its primary key, never by
-    -- slots_holder_idx.
-    -- As pglease.renew: a fast path when nobody else has the row locked,
-    -- else wait in a subtransaction and decide on the clock after the wait
-    -- (see also pglease._scope_lock).
-    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-      AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp()
-    FOR NO KEY UPDATE SKIP LOCKED;
-    IF FOUND THEN
+    v_tid := pglease._slot_lock(p_scope, p_slot, p_holder, p_fence, v_role);
+    renewed := v_tid IS NOT NULL;
+    IF renewed THEN
         v_end := clock_timestamp() + v_ttl;
         UPDATE pglease.slots AS s
         SET expires_at = v_end, holder_role = v_role,
             check_at = CASE WHEN s.check_at BETWEEN v_end - v_ttl * 0.75 AND v_end
                             THEN s.check_at ELSE v_end END
-        WHERE s.ctid = v_tid -- the locked row version stays where it is
+        WHERE s.ctid = v_tid
         RETURNING s.expires_at INTO expires_at;
-        renewed := true;
         expires_in := v_ttl;
-        RETURN;
     END IF;
-    renewed := false;
-    PERFORM 1 FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-      AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp();
-    IF NOT FOUND THEN
-        RETURN; -- not the caller's live tenure
-    END IF;
-    BEGIN
-        PERFORM 1 FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-        FOR NO KEY UPDATE;
-        v_end := clock_timestamp() + v_ttl;
-        UPDATE pglease.slots AS s
-        SET expires_at = v_end, holder_role = v_role,
-            check_at = CASE WHEN s.check_at BETWEEN v_end - v_ttl * 0.75 AND v_end
-                            THEN s.check_at ELSE v_end END
-        WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > v_end - v_ttl
-        RETURNING s.expires_at INTO expires_at;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-        END IF;
-        renewed := true;
-        expires_in := v_ttl;
-    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-        expires_at := NULL;
-    END;
 END
 $$;
 
@@ -3033,7 +3053,8 @@ $$;
 --
 -- Compare-and-release, exactly like pglease.release: released = true when
 -- (p_holder, p_fence) of the caller's role (session_user) held the slot
--- live (the tenure ends at the server clock read after any wait; waiters
+-- live (the tenure ends at the server clock read after any wait for the
+-- row lock, see pglease._slot_lock; waiters
 -- hear it by a NOTIFY on 'pglease', see pglease._slot_wake); otherwise released
 -- = false and nothing changes. The slot row keeps its fence, and stays
 -- counted in the scope's units in use until the next claim in the scope
@@ -3053,7 +3074,6 @@ DECLARE
     v_role text := session_user::text;
     v_counted boolean := false;
     v_wake    boolean; -- notify: a claim holds the scope lock, or a waiter is registered
-    v_locked  boolean; -- the caller's live slot is locked (and the scope lock tried)
     v_now  timestamptz;
     v_tid  tid;
 BEGIN
@@ -3068,11 +3088,6 @@ BEGIN
         PERFORM pglease._check_fence('release_slot', p_fence);
     END IF;
 
-    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
-    -- every statement finds the row by its primary key, never by
-    -- slots_holder_idx.
-    -- As pglease.release: a fast path when nobody else has the row locked,
-    -- else wait in a subtransaction and decide on the clock after the wait.
     -- The common release, on a scope whose queue is empty, takes both of
     -- its locks in one statement, each without waiting: the caller's live
     -- slot, then the scope's row (a joined row's tables are locked in the
@@ -3090,60 +3105,40 @@ BEGIN
     SELECT s.ctid INTO v_tid
     FROM pglease.slots AS s, pglease.slot_scopes AS sc
     WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-      AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp()
+      AND pglease._live_tenure(s.holder, s.holder_role, s.fence, s.expires_at,
+                               p_holder, v_role, p_fence, clock_timestamp())
       AND sc.scope = p_scope
       AND NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
     FOR NO KEY UPDATE OF s SKIP LOCKED
     FOR UPDATE OF sc SKIP LOCKED;
-    v_locked := FOUND;
-    IF v_locked THEN
+    IF FOUND THEN
         v_wake := false;
     ELSE
-        -- Otherwise (the slot or the scope's row was locked, the scope's
-        -- queue may have a waiter, or the slot is not the caller's live
-        -- tenure) one statement locks the slot, and
-        -- reads the scope's queue (a one-time filter, read first): with a
-        -- waiter in it, the release goes the queued way below.
-        SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-        WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+        -- While the scope's queue has a waiter, a release says how many
+        -- units it leaves free (pglease._slot_wake), and it must count
+        -- them alone: it takes the scope lock before its change, as claims
+        -- do (scope, then slot: no deadlock with them), so that the
+        -- releases of a queued scope count one after another, each seeing
+        -- those before it. Only the caller's live tenure takes it (read
+        -- here without a lock), so a stranger's call holds up no claim.
+        -- Any other release notifies without a count, which wakes every
+        -- waiter. One statement: the queue is looked at first (a one-time
+        -- filter), the slot only when it has a waiter.
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
           AND s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > clock_timestamp()
-        FOR NO KEY UPDATE SKIP LOCKED;
-        v_locked := FOUND;
-        IF NOT v_locked THEN
-            -- While the scope's queue has a waiter, a release says how many
-            -- units it leaves free (pglease._slot_wake), and it must count
-            -- them alone: it takes the scope lock before its change, as
-            -- claims do (scope, then slot: no deadlock with them), so that
-            -- the releases of a queued scope count one after another, each
-            -- seeing those before it. Only the caller's live tenure takes
-            -- it (read here without a lock), so a stranger's call holds up
-            -- no claim. Any other release notifies without a count, which
-            -- wakes every waiter. One statement: the queue is looked at
-            -- first (a one-time filter), the slot only when it has a waiter.
-            PERFORM 1 FROM pglease.slots AS s
-            WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
-              AND s.scope = p_scope AND s.slot = p_slot
-              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-              AND coalesce(s.holder_role = v_role, true)
-              AND s.expires_at > clock_timestamp();
-            IF FOUND THEN
-                PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR NO KEY UPDATE;
-                v_counted := true;
-            END IF;
-            SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-            WHERE s.scope = p_scope AND s.slot = p_slot
-              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-              AND coalesce(s.holder_role = v_role, true)
-              AND s.expires_at > clock_timestamp()
-            FOR NO KEY UPDATE SKIP LOCKED;
-            v_locked := FOUND;
+          AND pglease._live_tenure(s.holder, s.holder_role, s.fence, s.expires_at,
+                                   p_holder, v_role, p_fence, clock_timestamp());
+        IF FOUND THEN
+            PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR NO KEY UPDATE;
+            v_counted := true;
         END IF;
-        IF v_locked AND NOT v_counted THEN
+        v_tid := pglease._slot_lock(p_scope, p_slot, p_holder, p_fence, v_role);
+        IF v_tid IS NULL THEN
+            released := false;
+            RETURN; -- not the caller's live tenure
+        END IF;
+        IF NOT v_counted THEN
             -- The lock claims hold while they count (see pglease._wake),
             -- taken before the change without waiting: when a claim holds
             -- it, notify whether or not someone registered; otherwise only
@@ -3155,71 +3150,20 @@ BEGIN
             v_wake := NOT FOUND;
         END IF;
     END IF;
-    IF v_locked THEN
-        v_now := clock_timestamp();
-        UPDATE pglease.slots AS s
-        SET holder = NULL, expires_at = least(s.expires_at, v_now),
-            check_at = least(s.check_at, v_now)
-        WHERE s.ctid = v_tid -- the locked row version stays where it is
-        RETURNING v_counted OR v_wake
-                  OR EXISTS (SELECT FROM pglease.waiters AS w
-                             WHERE w.kind = 'slot' AND w.name = p_scope
-                               AND w.until > clock_timestamp())
-        INTO v_wake;
-        released := true;
-        IF v_wake THEN
-            PERFORM pglease._slot_wake(p_scope, v_counted);
-        END IF;
-        RETURN;
+    v_now := clock_timestamp();
+    UPDATE pglease.slots AS s
+    SET holder = NULL, expires_at = least(s.expires_at, v_now),
+        check_at = least(s.check_at, v_now)
+    WHERE s.ctid = v_tid -- the locked row version stays where it is
+    RETURNING v_counted OR v_wake
+              OR EXISTS (SELECT FROM pglease.waiters AS w
+                         WHERE w.kind = 'slot' AND w.name = p_scope
+                           AND w.until > clock_timestamp())
+    INTO v_wake;
+    released := true;
+    IF v_wake THEN
+        PERFORM pglease._slot_wake(p_scope, v_counted);
     END IF;
-    -- Locked by a transaction in flight (a renewal, a fenced write, a
-    -- claim re-pinning it): wait in a subtransaction and decide on the
-    -- clock read after the wait, as pglease.release does.
-    released := false;
-    PERFORM 1 FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-      AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp();
-    IF NOT FOUND THEN
-        RETURN; -- not the caller's live tenure
-    END IF;
-    BEGIN
-        PERFORM 1 FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-        FOR NO KEY UPDATE;
-        v_now := clock_timestamp();
-        UPDATE pglease.slots AS s
-        SET holder = NULL, expires_at = least(s.expires_at, v_now),
-            check_at = least(s.check_at, v_now)
-        WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > v_now;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-        END IF;
-        released := true;
-    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-        RETURN;
-    END;
-    IF NOT v_counted THEN
-        -- As on the fast path, but after the change: the lock claims hold
-        -- while they count; the waiters read in a statement of its own,
-        -- whose snapshot is taken after it.
-        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
-        FOR UPDATE SKIP LOCKED;
-        IF FOUND THEN
-            PERFORM 1 FROM pglease.waiters AS w
-            WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp();
-            IF NOT FOUND THEN
-                RETURN; -- nobody waits
-            END IF;
-        END IF;
-    END IF;
-    PERFORM pglease._slot_wake(p_scope, v_counted);
 END
 $$;
 
@@ -3345,6 +3289,7 @@ DECLARE
     v_live  bigint;
     v_fast  integer;
     v_wait  text;
+    v_tid   tid;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
@@ -3430,11 +3375,10 @@ BEGIN
     INTO slot_scopes, slots, slot_fences
     FROM renewed AS r;
 
-    -- Slow path: live tenures of the caller whose row was locked. Wait for
-    -- each in a subtransaction and decide on the clock read after the
-    -- wait; a lock taken for nothing goes with the subtransaction. Each
-    -- row is found again by its name or scope, never by the holder
-    -- (compared with IS NOT DISTINCT FROM, as in pglease.renew). What the
+    -- Slow path: live tenures of the caller whose row was locked, each
+    -- locked as pglease.renew locks it (pglease._lease_lock,
+    -- pglease._slot_lock: wait, then decide on the clock read after the
+    -- wait, keeping no lock for a tenure that ended meanwhile). What the
     -- fast path renewed is left out by a hashed NOT IN: = ANY over the
     -- array would compare each row with every element (quadratic in the
     -- holder's leases).
@@ -3445,22 +3389,14 @@ BEGIN
               AND l.expires_at > clock_timestamp()
               AND l.name NOT IN (SELECT r.name FROM unnest(leases) AS r(name))
         LOOP
-            BEGIN
-                PERFORM 1 FROM pglease.leases AS l
-                WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
-                FOR NO KEY UPDATE;
+            v_tid := pglease._lease_lock(v_name, p_holder, v_fence, v_role);
+            IF v_tid IS NOT NULL THEN
                 UPDATE pglease.leases AS l
                 SET expires_at = greatest(l.expires_at, clock_timestamp() + v_ttl), holder_role = v_role
-                WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
-                  AND coalesce(l.holder_role = v_role, true) AND l.expires_at > clock_timestamp();
-                IF NOT FOUND THEN
-                    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-                END IF;
+                WHERE l.ctid = v_tid;
                 leases := leases || v_name;
                 lease_fences := lease_fences || v_fence;
-            EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-                NULL;
-            END;
+            END IF;
         END LOOP;
     END IF;
     FOR v_name, v_slot, v_fence IN
@@ -3470,23 +3406,15 @@ BEGIN
           AND (s.scope, s.slot) NOT IN (SELECT r.scope, r.slot
                                         FROM unnest(slot_scopes, slots) AS r(scope, slot))
     LOOP
-        BEGIN
-            PERFORM 1 FROM pglease.slots AS s
-            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = v_fence
-            FOR NO KEY UPDATE;
+        v_tid := pglease._slot_lock(v_name, v_slot, p_holder, v_fence, v_role);
+        IF v_tid IS NOT NULL THEN
             UPDATE pglease.slots AS s
             SET expires_at = greatest(s.expires_at, clock_timestamp() + v_ttl), holder_role = v_role
-            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = v_fence
-              AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp();
-            IF NOT FOUND THEN
-                RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-            END IF;
+            WHERE s.ctid = v_tid;
             slot_scopes := slot_scopes || v_name;
             slots := slots || v_slot;
             slot_fences := slot_fences || v_fence;
-        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-            NULL;
-        END;
+        END IF;
     END LOOP;
 
     -- In the documented order: by name (byte order), and by scope and slot.
@@ -4066,79 +3994,12 @@ BEGIN
     PERFORM pglease._check_fence('set_value', p_fence);
     PERFORM pglease._check_value('set_value', p_value);
     UPDATE pglease.leases AS l SET value = p_value
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at > clock_timestamp();
+    WHERE l.name = p_name
+      AND pglease._live_tenure(l.holder, l.holder_role, l.fence, l.expires_at,
+                               p_holder, v_role, p_fence, clock_timestamp());
     value_set := FOUND;
     IF value_set THEN
         PERFORM pglease._observed_wake(p_name);
-    END IF;
-END
-$$;
-
--- pglease.renew_lease(p_name, p_holder, p_fence, p_ttl): pglease.renew,
--- and whether a release of the tenure was requested.
---
--- Returns what pglease.renew returns, and release_requested: true when
--- the renewal succeeded and pglease.request_release has asked this tenure's
--- holder to hand over (release, and acquire no more for a while); false
--- otherwise. Raises what pglease.renew raises, naming renew_lease.
---
--- The common renewal is pglease.renew's first path inline (a call of
--- pglease.renew would cost more), the same two statements with the same
--- conditions, and reads the request from the row version it writes: the
--- row is locked, so no request is in flight (a request locks the row too).
--- Anything else, a row locked in flight or a tenure that is not the
--- caller's live one, goes through pglease.renew itself, which waits and
--- decides as it does.
-CREATE OR REPLACE FUNCTION pglease.renew_lease(
-    p_name text, p_holder text, p_fence bigint, p_ttl interval,
-    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
-    OUT release_requested boolean)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_role text := session_user::text;
-    v_ttl  interval;
-    v_tid  tid;
-BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_name) BETWEEN 1 AND 256
-        AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_fence >= 0) IS NOT TRUE THEN
-        PERFORM pglease._check_text('renew_lease', 'p_name', p_name);
-        PERFORM pglease._check_text('renew_lease', 'p_holder', p_holder);
-        PERFORM pglease._check_fence('renew_lease', p_fence);
-    END IF;
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('renew_lease', p_ttl);
-    END IF;
-
-    SELECT l.ctid INTO v_tid FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at > clock_timestamp()
-    FOR NO KEY UPDATE SKIP LOCKED;
-    IF FOUND THEN
-        UPDATE pglease.leases AS l
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE l.ctid = v_tid -- the locked row version stays where it is
-        RETURNING l.expires_at, l.release_requested_at IS NOT NULL
-        INTO expires_at, release_requested;
-        renewed := true;
-        expires_in := v_ttl;
-        RETURN;
-    END IF;
-
-    SELECT r.renewed, r.expires_at, r.expires_in INTO renewed, expires_at, expires_in
-    FROM pglease.renew(p_name, p_holder, p_fence, p_ttl) AS r;
-    release_requested := false;
-    IF renewed THEN
-        SELECT l.release_requested_at IS NOT NULL INTO release_requested
-        FROM pglease.leases AS l
-        WHERE l.name = p_name AND l.fence = p_fence;
     END IF;
 END
 $$;
@@ -4373,8 +4234,9 @@ BEGIN
 
     released := false;
     SELECT l.acquired_at INTO v_acquired FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
+    WHERE l.name = p_name -- the tenure, live or not
+      AND pglease._live_tenure(l.holder, l.holder_role, l.fence, l.expires_at,
+                               p_holder, v_role, p_fence, '-infinity')
     FOR UPDATE;
     v_now := clock_timestamp();
     IF NOT FOUND THEN
@@ -5540,7 +5402,6 @@ BEGIN
         GRANT EXECUTE ON FUNCTION
             pglease.acquire(text, text, interval, text),
             pglease.set_value(text, text, bigint, text),
-            pglease.renew_lease(text, text, bigint, interval),
             pglease.observe(text, interval)
             TO pglease_client;
         -- Batched calls (0.3.0, docs/sql.md#batched-calls).

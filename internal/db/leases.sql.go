@@ -393,7 +393,7 @@ const leaseRenewAsked = `-- name: LeaseRenewAsked :one
 
 SELECT r.renewed::boolean AS renewed, r.expires_in,
        r.release_requested::boolean AS release_requested
-FROM pglease.renew_lease($1, $2, $3, $4) AS r
+FROM pglease.renew($1, $2, $3, $4) AS r
 `
 
 type LeaseRenewAskedParams struct {
@@ -410,7 +410,7 @@ type LeaseRenewAskedRow struct {
 }
 
 // Leadership (0.3.0, docs/leadership.md).
-// renew_lease: renew, and whether a release was requested.
+// renew, and whether a release was requested (a column from 0.3.0 on).
 func (q *Queries) LeaseRenewAsked(ctx context.Context, arg LeaseRenewAskedParams) (LeaseRenewAskedRow, error) {
 	row := q.db.QueryRow(ctx, leaseRenewAsked,
 		arg.Name,

@@ -96,15 +96,13 @@ BEGIN
         -- locked. Once locked it stays ours to take (a free or expired
         -- tenure cannot come back, our own cannot change hands), so the
         -- decision on the clock read after the lock is a grant.
+        v_now := clock_timestamp();
         SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid
         INTO v_holder, v_hrole, v_fence, v_expires, v_tid
         FROM pglease.leases AS l
         WHERE l.name = p_name
-          AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
-                                          l.release_for, p_holder, v_role, clock_timestamp()))
-               OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-                   AND l.expires_at > clock_timestamp()))
+          AND pglease._takeable(l.holder, l.holder_role, l.expires_at, l.release_to,
+                                l.release_to_role, l.release_for, p_holder, v_role, v_now)
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             v_now := clock_timestamp();
@@ -117,15 +115,12 @@ BEGIN
             INTO v_holder, v_hrole, v_fence, v_expires, v_rto, v_rrole, v_rfor
             FROM pglease.leases AS l
             WHERE l.name = p_name;
+            v_now := clock_timestamp();
             IF NOT FOUND THEN
                 v_next := 'insert';
-            ELSIF v_holder IS NOT NULL AND v_expires > clock_timestamp()
-                  AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
-                v_next := 'refuse';
-            ELSIF (v_holder IS NULL OR v_expires <= clock_timestamp())
-                  AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor, p_holder, v_role,
-                                        clock_timestamp()) THEN
-                v_next := 'refuse'; -- reserved for the preferred holder
+            ELSIF NOT pglease._takeable(v_holder, v_hrole, v_expires, v_rto, v_rrole, v_rfor,
+                                        p_holder, v_role, v_now) THEN
+                v_next := 'refuse'; -- held by another, or reserved for the preferred holder
             ELSE
                 -- Ours to take, but locked (a release, takeover, renewal,
                 -- purge or fenced transaction in flight): wait for it. A
@@ -137,7 +132,7 @@ BEGIN
                     -- A tenure that is over: its fenced transactions may
                     -- keep us out at most 200 ms past its end (see
                     -- pglease._lock_for_takeover).
-                    IF v_holder IS NOT NULL AND v_expires <= clock_timestamp() THEN
+                    IF v_holder IS NOT NULL AND v_expires <= v_now THEN
                         PERFORM pglease._lock_for_takeover(p_name, v_fence, v_expires);
                     END IF;
                     SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.ctid,
@@ -151,11 +146,8 @@ BEGIN
                     ELSE
                         -- Decide on the clock read now, after every wait.
                         v_now := clock_timestamp();
-                        IF (v_holder IS NOT NULL AND v_expires > v_now
-                            AND (v_holder <> p_holder OR v_hrole <> v_role))
-                           OR ((v_holder IS NULL OR v_expires <= v_now)
-                               AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor,
-                                                     p_holder, v_role, v_now)) THEN
+                        IF NOT pglease._takeable(v_holder, v_hrole, v_expires, v_rto, v_rrole,
+                                                 v_rfor, p_holder, v_role, v_now) THEN
                             RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: held';
                         END IF;
                         v_next := 'take';
@@ -245,25 +237,20 @@ BEGIN
         WHERE l.name = p_name
         FOR KEY SHARE;
         v_now := clock_timestamp();
-        IF FOUND AND v_holder IS NOT NULL AND v_expires > v_now
-           AND (v_holder <> p_holder OR v_hrole <> v_role) THEN
+        IF FOUND AND NOT pglease._takeable(v_holder, v_hrole, v_expires, v_rto, v_rrole, v_rfor,
+                                           p_holder, v_role, v_now) THEN
             acquired := false;
-            holder := v_holder;
             fence := v_fence;
-            expires_at := v_expires;
-            expires_in := v_expires - v_now;
-            PERFORM pglease._wait_register('lease', p_name, v_expires);
-            RETURN;
-        END IF;
-        IF FOUND AND (v_holder IS NULL OR v_expires <= v_now)
-           AND pglease._reserved(v_expires, v_rto, v_rrole, v_rfor, p_holder, v_role, v_now) THEN
-            -- Reserved for the preferred holder until v_expires + v_rfor.
-            acquired := false;
-            holder := v_rto;
-            fence := v_fence;
-            expires_at := v_expires + v_rfor;
-            expires_in := v_expires + v_rfor - v_now;
-            PERFORM pglease._wait_register('lease', p_name, v_expires + v_rfor);
+            IF v_holder IS NOT NULL AND v_expires > v_now THEN
+                holder := v_holder;
+                expires_at := v_expires;
+            ELSE
+                -- Reserved for the preferred holder until v_expires + v_rfor.
+                holder := v_rto;
+                expires_at := v_expires + v_rfor;
+            END IF;
+            expires_in := expires_at - v_now;
+            PERFORM pglease._wait_register('lease', p_name, expires_at);
             RETURN;
         END IF;
         -- Released, expired or purged meanwhile: try again.

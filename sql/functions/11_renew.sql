@@ -9,13 +9,17 @@
 -- NULL: an expired tenure is over, even for its last holder, who must
 -- acquire again (new fence). A tenure from before 0.2.0 (no role) is bound
 -- to the role of its first renewal.
--- Time is the server clock read after any wait for the row lock;
--- expires_in = p_ttl, true when the call returns.
+-- release_requested is true when the renewal succeeded and
+-- pglease.request_release has asked this tenure's holder to hand over
+-- (release, and acquire no more for a while); false otherwise.
+-- Time is the server clock read after any wait for the row lock (see
+-- pglease._lease_lock); expires_in = p_ttl, true when the call returns.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder, TTL or a
 -- negative fence; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.renew(
     p_name text, p_holder text, p_fence bigint, p_ttl interval,
-    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
+    OUT release_requested boolean)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -32,67 +36,25 @@ BEGIN
         PERFORM pglease._check_text('renew', 'p_holder', p_holder);
         PERFORM pglease._check_fence('renew', p_fence);
     END IF;
-    -- The TTL as plain seconds, as pglease._check_ttl returns it (date_part's
-    -- float is the same number of microseconds as extract's numeric, and
-    -- cheaper).
+    -- The TTL as plain seconds, as pglease._check_ttl returns it.
     v_ttl := make_interval(secs => date_part('epoch', p_ttl));
     IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
         v_ttl := pglease._check_ttl('renew', p_ttl);
     END IF;
 
-    -- Every statement finds the row by its primary key, whatever the
-    -- planner's statistics say (right after a purge and VACUUM they say the
-    -- table is empty): the holder is compared with IS NOT DISTINCT FROM,
-    -- which leases_holder_idx cannot serve, so no plan walks that index's
-    -- entries of p_holder (one per tenure it ever took, dead ones too).
-    -- The result is the same as with =, p_holder being NOT NULL.
-    -- Fast path: lock the row when this is the caller's live tenure and
-    -- nobody else has it locked; decided then, on the clock read then.
-    SELECT l.ctid INTO v_tid FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at > clock_timestamp()
-    FOR NO KEY UPDATE SKIP LOCKED;
-    IF FOUND THEN
+    v_tid := pglease._lease_lock(p_name, p_holder, p_fence, v_role);
+    renewed := v_tid IS NOT NULL;
+    release_requested := false;
+    IF renewed THEN
+        -- The row is locked: no release request is in flight (a request
+        -- locks the row too), so the row version written says whether one
+        -- was made.
         UPDATE pglease.leases AS l
         SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE l.ctid = v_tid -- the locked row version stays where it is
-        RETURNING l.expires_at INTO expires_at;
-        renewed := true;
+        WHERE l.ctid = v_tid
+        RETURNING l.expires_at, l.release_requested_at IS NOT NULL
+        INTO expires_at, release_requested;
         expires_in := v_ttl;
-        RETURN;
     END IF;
-    -- Locked by a transaction in flight (the holder's own fenced write or
-    -- renewal, a takeover, a purge): wait for it in a subtransaction, then
-    -- decide on the clock read after the wait. A lock taken for nothing
-    -- (the tenure ended or changed meanwhile) goes with the subtransaction,
-    -- so it never delays a takeover or another holder's renewals.
-    renewed := false;
-    PERFORM 1 FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at > clock_timestamp();
-    IF NOT FOUND THEN
-        RETURN; -- not the caller's live tenure
-    END IF;
-    BEGIN
-        PERFORM 1 FROM pglease.leases AS l
-        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-          AND coalesce(l.holder_role = v_role, true)
-        FOR NO KEY UPDATE;
-        UPDATE pglease.leases AS l
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-          AND coalesce(l.holder_role = v_role, true)
-          AND l.expires_at > clock_timestamp()
-        RETURNING l.expires_at INTO expires_at;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-        END IF;
-        renewed := true;
-        expires_in := v_ttl;
-    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-        expires_at := NULL;
-    END;
 END
 $$;

@@ -122,6 +122,7 @@ BEGIN
             -- Lock, in name order and without waiting, the row of every
             -- valid element that is ours to take, as pglease.acquire's fast
             -- path tests it.
+            v_now := clock_timestamp();
             SELECT count(*), count(DISTINCT x.name), array_agg(x.name), array_agg(x.i),
                    array_agg(x.ttl), array_agg(x.value), array_agg(x.holder),
                    array_agg(x.holder_role), array_agg(x.fence), array_agg(x.expires_at),
@@ -135,11 +136,8 @@ BEGIN
                   WHERE date_part('epoch', u.ttl) > 0 AND date_part('epoch', u.ttl) <= 86400
                     AND pglease._may_take(l.name)
                     AND coalesce(octet_length(u.value) <= 1024, true)
-                    AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                          AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
-                                                    l.release_for, p_holder, v_role, clock_timestamp()))
-                         OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-                             AND l.expires_at > clock_timestamp()))
+                    AND pglease._takeable(l.holder, l.holder_role, l.expires_at, l.release_to,
+                                          l.release_to_role, l.release_for, p_holder, v_role, v_now)
                   ORDER BY l.name COLLATE "C"
                   FOR NO KEY UPDATE OF l NOWAIT) AS x;
             IF v_locked < v_n OR v_distinct < v_n THEN
@@ -167,9 +165,8 @@ BEGIN
                     release_to_role = CASE WHEN d.own THEN l.release_to_role END
                 FROM d
                 WHERE l.name = d.name
-                  AND (d.own OR ((d.holder IS NULL OR d.expires_at <= v_now)
-                                 AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
-                                                           l.release_for, p_holder, v_role, v_now)))
+                  AND pglease._takeable(d.holder, d.holder_role, d.expires_at, l.release_to,
+                                        l.release_to_role, l.release_for, p_holder, v_role, v_now)
                 RETURNING d.i, d.name, d.own, d.ttl, d.value, d.old, l.fence
             )
             SELECT count(*), array_agg(true ORDER BY w.i), array_agg(w.fence ORDER BY w.i),
@@ -221,15 +218,13 @@ BEGIN
         -- nobody has it locked, and grant on the clock read after the
         -- lock. The TTL as pglease.acquire normalizes it.
         v_ttl := make_interval(secs => date_part('epoch', e.ttl));
+        v_now := clock_timestamp();
         SELECT l.holder, l.holder_role, l.fence, l.expires_at, l.value, l.ctid
         INTO v_holder, v_hrole, v_fence, v_expires, v_value, v_tid
         FROM pglease.leases AS l
         WHERE l.name = e.name
-          AND (((l.holder IS NULL OR l.expires_at <= clock_timestamp())
-                AND NOT pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
-                                          l.release_for, p_holder, v_role, clock_timestamp()))
-               OR (l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-                   AND l.expires_at > clock_timestamp()))
+          AND pglease._takeable(l.holder, l.holder_role, l.expires_at, l.release_to,
+                                l.release_to_role, l.release_for, p_holder, v_role, v_now)
         FOR NO KEY UPDATE SKIP LOCKED;
         IF FOUND THEN
             v_now := clock_timestamp();
@@ -322,9 +317,8 @@ BEGIN
             FROM (SELECT l.name
                   FROM unnest(p_names, p_fences) AS u(name, fence)
                   JOIN pglease.leases AS l ON l.name = u.name
-                  WHERE l.holder = p_holder AND l.fence = u.fence
-                    AND coalesce(l.holder_role = v_role, true)
-                    AND l.expires_at > clock_timestamp()
+                  WHERE pglease._live_tenure(l.holder, l.holder_role, l.fence, l.expires_at,
+                                             p_holder, v_role, u.fence, clock_timestamp())
                   ORDER BY l.name COLLATE "C"
                   FOR UPDATE OF l NOWAIT) AS x;
             IF v_locked < v_n OR v_distinct < v_n THEN

@@ -5,7 +5,8 @@
 -- pglease.renew: renewed = true with expires_at = now + p_ttl, or
 -- renewed = false with expires_at, expires_in NULL when the slot is not live
 -- under (p_holder, p_fence) taken by the caller's role (session_user).
--- now is the server clock read when the row is checked, after any wait.
+-- now is the server clock read after any wait for the row lock (see
+-- pglease._slot_lock).
 -- It changes expires_at and holder_role, which no index holds: a HOT update
 -- (see pglease.slots); and check_at, indexed, only when it is less than a
 -- quarter of p_ttl ahead or beyond the new end: then to the new end. So a
@@ -41,62 +42,17 @@ BEGIN
         v_ttl := pglease._check_ttl('renew_slot', p_ttl);
     END IF;
 
-    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
-    -- every statement finds the row by its primary key, never by
-    -- slots_holder_idx.
-    -- As pglease.renew: a fast path when nobody else has the row locked,
-    -- else wait in a subtransaction and decide on the clock after the wait
-    -- (see also pglease._scope_lock).
-    SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-      AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp()
-    FOR NO KEY UPDATE SKIP LOCKED;
-    IF FOUND THEN
+    v_tid := pglease._slot_lock(p_scope, p_slot, p_holder, p_fence, v_role);
+    renewed := v_tid IS NOT NULL;
+    IF renewed THEN
         v_end := clock_timestamp() + v_ttl;
         UPDATE pglease.slots AS s
         SET expires_at = v_end, holder_role = v_role,
             check_at = CASE WHEN s.check_at BETWEEN v_end - v_ttl * 0.75 AND v_end
                             THEN s.check_at ELSE v_end END
-        WHERE s.ctid = v_tid -- the locked row version stays where it is
+        WHERE s.ctid = v_tid
         RETURNING s.expires_at INTO expires_at;
-        renewed := true;
         expires_in := v_ttl;
-        RETURN;
     END IF;
-    renewed := false;
-    PERFORM 1 FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-      AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp();
-    IF NOT FOUND THEN
-        RETURN; -- not the caller's live tenure
-    END IF;
-    BEGIN
-        PERFORM 1 FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-        FOR NO KEY UPDATE;
-        v_end := clock_timestamp() + v_ttl;
-        UPDATE pglease.slots AS s
-        SET expires_at = v_end, holder_role = v_role,
-            check_at = CASE WHEN s.check_at BETWEEN v_end - v_ttl * 0.75 AND v_end
-                            THEN s.check_at ELSE v_end END
-        WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > v_end - v_ttl
-        RETURNING s.expires_at INTO expires_at;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-        END IF;
-        renewed := true;
-        expires_in := v_ttl;
-    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-        expires_at := NULL;
-    END;
 END
 $$;

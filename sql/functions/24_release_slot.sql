@@ -3,7 +3,8 @@
 --
 -- Compare-and-release, exactly like pglease.release: released = true when
 -- (p_holder, p_fence) of the caller's role (session_user) held the slot
--- live (the tenure ends at the server clock read after any wait; waiters
+-- live (the tenure ends at the server clock read after any wait for the
+-- row lock, see pglease._slot_lock; waiters
 -- hear it by a NOTIFY on 'pglease', see pglease._slot_wake); otherwise released
 -- = false and nothing changes. The slot row keeps its fence, and stays
 -- counted in the scope's units in use until the next claim in the scope
@@ -23,7 +24,6 @@ DECLARE
     v_role text := session_user::text;
     v_counted boolean := false;
     v_wake    boolean; -- notify: a claim holds the scope lock, or a waiter is registered
-    v_locked  boolean; -- the caller's live slot is locked (and the scope lock tried)
     v_now  timestamptz;
     v_tid  tid;
 BEGIN
@@ -38,11 +38,6 @@ BEGIN
         PERFORM pglease._check_fence('release_slot', p_fence);
     END IF;
 
-    -- The holder is compared as in pglease.renew (IS NOT DISTINCT FROM):
-    -- every statement finds the row by its primary key, never by
-    -- slots_holder_idx.
-    -- As pglease.release: a fast path when nobody else has the row locked,
-    -- else wait in a subtransaction and decide on the clock after the wait.
     -- The common release, on a scope whose queue is empty, takes both of
     -- its locks in one statement, each without waiting: the caller's live
     -- slot, then the scope's row (a joined row's tables are locked in the
@@ -60,60 +55,40 @@ BEGIN
     SELECT s.ctid INTO v_tid
     FROM pglease.slots AS s, pglease.slot_scopes AS sc
     WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-      AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp()
+      AND pglease._live_tenure(s.holder, s.holder_role, s.fence, s.expires_at,
+                               p_holder, v_role, p_fence, clock_timestamp())
       AND sc.scope = p_scope
       AND NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
     FOR NO KEY UPDATE OF s SKIP LOCKED
     FOR UPDATE OF sc SKIP LOCKED;
-    v_locked := FOUND;
-    IF v_locked THEN
+    IF FOUND THEN
         v_wake := false;
     ELSE
-        -- Otherwise (the slot or the scope's row was locked, the scope's
-        -- queue may have a waiter, or the slot is not the caller's live
-        -- tenure) one statement locks the slot, and
-        -- reads the scope's queue (a one-time filter, read first): with a
-        -- waiter in it, the release goes the queued way below.
-        SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-        WHERE NOT EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
+        -- While the scope's queue has a waiter, a release says how many
+        -- units it leaves free (pglease._slot_wake), and it must count
+        -- them alone: it takes the scope lock before its change, as claims
+        -- do (scope, then slot: no deadlock with them), so that the
+        -- releases of a queued scope count one after another, each seeing
+        -- those before it. Only the caller's live tenure takes it (read
+        -- here without a lock), so a stranger's call holds up no claim.
+        -- Any other release notifies without a count, which wakes every
+        -- waiter. One statement: the queue is looked at first (a one-time
+        -- filter), the slot only when it has a waiter.
+        PERFORM 1 FROM pglease.slots AS s
+        WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
           AND s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > clock_timestamp()
-        FOR NO KEY UPDATE SKIP LOCKED;
-        v_locked := FOUND;
-        IF NOT v_locked THEN
-            -- While the scope's queue has a waiter, a release says how many
-            -- units it leaves free (pglease._slot_wake), and it must count
-            -- them alone: it takes the scope lock before its change, as
-            -- claims do (scope, then slot: no deadlock with them), so that
-            -- the releases of a queued scope count one after another, each
-            -- seeing those before it. Only the caller's live tenure takes
-            -- it (read here without a lock), so a stranger's call holds up
-            -- no claim. Any other release notifies without a count, which
-            -- wakes every waiter. One statement: the queue is looked at
-            -- first (a one-time filter), the slot only when it has a waiter.
-            PERFORM 1 FROM pglease.slots AS s
-            WHERE EXISTS (SELECT 1 FROM pglease.slot_queue AS q WHERE q.scope = p_scope)
-              AND s.scope = p_scope AND s.slot = p_slot
-              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-              AND coalesce(s.holder_role = v_role, true)
-              AND s.expires_at > clock_timestamp();
-            IF FOUND THEN
-                PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR NO KEY UPDATE;
-                v_counted := true;
-            END IF;
-            SELECT s.ctid INTO v_tid FROM pglease.slots AS s
-            WHERE s.scope = p_scope AND s.slot = p_slot
-              AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-              AND coalesce(s.holder_role = v_role, true)
-              AND s.expires_at > clock_timestamp()
-            FOR NO KEY UPDATE SKIP LOCKED;
-            v_locked := FOUND;
+          AND pglease._live_tenure(s.holder, s.holder_role, s.fence, s.expires_at,
+                                   p_holder, v_role, p_fence, clock_timestamp());
+        IF FOUND THEN
+            PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope FOR NO KEY UPDATE;
+            v_counted := true;
         END IF;
-        IF v_locked AND NOT v_counted THEN
+        v_tid := pglease._slot_lock(p_scope, p_slot, p_holder, p_fence, v_role);
+        IF v_tid IS NULL THEN
+            released := false;
+            RETURN; -- not the caller's live tenure
+        END IF;
+        IF NOT v_counted THEN
             -- The lock claims hold while they count (see pglease._wake),
             -- taken before the change without waiting: when a claim holds
             -- it, notify whether or not someone registered; otherwise only
@@ -125,70 +100,19 @@ BEGIN
             v_wake := NOT FOUND;
         END IF;
     END IF;
-    IF v_locked THEN
-        v_now := clock_timestamp();
-        UPDATE pglease.slots AS s
-        SET holder = NULL, expires_at = least(s.expires_at, v_now),
-            check_at = least(s.check_at, v_now)
-        WHERE s.ctid = v_tid -- the locked row version stays where it is
-        RETURNING v_counted OR v_wake
-                  OR EXISTS (SELECT FROM pglease.waiters AS w
-                             WHERE w.kind = 'slot' AND w.name = p_scope
-                               AND w.until > clock_timestamp())
-        INTO v_wake;
-        released := true;
-        IF v_wake THEN
-            PERFORM pglease._slot_wake(p_scope, v_counted);
-        END IF;
-        RETURN;
+    v_now := clock_timestamp();
+    UPDATE pglease.slots AS s
+    SET holder = NULL, expires_at = least(s.expires_at, v_now),
+        check_at = least(s.check_at, v_now)
+    WHERE s.ctid = v_tid -- the locked row version stays where it is
+    RETURNING v_counted OR v_wake
+              OR EXISTS (SELECT FROM pglease.waiters AS w
+                         WHERE w.kind = 'slot' AND w.name = p_scope
+                           AND w.until > clock_timestamp())
+    INTO v_wake;
+    released := true;
+    IF v_wake THEN
+        PERFORM pglease._slot_wake(p_scope, v_counted);
     END IF;
-    -- Locked by a transaction in flight (a renewal, a fenced write, a
-    -- claim re-pinning it): wait in a subtransaction and decide on the
-    -- clock read after the wait, as pglease.release does.
-    released := false;
-    PERFORM 1 FROM pglease.slots AS s
-    WHERE s.scope = p_scope AND s.slot = p_slot
-      AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-      AND coalesce(s.holder_role = v_role, true)
-      AND s.expires_at > clock_timestamp();
-    IF NOT FOUND THEN
-        RETURN; -- not the caller's live tenure
-    END IF;
-    BEGIN
-        PERFORM 1 FROM pglease.slots AS s
-        WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-        FOR NO KEY UPDATE;
-        v_now := clock_timestamp();
-        UPDATE pglease.slots AS s
-        SET holder = NULL, expires_at = least(s.expires_at, v_now),
-            check_at = least(s.check_at, v_now)
-        WHERE s.scope = p_scope AND s.slot = p_slot
-          AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = p_fence
-          AND coalesce(s.holder_role = v_role, true)
-          AND s.expires_at > v_now;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-        END IF;
-        released := true;
-    EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-        RETURN;
-    END;
-    IF NOT v_counted THEN
-        -- As on the fast path, but after the change: the lock claims hold
-        -- while they count; the waiters read in a statement of its own,
-        -- whose snapshot is taken after it.
-        PERFORM 1 FROM pglease.slot_scopes AS sc WHERE sc.scope = p_scope
-        FOR UPDATE SKIP LOCKED;
-        IF FOUND THEN
-            PERFORM 1 FROM pglease.waiters AS w
-            WHERE w.kind = 'slot' AND w.name = p_scope AND w.until > clock_timestamp();
-            IF NOT FOUND THEN
-                RETURN; -- nobody waits
-            END IF;
-        END IF;
-    END IF;
-    PERFORM pglease._slot_wake(p_scope, v_counted);
 END
 $$;

@@ -53,6 +53,7 @@ DECLARE
     v_live  bigint;
     v_fast  integer;
     v_wait  text;
+    v_tid   tid;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
@@ -138,11 +139,10 @@ BEGIN
     INTO slot_scopes, slots, slot_fences
     FROM renewed AS r;
 
-    -- Slow path: live tenures of the caller whose row was locked. Wait for
-    -- each in a subtransaction and decide on the clock read after the
-    -- wait; a lock taken for nothing goes with the subtransaction. Each
-    -- row is found again by its name or scope, never by the holder
-    -- (compared with IS NOT DISTINCT FROM, as in pglease.renew). What the
+    -- Slow path: live tenures of the caller whose row was locked, each
+    -- locked as pglease.renew locks it (pglease._lease_lock,
+    -- pglease._slot_lock: wait, then decide on the clock read after the
+    -- wait, keeping no lock for a tenure that ended meanwhile). What the
     -- fast path renewed is left out by a hashed NOT IN: = ANY over the
     -- array would compare each row with every element (quadratic in the
     -- holder's leases).
@@ -153,22 +153,14 @@ BEGIN
               AND l.expires_at > clock_timestamp()
               AND l.name NOT IN (SELECT r.name FROM unnest(leases) AS r(name))
         LOOP
-            BEGIN
-                PERFORM 1 FROM pglease.leases AS l
-                WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
-                FOR NO KEY UPDATE;
+            v_tid := pglease._lease_lock(v_name, p_holder, v_fence, v_role);
+            IF v_tid IS NOT NULL THEN
                 UPDATE pglease.leases AS l
                 SET expires_at = greatest(l.expires_at, clock_timestamp() + v_ttl), holder_role = v_role
-                WHERE l.name = v_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = v_fence
-                  AND coalesce(l.holder_role = v_role, true) AND l.expires_at > clock_timestamp();
-                IF NOT FOUND THEN
-                    RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-                END IF;
+                WHERE l.ctid = v_tid;
                 leases := leases || v_name;
                 lease_fences := lease_fences || v_fence;
-            EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-                NULL;
-            END;
+            END IF;
         END LOOP;
     END IF;
     FOR v_name, v_slot, v_fence IN
@@ -178,23 +170,15 @@ BEGIN
           AND (s.scope, s.slot) NOT IN (SELECT r.scope, r.slot
                                         FROM unnest(slot_scopes, slots) AS r(scope, slot))
     LOOP
-        BEGIN
-            PERFORM 1 FROM pglease.slots AS s
-            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = v_fence
-            FOR NO KEY UPDATE;
+        v_tid := pglease._slot_lock(v_name, v_slot, p_holder, v_fence, v_role);
+        IF v_tid IS NOT NULL THEN
             UPDATE pglease.slots AS s
             SET expires_at = greatest(s.expires_at, clock_timestamp() + v_ttl), holder_role = v_role
-            WHERE s.scope = v_name AND s.slot = v_slot AND s.holder IS NOT DISTINCT FROM p_holder AND s.fence = v_fence
-              AND coalesce(s.holder_role = v_role, true) AND s.expires_at > clock_timestamp();
-            IF NOT FOUND THEN
-                RAISE EXCEPTION USING ERRCODE = 'PGL03', MESSAGE = 'pglease: ended meanwhile';
-            END IF;
+            WHERE s.ctid = v_tid;
             slot_scopes := slot_scopes || v_name;
             slots := slots || v_slot;
             slot_fences := slot_fences || v_fence;
-        EXCEPTION WHEN SQLSTATE 'PGL03' THEN
-            NULL;
-        END;
+        END IF;
     END LOOP;
 
     -- In the documented order: by name (byte order), and by scope and slot.

@@ -134,79 +134,12 @@ BEGIN
     PERFORM pglease._check_fence('set_value', p_fence);
     PERFORM pglease._check_value('set_value', p_value);
     UPDATE pglease.leases AS l SET value = p_value
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at > clock_timestamp();
+    WHERE l.name = p_name
+      AND pglease._live_tenure(l.holder, l.holder_role, l.fence, l.expires_at,
+                               p_holder, v_role, p_fence, clock_timestamp());
     value_set := FOUND;
     IF value_set THEN
         PERFORM pglease._observed_wake(p_name);
-    END IF;
-END
-$$;
-
--- pglease.renew_lease(p_name, p_holder, p_fence, p_ttl): pglease.renew,
--- and whether a release of the tenure was requested.
---
--- Returns what pglease.renew returns, and release_requested: true when
--- the renewal succeeded and pglease.request_release has asked this tenure's
--- holder to hand over (release, and acquire no more for a while); false
--- otherwise. Raises what pglease.renew raises, naming renew_lease.
---
--- The common renewal is pglease.renew's first path inline (a call of
--- pglease.renew would cost more), the same two statements with the same
--- conditions, and reads the request from the row version it writes: the
--- row is locked, so no request is in flight (a request locks the row too).
--- Anything else, a row locked in flight or a tenure that is not the
--- caller's live one, goes through pglease.renew itself, which waits and
--- decides as it does.
-CREATE OR REPLACE FUNCTION pglease.renew_lease(
-    p_name text, p_holder text, p_fence bigint, p_ttl interval,
-    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
-    OUT release_requested boolean)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_role text := session_user::text;
-    v_ttl  interval;
-    v_tid  tid;
-BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_name) BETWEEN 1 AND 256
-        AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_fence >= 0) IS NOT TRUE THEN
-        PERFORM pglease._check_text('renew_lease', 'p_name', p_name);
-        PERFORM pglease._check_text('renew_lease', 'p_holder', p_holder);
-        PERFORM pglease._check_fence('renew_lease', p_fence);
-    END IF;
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('renew_lease', p_ttl);
-    END IF;
-
-    SELECT l.ctid INTO v_tid FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
-      AND l.expires_at > clock_timestamp()
-    FOR NO KEY UPDATE SKIP LOCKED;
-    IF FOUND THEN
-        UPDATE pglease.leases AS l
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE l.ctid = v_tid -- the locked row version stays where it is
-        RETURNING l.expires_at, l.release_requested_at IS NOT NULL
-        INTO expires_at, release_requested;
-        renewed := true;
-        expires_in := v_ttl;
-        RETURN;
-    END IF;
-
-    SELECT r.renewed, r.expires_at, r.expires_in INTO renewed, expires_at, expires_in
-    FROM pglease.renew(p_name, p_holder, p_fence, p_ttl) AS r;
-    release_requested := false;
-    IF renewed THEN
-        SELECT l.release_requested_at IS NOT NULL INTO release_requested
-        FROM pglease.leases AS l
-        WHERE l.name = p_name AND l.fence = p_fence;
     END IF;
 END
 $$;

@@ -60,8 +60,9 @@ BEGIN
 
     released := false;
     SELECT l.acquired_at INTO v_acquired FROM pglease.leases AS l
-    WHERE l.name = p_name AND l.holder IS NOT DISTINCT FROM p_holder AND l.fence = p_fence
-      AND coalesce(l.holder_role = v_role, true)
+    WHERE l.name = p_name -- the tenure, live or not
+      AND pglease._live_tenure(l.holder, l.holder_role, l.fence, l.expires_at,
+                               p_holder, v_role, p_fence, '-infinity')
     FOR UPDATE;
     v_now := clock_timestamp();
     IF NOT FOUND THEN

@@ -34,7 +34,8 @@ DROP FUNCTION pglease._batch_check(text, text[], text, text, integer, boolean);
 DROP VIEW pglease.lease_status;
 DROP FUNCTION pglease.acquire(text, text, interval, text);
 DROP FUNCTION pglease.set_value(text, text, bigint, text);
-DROP FUNCTION pglease.renew_lease(text, text, bigint, interval);
+-- renew's result loses release_requested: 0.2.0's is created again.
+DROP FUNCTION pglease.renew(text, text, bigint, interval);
 DROP FUNCTION pglease.observe(text, interval);
 DROP FUNCTION pglease.request_release(text, text, interval);
 DROP FUNCTION pglease._observed_wake(text);
