@@ -18,8 +18,8 @@ func TestShipsLight(t *testing.T) {
 	forbidden := []string{
 		"github.com/testcontainers/", "github.com/docker/", "github.com/moby/",
 		"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/sdk/", "go.opentelemetry.io/otel/exporters/", "go.opentelemetry.io/contrib/",
-		"github.com/pglease/pglease/internal/pgtest", "github.com/pglease/pglease/internal/pgcontainer",
-		"github.com/pglease/pglease/internal/faultproxy", "github.com/pglease/pglease/internal/metrictest", "go.uber.org/goleak",
+		"github.com/pglease/pglease/internal/testing/pgtest", "github.com/pglease/pglease/internal/testing/pgcontainer",
+		"github.com/pglease/pglease/internal/testing/faultproxy", "github.com/pglease/pglease/internal/testing/metrictest", "go.uber.org/goleak",
 	}
 	pkgs := strings.Fields(string(out))
 	for _, pkg := range pkgs {
