@@ -1,10 +1,4 @@
-// Package deps_test checks that what users run stays light: the library
-// packages services import and the pglease binary link pgx,
-// golang-migrate and the OpenTelemetry API, never container runtimes, test
-// harnesses, benchmarking code, or an OpenTelemetry SDK or exporter (a
-// service installs those); and the client packages a service imports link
-// no migrations.
-package deps_test
+package layout_test
 
 import (
 	"os/exec"
@@ -14,12 +8,11 @@ import (
 )
 
 // harness is what neither the library nor the binary may link: test
-// harnesses, and the OpenTelemetry SDK (tests use it through
-// internal/testing/metrictest).
+// harnesses (internal/testing/), container runtimes, and the OpenTelemetry
+// SDK (tests use it through internal/testing/metrictest).
 var harness = []string{
+	"github.com/pglease/pglease/internal/testing/",
 	"github.com/testcontainers/", "github.com/docker/", "github.com/moby/",
-	"github.com/pglease/pglease/internal/testing/pgtest", "github.com/pglease/pglease/internal/testing/pgcontainer",
-	"github.com/pglease/pglease/internal/testing/faultproxy", "github.com/pglease/pglease/internal/testing/metrictest",
 	"go.uber.org/goleak", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/sdk/",
 }
 
@@ -42,6 +35,12 @@ var allowed = []string{
 	"go.opentelemetry.io/otel", "go.opentelemetry.io/auto/sdk", "github.com/go-logr/", "github.com/cespare/xxhash/",
 }
 
+// TestDependencies checks that what users run stays light: the library
+// packages services import and the pglease binary link pgx,
+// golang-migrate and the OpenTelemetry API, never container runtimes, test
+// harnesses, benchmarking code, or an OpenTelemetry SDK or exporter (a
+// service installs those); and the client packages a service imports link
+// no migrations. `go version -m` on the binary shows the same.
 func TestDependencies(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -52,6 +51,7 @@ func TestDependencies(t *testing.T) {
 			"github.com/pglease/pglease/pglease",
 			"github.com/pglease/pglease/runslots",
 			"github.com/pglease/pglease/supervisor",
+			"github.com/pglease/pglease/shardgroup",
 			"github.com/pglease/pglease/pgleaseadmin",
 			"github.com/pglease/pglease/pgleasemigrate",
 		}, slices.Concat([]string{"github.com/pglease/pglease/internal/pgserver"}, harness, exporters)},
@@ -59,12 +59,13 @@ func TestDependencies(t *testing.T) {
 			"github.com/pglease/pglease/pglease",
 			"github.com/pglease/pglease/runslots",
 			"github.com/pglease/pglease/supervisor",
+			"github.com/pglease/pglease/shardgroup",
 			"github.com/pglease/pglease/pgleaseadmin",
 		}, slices.Concat([]string{
 			"github.com/golang-migrate/", "github.com/pglease/pglease/internal/schema",
 			"github.com/pglease/pglease/migrations", "github.com/pglease/pglease/migrations/", "github.com/pglease/pglease/pgleasemigrate",
 		}, harness, exporters)},
-		{"binary", []string{"github.com/pglease/pglease/cmd/pglease"}, harness},
+		{"binary", []string{"github.com/pglease/pglease/cmd/pglease"}, slices.Concat(harness, exporters)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, tc.pkgs...)
