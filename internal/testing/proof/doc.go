@@ -15,9 +15,9 @@
 // each test, what it does, the figures it reports (t.Logf) and how to run
 // the long versions:
 //
-//	go test -tags proof -race -count=1 ./internal/testing/proof/           # CI size
+//	go test -tags proof -race -count=1 ./internal/testing/proof/   # CI size
 //	PGLEASE_STRESS_DURATION=5m go test -tags proof -race -count=1 -timeout 30m \
-//	    -run TestStress -v ./internal/testing/proof/                        # long stress
+//	    -run TestStress -v ./internal/testing/proof/                # long stress
 //	go test -tags proof -run '^$' -fuzz FuzzAcquire -fuzztime 30s ./internal/testing/proof/
 //
 // Every test asserts safety (no violation, whatever the faults) and keeps

@@ -1,11 +1,11 @@
 // Command suiteproxy serves the unchanged test suites of the repository
-// (internal/testing/contract, pglease, runslots, supervisor) a proxy instead of a
-// pglease database, for scripts/test-sharded.sh: it starts a cluster for
-// the proxies and two for four partition databases, makes template0 of
-// the proxy cluster a migrated proxy database over the partitions (so that
-// every database the test harness creates there, from template0, is one),
-// prints the proxy cluster's administrative URL on stdout, and stops every
-// cluster when its standard input closes.
+// (internal/testing/contract, pglease, runslots, supervisor) a proxy
+// instead of a pglease database, for scripts/test-sharded.sh: it starts a
+// cluster for the proxies and two for four partition databases, makes
+// template0 of the proxy cluster a migrated proxy database over the
+// partitions (so that every database the test harness creates there, from
+// template0, is one), prints the proxy cluster's administrative URL on
+// stdout, and stops every cluster when its standard input closes.
 //
 // The harness (internal/testing/pgtest) then creates a database per test as
 // usual, and finds it already at the newest migration: its history says
