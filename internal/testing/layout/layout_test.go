@@ -39,9 +39,9 @@ type row struct {
 
 // TestLayout checks CONTRIBUTING.md's Layout table against the tree: every
 // top-level folder, and every folder of internal/ and internal/testing/,
-// has a row; every folder a row names exists; every Go package falls under
-// a row, and its non-test files import, of this module, only what its row
-// allows.
+// has a row; every folder the table names exists; every Go package falls
+// under a row, and its non-test files import, of this module, only what
+// its row allows.
 func TestLayout(t *testing.T) {
 	root := moduleRoot(t)
 	rows := layoutTable(t, filepath.Join(root, "CONTRIBUTING.md"))
@@ -51,6 +51,8 @@ func TestLayout(t *testing.T) {
 	for _, r := range rows {
 		for _, f := range r.folders {
 			named[f] = true
+		}
+		for _, f := range slices.Concat(r.folders, r.imports) {
 			if fi, err := os.Stat(filepath.Join(root, f)); err != nil || !fi.IsDir() {
 				t.Errorf("CONTRIBUTING.md:%d: the Layout names %s/, which is not a folder of the tree", r.line, f)
 			}
@@ -80,7 +82,7 @@ func TestLayout(t *testing.T) {
 		}
 	}
 	for _, top := range slices.Sorted(maps.Keys(tops)) {
-		if !slices.ContainsFunc(slices.Collect(maps.Keys(named)), func(f string) bool { return within(f, top) }) {
+		if !slices.ContainsFunc(rows, func(r row) bool { return r.namesWithin(top) }) {
 			t.Errorf("top-level folder %s/ has no row in CONTRIBUTING.md's Layout", top)
 		}
 	}
@@ -98,11 +100,11 @@ func TestLayout(t *testing.T) {
 			continue
 		}
 		for _, f := range pkgs[dir] {
-			ast, err := parser.ParseFile(fset, filepath.Join(root, f), nil, parser.ImportsOnly)
+			file, err := parser.ParseFile(fset, filepath.Join(root, f), nil, parser.ImportsOnly)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, spec := range ast.Imports {
+			for _, spec := range file.Imports {
 				imp, err := strconv.Unquote(spec.Path.Value)
 				if err != nil {
 					t.Fatal(err)
@@ -127,6 +129,11 @@ func (r row) allows(target string) bool {
 	return slices.ContainsFunc(r.imports, func(f string) bool {
 		return within(target, f) && (!within(target, testingDir) || within(f, testingDir))
 	})
+}
+
+// namesWithin reports whether r names folder dir or a folder below it.
+func (r row) namesWithin(dir string) bool {
+	return slices.ContainsFunc(r.folders, func(f string) bool { return within(f, dir) })
 }
 
 // rowOf returns the row naming the longest folder that holds dir.
