@@ -42,10 +42,10 @@ lint: lint-go lint-sql ## Run every linter
 lint-go: ## gofmt and go vet
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:" $$out >&2; exit 1; fi
 	$(GO) vet $(PKGS)
-	$(GO) vet -tags proof ./internal/proof/
+	$(GO) vet -tags proof ./internal/testing/proof/
 	$(GO) vet -tags failover ./failover/
-	$(GO) vet -tags sharded ./internal/shardtest/
-	$(GO) vet -tags observability ./internal/obstest/
+	$(GO) vet -tags sharded ./internal/testing/shardtest/
+	$(GO) vet -tags observability ./internal/testing/obstest/
 	cd bench && $(GO) vet ./...
 	cd examples/metrics && $(GO) vet ./...
 
@@ -88,7 +88,7 @@ test-compat: ## The last release's client and SQL contract suites against the he
 	./scripts/test-compat.sh
 
 test-extension: install-extension ## Run the SQL contract tests against CREATE EXTENSION pglease instead of the migrations
-	PGLEASE_TEST_SCHEMA=extension $(GO) test -race -count=1 ./internal/contract/
+	PGLEASE_TEST_SCHEMA=extension $(GO) test -race -count=1 ./internal/testing/contract/
 
 bench: ## Benchmark pglease against one Postgres (PGLEASE_BENCH_DATABASE_URL); writes BENCHMARKS.md and bench/results/latest.json
 	cd bench && $(GO) run . -out ../BENCHMARKS.md
@@ -100,20 +100,20 @@ test-pgbouncer: ## Client and supervisor suites through PgBouncer in transaction
 	./scripts/test-pgbouncer.sh
 
 proof: ## Reliability tests at CI size, with their figures: history checker, stress, faults, fuzz seeds, secrets
-	$(GO) test -tags proof -race -count=1 -v ./internal/history/ ./internal/proof/
+	$(GO) test -tags proof -race -count=1 -v ./internal/testing/history/ ./internal/testing/proof/
 
 stress: ## Long history-checked stress run (PGLEASE_STRESS_DURATION, default 5m)
-	PGLEASE_STRESS_DURATION=$${PGLEASE_STRESS_DURATION:-5m} $(GO) test -tags proof -race -count=1 -timeout 60m -run '^TestStress$$' -v ./internal/proof/
+	PGLEASE_STRESS_DURATION=$${PGLEASE_STRESS_DURATION:-5m} $(GO) test -tags proof -race -count=1 -timeout 60m -run '^TestStress$$' -v ./internal/testing/proof/
 
 chaos-groups: ## History-checked chaos run of a shard group: 8 worker processes, M=64, joins, leaves, kill -9, backend kills (PGLEASE_GROUPS_DURATION, default 2m)
-	PGLEASE_GROUPS_DURATION=$${PGLEASE_GROUPS_DURATION:-2m} $(GO) test -tags proof -race -count=1 -timeout 30m -run '^TestGroupChaos$$' -v ./internal/proof/
+	PGLEASE_GROUPS_DURATION=$${PGLEASE_GROUPS_DURATION:-2m} $(GO) test -tags proof -race -count=1 -timeout 30m -run '^TestGroupChaos$$' -v ./internal/testing/proof/
 
 model: ## Check the Promela model of shard groups with spin (model/shards.pml): safety and convergence (~1.5 min; needs make deps)
 	./scripts/check-model.sh
 
 fuzz: ## Fuzz every SQL function's arguments, FUZZTIME (30s) per target
 	@for f in $(FUZZ_TARGETS); do \
-		$(GO) test -tags proof -count=1 -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 1 ./internal/proof/ || exit 1; \
+		$(GO) test -tags proof -count=1 -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -parallel 1 ./internal/testing/proof/ || exit 1; \
 	done
 
 test-failover: ## Failover tests on a pg_auto_failover formation (root; ~4 min; FAILOVER_FLAGS=-short ~3 min)

@@ -20,7 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglease/pglease/internal/shardtest"
+	"github.com/pglease/pglease/internal/testing/shardtest"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/pgleaseadmin"
 )
@@ -34,7 +34,7 @@ type proxyTarget struct {
 // runProxyBench is `bench proxy`: acquire + release throughput through a
 // PL/Proxy proxy (migrations/proxy) against a direct connection to one
 // partition, and over one, two and four partitions, on two throwaway
-// clusters of this machine (internal/shardtest). It prints a markdown
+// clusters of this machine (internal/testing/shardtest). It prints a markdown
 // table.
 func runProxyBench(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flag.NewFlagSet("bench proxy", flag.ContinueOnError)

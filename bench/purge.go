@@ -16,7 +16,7 @@ import (
 // hour. Right after a purge and VACUUM the planner's statistics say the
 // table is empty until the next ANALYZE; the functions' statements find
 // rows by primary key whatever the statistics say, and purge deletes
-// without a join (TestNameKeyedCallsUsePrimaryKey in internal/contract
+// without a join (TestNameKeyedCallsUsePrimaryKey in internal/testing/contract
 // checks both), so the run with purge keeps the pace of the run without.
 const purgeBatch = 1_000
 

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/testing/pgtest"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"

@@ -3,7 +3,7 @@ package pgleaseadmin_test
 import (
 	"testing"
 
-	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/testing/pgtest"
 )
 
 // TestMain points DATABASE_URL at a migrated database for the examples.

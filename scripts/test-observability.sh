@@ -1,7 +1,7 @@
 #!/bin/sh
 # The database's view as Prometheus sees it (make test-observability): the
 # rules of deploy/prometheus checked and unit-tested by promtool, then
-# internal/obstest with build tag observability: a real Prometheus
+# internal/testing/obstest with build tag observability: a real Prometheus
 # (Debian's package, a loopback port, a throwaway data directory) scraping
 # `pglease exporter` against a real Postgres while supervisors hand a lease
 # over, its HTTP API showing the handover, the held gauge and a firing
@@ -31,4 +31,4 @@ fi
 
 need prometheus prometheus
 need prometheus-postgres-exporter prometheus-postgres-exporter
-go test -tags observability -race -count=1 -timeout 5m "$@" ./internal/obstest/
+go test -tags observability -race -count=1 -timeout 5m "$@" ./internal/testing/obstest/

@@ -2,7 +2,7 @@
 # Runs the client and supervisor suites with every client connection going
 # through PgBouncer in transaction pooling mode (PGLEASE_TEST_PGBOUNCER=1:
 # the test harness starts a pgbouncer of its own in front of the test
-# server, see internal/pgtest/pgbouncer.go). Migrations and administrative
+# server, see internal/testing/pgtest/pgbouncer.go). Migrations and administrative
 # connections stay direct.
 #
 # Usage: scripts/test-pgbouncer.sh [go test flags...]

@@ -5,7 +5,7 @@
 # its `down -all` counterpart, and checks what the page says: up reaches the
 # newest migration, and after down only the empty history table
 # pglease_schema_migrations remains. (The README's own set-up commands are
-# run by internal/readme's TestREADMESetup.)
+# run by internal/testing/readme's TestREADMESetup.)
 #
 # Server: PGLEASE_TEST_DATABASE_URL (a postgres:// URL), else
 # postgres://postgres@127.0.0.1:5432/postgres. Needs go and psql.

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs pglease sharded by PL/Proxy on real, separate clusters
-# (internal/shardtest): two throwaway clusters started from the local
+# (internal/testing/shardtest): two throwaway clusters started from the local
 # server binaries, a proxy database (migrations/proxy) over four partition
 # databases spread over both, and against the proxy the SQL contract, the
 # Go lease client, runslots and the supervisor, role binding across the
@@ -10,8 +10,8 @@
 # does not start their clusters.
 #
 # With PGLEASE_SHARDED_SUITES=1 it then runs the repository's unchanged
-# suites (internal/contract, pglease, runslots, supervisor) with every
-# pglease call going through a proxy: internal/shardtest/suiteproxy starts
+# suites (internal/testing/contract, pglease, runslots, supervisor) with every
+# pglease call going through a proxy: internal/testing/shardtest/suiteproxy starts
 # a proxy cluster whose template0 is a migrated proxy database, and two
 # partition clusters; each test database the harness creates is then a
 # proxy whose four partitions are made for it when the harness reads its
@@ -39,7 +39,7 @@ fi
 export PGLEASE_SHARD_PG_BINDIR="$bindir"
 
 echo "test-sharded: proxy and four partitions on two throwaway clusters of $bindir" >&2
-go test -tags sharded -race -count=1 -timeout 10m "$@" ./internal/shardtest/
+go test -tags sharded -race -count=1 -timeout 10m "$@" ./internal/testing/shardtest/
 
 [ "${PGLEASE_SHARDED_SUITES:-}" = 1 ] || exit 0
 
@@ -78,11 +78,11 @@ SUB_ROUTING='ClaimSlotsRace|ClaimSlotsInputOrder|ClaimSlotsAllOrNothing|RenewHol
 top="^($TOP_PARTITION|$TOP_ROLES|$TOP_NOTIFY|$TOP_LOCKS|$TOP_ROUTING)\$"
 sub="^(TestLeases|TestSlots)\$/^($SUB_PARTITION|$SUB_NOTIFY|$SUB_LOCKS|$SUB_ROUTING)\$"
 
-go build -o "${TMPDIR:-/tmp}/pglease-suiteproxy.$$" ./internal/shardtest/suiteproxy
+go build -o "${TMPDIR:-/tmp}/pglease-suiteproxy.$$" ./internal/testing/shardtest/suiteproxy
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "${TMPDIR:-/tmp}/pglease-suiteproxy.$$"' EXIT
 status=0
-for pkg in ./internal/contract/ ./pglease/ ./runslots/ ./supervisor/; do
+for pkg in ./internal/testing/contract/ ./pglease/ ./runslots/ ./supervisor/; do
     mkfifo "$tmp/stdin"
     "${TMPDIR:-/tmp}/pglease-suiteproxy.$$" <"$tmp/stdin" >"$tmp/url" 2>"$tmp/log" &
     sp=$!
@@ -93,7 +93,7 @@ for pkg in ./internal/contract/ ./pglease/ ./runslots/ ./supervisor/; do
     done
     echo "test-sharded: $pkg unchanged, every call through a PL/Proxy proxy" >&2
     url=$(cat "$tmp/url")
-    if [ "$pkg" = ./internal/contract/ ]; then
+    if [ "$pkg" = ./internal/testing/contract/ ]; then
         # The subtests of TestLeases and TestSlots in a run of their own:
         # one -skip pattern cannot name top-level tests and subtests both.
         PGLEASE_TEST_DATABASE_URL=$url go test -race -count=1 -timeout 10m -skip "^($TOP_PARTITION|$TOP_ROLES|$TOP_NOTIFY|$TOP_LOCKS|$TOP_ROUTING|TestLeases|TestSlots)\$" "$@" "$pkg" || status=1

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/testing/pgtest"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/runslots"
 	"github.com/pglease/pglease/supervisor"

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/testing/pgtest"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/supervisor"
 )

@@ -17,9 +17,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglease/pglease/internal/faultproxy"
-	"github.com/pglease/pglease/internal/pgtest"
-	"github.com/pglease/pglease/internal/testsignal"
+	"github.com/pglease/pglease/internal/testing/faultproxy"
+	"github.com/pglease/pglease/internal/testing/pgtest"
+	"github.com/pglease/pglease/internal/testing/testsignal"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/supervisor"

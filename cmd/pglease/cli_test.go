@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/pgserver"
-	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/schema"
+	"github.com/pglease/pglease/internal/testing/pgtest"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/pgleaseadmin"
 	"github.com/pglease/pglease/runslots"

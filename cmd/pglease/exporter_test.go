@@ -16,9 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pglease/pglease/internal/faultproxy"
-	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/schema"
+	"github.com/pglease/pglease/internal/testing/faultproxy"
+	"github.com/pglease/pglease/internal/testing/pgtest"
 	"github.com/pglease/pglease/pglease"
 )
 

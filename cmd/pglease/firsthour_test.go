@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pglease/pglease/internal/pgtest"
 	"github.com/pglease/pglease/internal/schema"
+	"github.com/pglease/pglease/internal/testing/pgtest"
 	"github.com/pglease/pglease/runslots"
 )
 

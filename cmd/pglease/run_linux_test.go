@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/pglease/pglease/internal/faultproxy"
-	"github.com/pglease/pglease/internal/pgtest"
+	"github.com/pglease/pglease/internal/testing/faultproxy"
+	"github.com/pglease/pglease/internal/testing/pgtest"
 )
 
 // reaperCases are the CLI tests of what the reaper guarantees on Linux:

@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/pglease/pglease/internal/testsignal"
+	"github.com/pglease/pglease/internal/testing/testsignal"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -22,9 +22,9 @@
 //
 // The package is for the tests and for the demo command, which ships in the
 // pglease binary: it must not link a container runtime. The tests' last
-// resort, a container, lives in internal/pgcontainer, which only
-// internal/pgtest imports; it builds its Server with [Check]. The library
-// packages of the module import neither.
+// resort, a container, lives in internal/testing/pgcontainer, which only
+// internal/testing/pgtest imports; it builds its Server with [Check]. The
+// library packages of the module import neither.
 //
 // # Safety
 //

@@ -7,14 +7,15 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/pglease/pglease/internal/check"
 	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/internal/notify"
 )
@@ -22,7 +23,7 @@ import (
 // Limits enforced by the SQL functions, checked before a round trip.
 const (
 	// MaxNameLen is the longest lease name, holder or slot scope, in bytes.
-	MaxNameLen = check.MaxLen
+	MaxNameLen = 256
 	// MaxTTL is the longest TTL a tenure can be granted for.
 	MaxTTL = 24 * time.Hour
 	// MaxCapacity is the largest capacity a slot scope can be claimed with.
@@ -172,10 +173,16 @@ func NewHolderID() string {
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// CheckText validates a lease name, holder or scope as the SQL does.
+// CheckText validates a lease name, holder or scope named arg as the SQL
+// does, plus what Postgres text cannot hold, before a round trip.
 func CheckText(arg, value string) error {
-	if msg := check.Text(arg, value); msg != "" {
-		return Invalidf("%s", msg)
+	switch n := len(value); {
+	case n < 1 || n > MaxNameLen:
+		return Invalidf("%s must be 1 to %d bytes long, got %d bytes", arg, MaxNameLen, n)
+	case !utf8.ValidString(value):
+		return Invalidf("%s must be valid UTF-8", arg)
+	case strings.IndexByte(value, 0) >= 0:
+		return Invalidf("%s must not contain NUL bytes (Postgres text cannot hold them)", arg)
 	}
 	return nil
 }

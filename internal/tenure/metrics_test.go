@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/pglease/pglease/internal/db"
-	"github.com/pglease/pglease/internal/metrictest"
+	"github.com/pglease/pglease/internal/testing/metrictest"
 )
 
 // renewDB answers a lease's renewals with what renew returns (it may

@@ -111,3 +111,28 @@ func TestInterpretSaysPrefixOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckText: a name, holder or scope is refused before a round trip
+// when the SQL would refuse it, or when Postgres text cannot hold it.
+func TestCheckText(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  string // "": accepted
+	}{
+		{"jobs", ""},
+		{"ß日本🔒 ;'\"", ""},
+		{strings.Repeat("x", MaxNameLen), ""},
+		{"", "1 to 256 bytes"},
+		{strings.Repeat("x", MaxNameLen+1), "1 to 256 bytes"},
+		{"a\xffb", "valid UTF-8"},
+		{"a\x00b", "NUL"},
+	} {
+		err := CheckText("name", tc.value)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("CheckText(%q) = %v, want nil", tc.value, err)
+		case tc.want != "" && (!errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("CheckText(%q) = %v, want ErrInvalidArgument saying %q", tc.value, err, tc.want)
+		}
+	}
+}

@@ -1,9 +1,0 @@
-package obstest
-
-import (
-	"testing"
-
-	"github.com/pglease/pglease/internal/pgtest"
-)
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
