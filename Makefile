@@ -87,6 +87,10 @@ install-extension: ## Install the extension (extension/) into $(pg_config --shar
 test-compat: ## The last release's client and SQL contract suites against the head schema (old clients keep working)
 	./scripts/test-compat.sh
 
+test-differential: ## Head's SQL functions against those of commit BASE (required): the same random calls from two roles, the same results and rows (PGLEASE_DIFF_CALLS per seed, default 1500)
+	@[ -n "$(BASE)" ] || { echo "test-differential: name the commit to compare with: make test-differential BASE=<commit>" >&2; exit 2; }
+	PGLEASE_DIFF_BASE=$(BASE) $(GO) test -tags differential -count=1 -v ./internal/testing/differential/
+
 test-extension: install-extension ## Run the SQL contract tests against CREATE EXTENSION pglease instead of the migrations
 	PGLEASE_TEST_SCHEMA=extension $(GO) test -race -count=1 ./internal/testing/contract/
 
