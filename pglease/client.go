@@ -23,8 +23,8 @@ const (
 	MaxTTL = tenure.MaxTTL
 )
 
-// DB is what a Client runs its queries on. A *pgxpool.Pool, a *pgx.Conn and
-// a pgx.Tx all satisfy it.
+// DB is what a Client, WithFence and SendFenced run their queries on. A
+// *pgxpool.Pool, a *pgxpool.Conn, a *pgx.Conn and a pgx.Tx all satisfy it.
 //
 // Blocking calls (Acquire, runslots' Claim, ClaimAll and Run, the
 // supervisor's standby) wake at a release NOTIFY when the client can open a
@@ -47,6 +47,7 @@ type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Begin(ctx context.Context) (pgx.Tx, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Listener is implemented by a DB that can open a dedicated connection for

@@ -13,7 +13,7 @@
 //	if errors.Is(err, pglease.ErrLeaseHeld) { ... } // someone else has it
 //	err = lease.Run(ctx, func(ctx context.Context) error {
 //		// renewed meanwhile; ctx ends the moment the lease is not certain
-//		return lease.WithFence(ctx, func(tx pgx.Tx) error { ... }) // fenced write
+//		return pglease.WithFence(ctx, pool, lease.Name(), lease.Fence(), func(tx pgx.Tx) error { ... }) // fenced write
 //	})
 //
 // A lease and a slot (package runslots) are two kinds of one concept, a

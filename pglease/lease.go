@@ -22,7 +22,7 @@ const NotifyChannel = notify.Channel
 // for concurrent use.
 type Lease struct {
 	t  *tenure.Tenure
-	db DB // the client's, for WithFence
+	db DB // the client's, for SetValue
 }
 
 // TryAcquire takes the lease name for ttl, or returns at once. It returns a
@@ -116,7 +116,8 @@ func (c *Client) try(ctx context.Context, name string, ttl time.Duration, o acqu
 func (l *Lease) Name() string { return l.t.Name() }
 
 // Fence returns this tenure's fence: larger than that of every earlier
-// tenure of the lease. Pass it along with writes to fence them (WithFence).
+// tenure of the lease. Pass it with the Name to WithFence or SendFenced to
+// fence writes.
 func (l *Lease) Fence() int64 { return l.t.Fence() }
 
 // Holder returns the identity holding this tenure.

@@ -201,6 +201,12 @@ func (d noDB) Begin(context.Context) (pgx.Tx, error) {
 	return nil, errNoDB
 }
 
+// SendBatch implements pglease.DB; no test sends a batch on it.
+func (d noDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
+	d.t.Errorf("unexpected SendBatch")
+	return nil
+}
+
 type errRow struct{}
 
 func (errRow) Scan(...any) error { return errNoDB }

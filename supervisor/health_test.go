@@ -34,6 +34,9 @@ func (d *scriptDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, err
 }
 func (d *scriptDB) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, errScript }
 func (d *scriptDB) Begin(context.Context) (pgx.Tx, error)                   { return nil, errScript }
+func (d *scriptDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
+	panic("scriptDB: SendBatch not scripted")
+}
 
 func (d *scriptDB) QueryRow(ctx context.Context, sql string, _ ...any) pgx.Row {
 	switch {

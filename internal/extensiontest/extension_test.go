@@ -384,7 +384,7 @@ func useLeasesAndSlots(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	if err := l.Renew(ctx); err != nil {
 		t.Fatalf("renew: %v", err)
 	}
-	if err := l.WithFence(ctx, func(tx pgx.Tx) error { return nil }); err != nil {
+	if err := pglease.WithFence(ctx, pool, l.Name(), l.Fence(), func(tx pgx.Tx) error { return nil }); err != nil {
 		t.Fatalf("fenced write: %v", err)
 	}
 	if err := l.Release(ctx); err != nil {

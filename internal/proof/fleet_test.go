@@ -42,7 +42,7 @@ func newFleet(name string) *fleet {
 // workload returns sup's workload: fenced writes through db every few
 // milliseconds until its context is cancelled, or until hold has passed
 // when hold > 0 (then it returns by itself and the lease is handed over).
-func (f *fleet) workload(sup *supervisor.Supervisor, db pglease.Beginner, hold time.Duration) func(context.Context) error {
+func (f *fleet) workload(sup *supervisor.Supervisor, db pglease.DB, hold time.Duration) func(context.Context) error {
 	return func(ctx context.Context) error {
 		start := f.rec.Now()
 		fence := sup.Fence()

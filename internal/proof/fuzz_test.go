@@ -161,7 +161,7 @@ func FuzzAcquire(f *testing.F) {
 		if l != nil {
 			z.call(t, "Renew", l.Renew, pglease.ErrLeaseLost)
 			z.call(t, "WithFence", func(ctx context.Context) error {
-				return l.WithFence(ctx, func(pgx.Tx) error { return nil })
+				return pglease.WithFence(ctx, z.pool, l.Name(), l.Fence(), func(pgx.Tx) error { return nil })
 			})
 			z.call(t, "Release", l.Release, pglease.ErrLeaseLost)
 		}

@@ -241,7 +241,7 @@ func testSIGSTOP(t *testing.T, mode string) {
 	if _, ok := seen("acquired", frozen, time.Time{}); !ok {
 		t.Fatalf("taker's fence is %d, but the helper never reported holding fence %d", lease.Fence(), frozen)
 	}
-	if err := lease.WithFence(ctx, func(tx pgx.Tx) error {
+	if err := pglease.WithFence(ctx, pool, lease.Name(), lease.Fence(), func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, writeSQL, helperLease, lease.Fence(), "taker")
 		return err
 	}); err != nil {

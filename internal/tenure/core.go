@@ -97,7 +97,7 @@ func New(database DB, kind Kind, cfg Config) (*Core, error) {
 	}
 	c := &Core{kind: kind, db: database, q: db.New(database), cfg: cfg, m: newMeters(cfg.MeterProvider, kind.Noun, cfg.MetricsByName)}
 	c.pool, _ = database.(*pgxpool.Pool)
-	c.hub = newHub(database, cfg.Logger)
+	c.hub = NewHub(database, cfg.Logger)
 	if k := cfg.Keeper; k != nil && k.hub.Listens() {
 		c.hub = k.hub
 	}
@@ -107,10 +107,10 @@ func New(database DB, kind Kind, cfg Config) (*Core, error) {
 	return c, nil
 }
 
-// newHub returns a notification hub that listens on a connection of its own
+// NewHub returns a notification hub that listens on a connection of its own
 // to database's server: dialled as a *pgxpool.Pool dials, or by a
 // Listener; one that never listens for any other DB.
-func newHub(database DB, logger *slog.Logger) *notify.Hub {
+func NewHub(database DB, logger *slog.Logger) *notify.Hub {
 	var dial notify.Dial
 	switch d := database.(type) {
 	case *pgxpool.Pool:

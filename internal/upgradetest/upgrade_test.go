@@ -865,7 +865,7 @@ func TestClientOnReleasedSchema(t *testing.T) {
 			if err := l.Renew(ctx); err != nil {
 				t.Fatalf("renew on schema %s: %v", from, err)
 			}
-			if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+			if err := pglease.WithFence(ctx, pool, l.Name(), l.Fence(), func(pgx.Tx) error { return nil }); err != nil {
 				t.Fatalf("fenced write on schema %s: %v", from, err)
 			}
 			if err := l.Release(ctx); err != nil {
