@@ -27,7 +27,7 @@ func TestRunPurges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.Run(ctx, "new", 1, 5*time.Second, func(ctx context.Context) error {
+	err = claimRun(ctx, c, "new", 1, 5*time.Second, func(ctx context.Context) error {
 		select {
 		case n := <-removed:
 			if n != 3 {
@@ -54,7 +54,7 @@ func TestRunPurges(t *testing.T) {
 	if rows.Err() != nil || len(scopes) != 1 || scopes[0] != "new" {
 		t.Fatalf("scopes after the purge: %q (%v), want only Run's own, new", scopes, rows.Err())
 	}
-	s, err := c.TryClaim(ctx, "old", 1, time.Minute)
+	s, err := c.TryClaim(ctx, runslots.Want{Scope: "old", Capacity: 1}, time.Minute)
 	if err != nil || s.Fence() != 10 {
 		t.Fatalf("claim of the purged scope: %v, fence %d; want fence 10, above every purged fence", err, fenceOf(s))
 	}

@@ -63,7 +63,7 @@ func TestSharedRules(t *testing.T) {
 				t.Fatalf("%s: New = %v, %v; want the clients built", tc.name, lerr, serr)
 			}
 			_, lerr = leases.TryAcquire(ctx, "rules", tc.ttl)
-			_, serr = slots.TryClaim(ctx, "rules", 1, tc.ttl)
+			_, serr = slots.TryClaim(ctx, runslots.Want{Scope: "rules", Capacity: 1}, tc.ttl)
 		}
 		_, err := supervisor.New(pool, sup)
 		for who, err := range map[string]error{"pglease": lerr, "runslots": serr, "supervisor": err} {

@@ -124,7 +124,9 @@ func New(database pglease.DB, cfg Config) (*Supervisor, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.take = func(ctx context.Context) (held, error) { return c.Claim(ctx, cfg.Scope, cfg.Capacity, cfg.TTL) }
+		s.take = func(ctx context.Context) (held, error) {
+			return c.Claim(ctx, runslots.Want{Scope: cfg.Scope, Capacity: cfg.Capacity}, cfg.TTL)
+		}
 		s.idle = c.CloseIdle
 	} else {
 		s.name = cfg.Name

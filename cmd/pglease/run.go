@@ -381,14 +381,14 @@ func (r *runner) steps() ([]step, error) {
 		})
 	}
 	if r.o.scope != "" {
-		c, err := runslots.New(r.pool, runslots.Config{Holder: r.o.holder, Logger: r.log, Units: r.o.units})
+		c, err := runslots.New(r.pool, runslots.Config{Holder: r.o.holder, Logger: r.log})
 		if err != nil {
 			return nil, usagef("run", "%s", detail(err))
 		}
 		scope, capacity := r.o.scope, r.o.capacity
 		steps = append(steps, step{
 			take: func(ctx context.Context) (held, error) {
-				s, err := c.TryClaim(ctx, scope, capacity, r.o.ttl)
+				s, err := c.TryClaim(ctx, runslots.Want{Scope: scope, Capacity: capacity, Units: r.o.units}, r.o.ttl)
 				if full, ok := errors.AsType[*runslots.FullError](err); ok {
 					if !r.o.wait {
 						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
@@ -397,7 +397,7 @@ func (r *runner) steps() ([]step, error) {
 					}
 					fmt.Fprintf(r.a.stderr, "pglease: waiting for a slot of scope %s: %s (--wait)\n",
 						quoteName(scope), r.scopeFull(ctx, full))
-					s, err = c.Claim(ctx, scope, capacity, r.o.ttl)
+					s, err = c.Claim(ctx, runslots.Want{Scope: scope, Capacity: capacity, Units: r.o.units}, r.o.ttl)
 					c.CloseIdle() // the command needs no LISTEN connection
 				}
 				if err != nil {

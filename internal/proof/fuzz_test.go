@@ -252,7 +252,7 @@ func FuzzClaimSlot(f *testing.F) {
 		}
 		var s *runslots.Slot
 		z.call(t, "TryClaim", func(ctx context.Context) (err error) {
-			s, err = c.TryClaim(ctx, scope, int(capacity), ttl)
+			s, err = c.TryClaim(ctx, runslots.Want{Scope: scope, Capacity: int(capacity)}, ttl)
 			return err
 		}, runslots.ErrFull)
 		if s != nil {

@@ -278,7 +278,7 @@ func startTraffic(ctx context.Context, t *testing.T, pool *pgxpool.Pool, downgra
 		t.Fatal(err)
 	}
 	for _, scope := range []string{"gpu", "tenant"} {
-		s, err := sc.TryClaim(ctx, scope, 3, 10*time.Second)
+		s, err := sc.TryClaim(ctx, runslots.Want{Scope: scope, Capacity: 3}, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,7 +440,7 @@ func (tr *traffic) check(ctx context.Context, pool *pgxpool.Pool) {
 		if err := s.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		next, err := sc.TryClaim(ctx, s.Scope(), 1, time.Minute)
+		next, err := sc.TryClaim(ctx, runslots.Want{Scope: s.Scope(), Capacity: 1}, time.Minute)
 		if err != nil || next.Number() != s.Number() || next.Fence() != s.Fence()+1 {
 			t.Fatalf("next claim of %s: got %v, want slot %d with fence %d", s.Scope(), err, s.Number(), s.Fence()+1)
 		}
@@ -875,7 +875,7 @@ func TestClientOnReleasedSchema(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := sc.TryClaim(ctx, "rollout", 2, time.Minute)
+			s, err := sc.TryClaim(ctx, runslots.Want{Scope: "rollout", Capacity: 2}, time.Minute)
 			if err != nil {
 				t.Fatalf("claim on schema %s: %v", from, err)
 			}
