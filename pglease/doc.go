@@ -58,8 +58,8 @@
 //   - at most one holder has a live tenure of a lease at any instant of the
 //     server's clock;
 //   - fences never go backwards: a new tenure gets the previous fence + 1.
-//     A row free for a day is deleted by purge (Config.PurgeEvery,
-//     pgleaseadmin.Purge), but before it goes the server records its fence
+//     A row free for a while is deleted by purge (pgleaseadmin.Purge, a
+//     supervisor's PurgeEvery), but before it goes the server records its fence
 //     in a floor, committed with the delete, and a name used again starts
 //     above it: larger than every fence it had, also across purge;
 //   - a write made inside WithFence commits only while its tenure is

@@ -169,14 +169,8 @@ func (c *Client) checkWants(arg string, wants []Want, ttl time.Duration) error {
 		if arg == "wants" {
 			name = fmt.Sprintf("wants[%d]", i)
 		}
-		if err := tenure.CheckText(name+".Scope", w.Scope); err != nil {
+		if err := tenure.CheckClaim(name, w.Scope, w.Capacity, w.Units); err != nil {
 			return err
-		}
-		if err := tenure.CheckCapacity(name+".Capacity", w.Capacity); err != nil {
-			return err
-		}
-		if w.Units < 0 || w.units() > w.Capacity {
-			return tenure.Invalidf("%s.Units must be from 1 to %s.Capacity (%d), got %d", name, name, w.Capacity, w.Units)
 		}
 		if seen[w.Scope] {
 			return tenure.Invalidf("%s: scope %q is named twice", name, w.Scope)

@@ -24,8 +24,8 @@ const (
 // their defaults. New refuses an invalid Config with an error that names
 // the field. Its fields are fields of pglease.Config, with the same
 // defaults and rules, applied by the same code: slots and leases are two
-// kinds of one tenure. pglease.Config's HoldAtLeast and ObserveInterval
-// have no counterpart here.
+// kinds of one tenure. pglease.Config's ObserveInterval has no
+// counterpart here.
 type Config struct {
 	// Holder identifies this client in the slot table. Claims are
 	// re-entrant per holder and scope (a holder has at most one slot of a
@@ -45,13 +45,6 @@ type Config struct {
 	// releases, and the fallback from release notifications to expiry
 	// waits. Defaults to slog.Default().
 	Logger *slog.Logger
-
-	// PurgeEvery is how often Run, while its fn runs, calls
-	// pglease.purge_due to delete what has been free for a day (see
-	// pgleaseadmin.Purge); the server lets one call per interval through
-	// across every caller of the database. Defaults to an hour; negative
-	// disables it. It runs only when the database is a *pgxpool.Pool.
-	PurgeEvery time.Duration
 
 	// RenewInterval is the time between Run's renewals. Defaults to a third
 	// of the tenure's TTL. Every TTL used with this client must exceed it
@@ -110,7 +103,7 @@ type Config struct {
 // core returns cfg in the words of the core.
 func (cfg Config) core() tenure.Config {
 	return tenure.Config{
-		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
+		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
 		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName,

@@ -84,7 +84,7 @@
 //   - Two live holders of a scope never share a slot number, and a slot's
 //     fence never goes backwards: each new tenure of a slot gets the
 //     previous fence + 1. A scope whose slots have all been free for a day
-//     is deleted by purge (Config.PurgeEvery, pgleaseadmin.Purge), but
+//     is deleted by purge (pgleaseadmin.Purge, a supervisor's PurgeEvery), but
 //     before it goes the server records its fences in a floor, committed
 //     with the delete, and a slot used again starts above it. Fences of
 //     different slots are unrelated.

@@ -129,12 +129,12 @@ func (f *fleet) check(t *testing.T, pool *pgxpool.Pool) fleetResult {
 
 // newSupervisor returns a supervisor of name on db; observe, when not nil,
 // receives its events.
-func newSupervisor(t *testing.T, db pglease.DB, cfg supervisor.Config) *supervisor.Supervisor {
+func newSupervisor(t *testing.T, db pglease.DB, name string, cfg supervisor.Config) *supervisor.Supervisor {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}
-	s, err := supervisor.New(db, cfg)
+	s, err := supervisor.NewLease(db, name, cfg)
 	if err != nil {
 		t.Fatalf("supervisor.New: %v", err)
 	}

@@ -46,7 +46,7 @@ func TestFaultServerRestart(t *testing.T) {
 	var sups []*supervisor.Supervisor
 	for i := range 3 {
 		p := openPool(t, dbURL, 4, fmt.Sprintf("pglease-proof-restart-%d", i))
-		s := newSupervisor(t, p, supervisor.Config{Name: f.name, TTL: ttl, Holder: fmt.Sprintf("restart-%d", i), RestartDelay: 20 * time.Millisecond})
+		s := newSupervisor(t, p, f.name, supervisor.Config{TTL: ttl, Holder: fmt.Sprintf("restart-%d", i), RestartDelay: 20 * time.Millisecond})
 		sups = append(sups, s)
 	}
 	pools := make([]pglease.DB, len(sups))

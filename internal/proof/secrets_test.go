@@ -102,7 +102,7 @@ func TestNoPasswordLeaks(t *testing.T) {
 					return s.Run(rctx, func(context.Context) error { return nil })
 				}())
 				rcancel()
-				sup, err := supervisor.New(pool, supervisor.Config{Name: "l", TTL: time.Second, Logger: logger})
+				sup, err := supervisor.NewLease(pool, "l", supervisor.Config{TTL: time.Second, Logger: logger})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -476,8 +476,8 @@ func helperHolder(t *testing.T, dbURL string) {
 		}
 		<-ctx.Done()
 	case "supervised":
-		sup, err := supervisor.New(pool, supervisor.Config{
-			Name: helperLease, TTL: helperTTL, Holder: "helper", Logger: quiet,
+		sup, err := supervisor.NewLease(pool, helperLease, supervisor.Config{
+			TTL: helperTTL, Holder: "helper", Logger: quiet,
 			Observer: func(e supervisor.Event) {
 				switch e.Kind {
 				case supervisor.EventAcquired:

@@ -135,7 +135,7 @@ func TestSupervisorHandoverThroughProxy(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const ttl = 2 * time.Second
 	newSup := func(holder string) *supervisor.Supervisor {
-		sup, err := supervisor.New(db, supervisor.Config{Name: "sup", Holder: holder, TTL: ttl, Logger: quiet})
+		sup, err := supervisor.NewLease(db, "sup", supervisor.Config{Holder: holder, TTL: ttl, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -188,6 +188,21 @@ func CheckCapacity(arg string, capacity int) error {
 	return nil
 }
 
+// CheckClaim validates a slot claim (a runslots.Want, called arg) as the
+// SQL does: its scope, its capacity, and its units, 0 meaning 1.
+func CheckClaim(arg, scope string, capacity, units int) error {
+	if err := CheckText(arg+".Scope", scope); err != nil {
+		return err
+	}
+	if err := CheckCapacity(arg+".Capacity", capacity); err != nil {
+		return err
+	}
+	if units < 0 || max(units, 1) > capacity {
+		return Invalidf("%s.Units must be from 1 to %s.Capacity (%d), got %d", arg, arg, capacity, units)
+	}
+	return nil
+}
+
 // CheckTTL validates a TTL as the SQL does, and against the client's
 // settings (Config.CheckTTL).
 func (c *Core) CheckTTL(ttl time.Duration) error { return c.cfg.CheckTTL("ttl", ttl) }

@@ -286,8 +286,7 @@ func startTraffic(ctx context.Context, t *testing.T, pool *pgxpool.Pool, downgra
 	}
 
 	acquired := make(chan struct{})
-	tr.sup, err = supervisor.New(pool, supervisor.Config{
-		Name:          "upgrade-leader",
+	tr.sup, err = supervisor.NewLease(pool, "upgrade-leader", supervisor.Config{
 		TTL:           2 * time.Second,
 		RenewInterval: 100 * time.Millisecond,
 		Holder:        "upgrade-supervisor",
