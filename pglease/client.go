@@ -11,16 +11,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/pglease/pglease/internal/notify"
 	"github.com/pglease/pglease/internal/tenure"
 )
 
 // Limits enforced by the SQL functions, checked here before a round trip.
 const (
 	// MaxNameLen is the longest lease name, holder or slot scope, in bytes.
-	MaxNameLen = tenure.MaxNameLen
+	MaxNameLen = 256
 	// MaxTTL is the longest TTL a lease or slot can be granted for.
-	MaxTTL = tenure.MaxTTL
+	MaxTTL = 24 * time.Hour
 )
 
 // DB is what a Client, WithFence and SendFenced run their queries on. A
@@ -62,7 +61,7 @@ type Listener interface {
 // DefaultNotifyLinger is how long a client keeps its LISTEN connection
 // open after its last waiter left, so that the next one does not pay a new
 // connection.
-const DefaultNotifyLinger = notify.DefaultLinger
+const DefaultNotifyLinger = 30 * time.Second
 
 // Config configures a Client. The zero value is usable: zero fields mean
 // their defaults. New refuses an invalid Config with an error that names

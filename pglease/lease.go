@@ -16,7 +16,7 @@ import (
 // tells a waiter to try again, so a forged one costs a retry. Releases
 // nobody waits for send nothing: a NOTIFY makes its transaction commit
 // under a cluster-wide lock.
-const NotifyChannel = notify.Channel
+const NotifyChannel = "pglease"
 
 // Lease is one tenure of a named lease, identified by its fence. It is safe
 // for concurrent use.

@@ -15,7 +15,7 @@ import (
 // as for leases.
 const (
 	// MaxCapacity is the largest capacity a scope can be claimed with.
-	MaxCapacity = tenure.MaxCapacity
+	MaxCapacity = 1_000_000
 	// MaxWants is the most scopes one TryClaimAll or ClaimAll can claim.
 	MaxWants = 64
 )
