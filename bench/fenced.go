@@ -31,8 +31,8 @@ const (
 	fencedSQL1Key    = "fenced-write/sql-one"  // the same, BEGIN and assert_held in one message
 	fencedRTKey      = "fenced-write/rt"       // BEGIN; SELECT 1; UPDATE; COMMIT: the fourth round trip alone
 	fencedBareKey    = "fenced-write/bare"     // BEGIN and a bare locking check in one message; UPDATE; COMMIT
-	fencedPkgKey     = "fenced-write/pkg"      // Lease.WithFence
-	fencedPkgSendKey = "fenced-write/pkg-send" // Lease.SendFenced
+	fencedPkgKey     = "fenced-write/pkg"      // WithFence
+	fencedPkgSendKey = "fenced-write/pkg-send" // SendFenced
 )
 
 // How a fencedSQL row sends its transaction.
@@ -108,15 +108,14 @@ func (e *env) fencedSQL(key, name string, mode fencedMode) workload {
 }
 
 // fencedPkg is a row that makes the fenced write through the Go package:
-// Lease.WithFence (BEGIN and the check, the UPDATE, COMMIT: three round
-// trips), or Lease.SendFenced (the check and the UPDATE in one batch: one
-// round trip).
+// WithFence (BEGIN and the check, the UPDATE, COMMIT: three round trips),
+// or SendFenced (the check and the UPDATE in one batch: one round trip).
 func (e *env) fencedPkg(key string, send bool) workload {
 	w := workload{
-		key: key, name: "fenced UPDATE app row", path: "Go package: Lease.WithFence", steps: []string{"write"},
+		key: key, name: "fenced UPDATE app row", path: "Go package: WithFence", steps: []string{"write"},
 	}
 	if send {
-		w.path = "Go package: Lease.SendFenced"
+		w.path = "Go package: SendFenced"
 	}
 	w.start = func(ctx context.Context, n int) (*instance, error) {
 		return e.perPoolClientWith(ctx, key, n, pglease.Config{}, func(ctx context.Context, c *pglease.Client, lease string) ([]step, error) {
@@ -131,10 +130,10 @@ func (e *env) fencedPkg(key string, send bool) workload {
 			if send {
 				var b pgx.Batch
 				b.Queue(fencedWriteSQL, row)
-				return []step{func(ctx context.Context) error { return l.SendFenced(ctx, &b) }}, nil
+				return []step{func(ctx context.Context) error { return pglease.SendFenced(ctx, e.pool, l.Name(), l.Fence(), &b) }}, nil
 			}
 			return []step{func(ctx context.Context) error {
-				return l.WithFence(ctx, func(tx pgx.Tx) error {
+				return pglease.WithFence(ctx, e.pool, l.Name(), l.Fence(), func(tx pgx.Tx) error {
 					_, err := tx.Exec(ctx, fencedWriteSQL, row)
 					return err
 				})
@@ -161,7 +160,7 @@ func (e *env) fencedWorkloads() []workload {
 
 // checkFencedTarget adds the fenced-write targets at c clients, judged on
 // the median of the turn-by-turn ratios: the transaction with BEGIN and
-// assert_held sent in one message, and Lease.WithFence, which sends it so.
+// assert_held sent in one message, and WithFence, which sends it so.
 // The four-round-trip form and its bound (a fourth round trip that checks
 // nothing) are reported beside the first.
 func (r *Report) checkFencedTarget(c int) {
@@ -174,7 +173,7 @@ func (r *Report) checkFencedTarget(c int) {
 	}
 	for _, t := range []struct{ key, name, beside string }{
 		{fencedSQL1Key, "BEGIN; assert_held (one message with BEGIN); UPDATE; COMMIT", beside},
-		{fencedPkgKey, "Lease.WithFence", ""},
+		{fencedPkgKey, "WithFence", ""},
 	} {
 		name := fmt.Sprintf("%s ≥ %.2f× the same transaction without assert_held at C=%d", t.name, minFencedWrite, c)
 		on := r.row(t.key, c)

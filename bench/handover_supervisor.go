@@ -93,15 +93,15 @@ func supervisorTrial(ctx context.Context, pools [2]*pgxpool.Pool, name string) (
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
 	seen, released, acquired := make(chan time.Time, 1), make(chan time.Time, 1), make(chan time.Time, 1)
-	leader, err := supervisor.New(pools[0], supervisor.Config{
-		Name: name, TTL: supervisorTTL, OnExit: supervisor.Return, Holder: "bench/" + name + "/leader", Logger: quiet,
+	leader, err := supervisor.NewLease(pools[0], name, supervisor.Config{
+		TTL: supervisorTTL, OnExit: supervisor.Return, Holder: "bench/" + name + "/leader", Logger: quiet,
 		Observer: at(supervisor.EventReleased, released, nil),
 	})
 	if err != nil {
 		return h, err
 	}
-	standby, err := supervisor.New(pools[1], supervisor.Config{
-		Name: name, TTL: supervisorTTL, OnExit: supervisor.Return, Holder: "bench/" + name + "/standby", Logger: quiet,
+	standby, err := supervisor.NewLease(pools[1], name, supervisor.Config{
+		TTL: supervisorTTL, OnExit: supervisor.Return, Holder: "bench/" + name + "/standby", Logger: quiet,
 		Observer: at(supervisor.EventLeaderSeen, seen, at(supervisor.EventAcquired, acquired, nil)),
 	})
 	if err != nil {

@@ -130,7 +130,7 @@ func benchKeeper(ctx context.Context, url string, n int, mode string) (KeeperRow
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ccfg := pglease.Config{PurgeEvery: -1}
+	ccfg := pglease.Config{}
 	var keeperDone chan error
 	if mode == "keeper" {
 		k, err := pglease.NewKeeper(db, pglease.KeeperConfig{TTL: keeperTTL})

@@ -94,8 +94,8 @@ func handoverOnRequest(ctx context.Context, pool *pgxpool.Pool, n int) (*handove
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, holder := range []string{"bench-a", "bench-b"} {
-		s, err := supervisor.New(pool, supervisor.Config{
-			Name: "bench/lead", Holder: holder, Value: holder + ":8080", TTL: 10 * time.Second,
+		s, err := supervisor.NewLease(pool, "bench/lead", supervisor.Config{
+			Holder: holder, Value: holder + ":8080", TTL: 10 * time.Second,
 			RestartDelay: 20 * time.Millisecond, Logger: quiet,
 			Observer: func(e supervisor.Event) {
 				if e.Kind == supervisor.EventLeaderSeen {

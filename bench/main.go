@@ -143,7 +143,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.leases, "renew-holder-leases", 1000, "leases of the renew_holder comparison")
 	fs.IntVar(&cfg.purgeNames, "purge-names", 1_000_000, "unique names of the table-size run, with and without purge (0: skip it)")
 	fs.BoolVar(&cfg.purgeOnly, "purge-only", false, "run only the table-size run: print its section and write -json, leave -out alone")
-	fs.BoolVar(&cfg.fencedOnly, "fenced-only", false, "run only the fenced-write comparison (an application UPDATE with and without assert_held, in a transaction and in one round trip with Lease.SendFenced, at -clients) and print its section")
+	fs.BoolVar(&cfg.fencedOnly, "fenced-only", false, "run only the fenced-write comparison (an application UPDATE with and without assert_held, in a transaction and in one round trip with SendFenced, at -clients) and print its section")
 	fs.BoolVar(&cfg.metricsOnly, "metrics-only", false, "run only the metrics overhead comparison (renew with and without an OpenTelemetry SDK, and without again as an A/A control, at -clients, each cell at least 12s in 12 turns) and print its section")
 	keeperLeases := fs.String("keeper-leases", "", "run only the keeper comparison, for these lease counts (e.g. 1000,10000), and print its section")
 	fs.IntVar(&cfg.waiters, "waiters", 0, "run only the waiters run (this many standbys blocked in Acquire on one lease: server CPU while they wait, handover time, acquire calls per handover) and print its section")

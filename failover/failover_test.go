@@ -431,8 +431,7 @@ func (s *scenario) startSupervisor(ctx context.Context, wg *sync.WaitGroup, i in
 	holder := fmt.Sprintf("sup-%d", i)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).
 		With("mode", s.mode)
-	sup, err := supervisor.New(pool, supervisor.Config{
-		Name:   leaseName,
+	sup, err := supervisor.NewLease(pool, leaseName, supervisor.Config{
 		TTL:    s.ttl,
 		Holder: holder,
 		Logger: logger,

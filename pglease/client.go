@@ -11,20 +11,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/pglease/pglease/internal/notify"
 	"github.com/pglease/pglease/internal/tenure"
 )
 
 // Limits enforced by the SQL functions, checked here before a round trip.
 const (
 	// MaxNameLen is the longest lease name, holder or slot scope, in bytes.
-	MaxNameLen = tenure.MaxNameLen
+	MaxNameLen = 256
 	// MaxTTL is the longest TTL a lease or slot can be granted for.
-	MaxTTL = tenure.MaxTTL
+	MaxTTL = 24 * time.Hour
 )
 
-// DB is what a Client runs its queries on. A *pgxpool.Pool, a *pgx.Conn and
-// a pgx.Tx all satisfy it.
+// DB is what a Client, WithFence and SendFenced run their queries on. A
+// *pgxpool.Pool, a *pgxpool.Conn, a *pgx.Conn and a pgx.Tx all satisfy it.
 //
 // Blocking calls (Acquire, runslots' Claim, ClaimAll and Run, the
 // supervisor's standby) wake at a release NOTIFY when the client can open a
@@ -47,6 +46,7 @@ type DB interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Begin(ctx context.Context) (pgx.Tx, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Listener is implemented by a DB that can open a dedicated connection for
@@ -61,15 +61,14 @@ type Listener interface {
 // DefaultNotifyLinger is how long a client keeps its LISTEN connection
 // open after its last waiter left, so that the next one does not pay a new
 // connection.
-const DefaultNotifyLinger = notify.DefaultLinger
+const DefaultNotifyLinger = 30 * time.Second
 
 // Config configures a Client. The zero value is usable: zero fields mean
 // their defaults. New refuses an invalid Config with an error that names
-// the field. runslots.Config has these fields but HoldAtLeast and
-// ObserveInterval (and adds Units); supervisor.Config has Holder,
-// SafetyMargin, Logger, PurgeEvery, RenewInterval, RetryDelay,
-// StopTimeout, Keeper and MeterProvider. A field of the same name has the
-// same default and the same rule in all three.
+// the field. runslots.Config has these fields but ObserveInterval;
+// supervisor.Config has Holder, SafetyMargin, Logger, RenewInterval,
+// RetryDelay, StopTimeout, Keeper and MeterProvider. A field of the same
+// name has the same default and the same rule in all three.
 type Config struct {
 	// Holder identifies this client in the lease table. Two clients with
 	// the same holder share tenures (acquire is re-entrant per holder), so
@@ -88,13 +87,6 @@ type Config struct {
 	// releases, and the fallback from release notifications to expiry
 	// waits. Defaults to slog.Default().
 	Logger *slog.Logger
-
-	// PurgeEvery is how often Run, while its workload runs, calls
-	// pglease.purge_due to delete what has been free for a day (see
-	// pgleaseadmin.Purge); the server lets one call per interval through
-	// across every caller of the database. Defaults to an hour; negative
-	// disables it. It runs only when the database is a *pgxpool.Pool.
-	PurgeEvery time.Duration
 
 	// RenewInterval is the time between Run's renewals. Defaults to a third
 	// of the tenure's TTL. Every TTL used with this client must exceed it
@@ -149,15 +141,6 @@ type Config struct {
 	// measurements then carry the kind only.
 	MetricsByName bool
 
-	// HoldAtLeast, when more than zero, makes Release (and so Run) leave
-	// each lease held until at least HoldAtLeast after its grant, on the
-	// server's clock (pglease.release_after): a workload that ends sooner
-	// keeps the lease from everyone else until then, so that a cron job
-	// fired again on another host within HoldAtLeast of the grant finds it
-	// held and skips (docs/cron.md). A workload that runs longer releases
-	// at its end, as without it. At most MaxTTL. Defaults to zero: the
-	// lease frees at the release.
-	HoldAtLeast time.Duration
 	// ObserveInterval is how often Observe reads the lease when no
 	// notification came: the longest a change can go unseen when
 	// notifications are lost (no LISTEN connection, as behind a pooler in
@@ -169,10 +152,10 @@ type Config struct {
 // core returns cfg in the words of the core.
 func (cfg Config) core() tenure.Config {
 	return tenure.Config{
-		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
+		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
-		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName, HoldAtLeast: cfg.HoldAtLeast,
+		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName,
 	}
 }
 

@@ -13,7 +13,7 @@
 //	if errors.Is(err, pglease.ErrLeaseHeld) { ... } // someone else has it
 //	err = lease.Run(ctx, func(ctx context.Context) error {
 //		// renewed meanwhile; ctx ends the moment the lease is not certain
-//		return lease.WithFence(ctx, func(tx pgx.Tx) error { ... }) // fenced write
+//		return pglease.WithFence(ctx, pool, lease.Name(), lease.Fence(), func(tx pgx.Tx) error { ... }) // fenced write
 //	})
 //
 // A lease and a slot (package runslots) are two kinds of one concept, a
@@ -58,8 +58,8 @@
 //   - at most one holder has a live tenure of a lease at any instant of the
 //     server's clock;
 //   - fences never go backwards: a new tenure gets the previous fence + 1.
-//     A row free for a day is deleted by purge (Config.PurgeEvery,
-//     pgleaseadmin.Purge), but before it goes the server records its fence
+//     A row free for a while is deleted by purge (pgleaseadmin.Purge, a
+//     supervisor's PurgeEvery), but before it goes the server records its fence
 //     in a floor, committed with the delete, and a name used again starts
 //     above it: larger than every fence it had, also across purge;
 //   - a write made inside WithFence commits only while its tenure is

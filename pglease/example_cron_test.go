@@ -13,21 +13,21 @@ import (
 	"github.com/pglease/pglease/pglease"
 )
 
-// ExampleConfig_holdAtLeast runs a cron job on one host per tick: the job
+// ExampleWithHoldAtLeast runs a cron job on one host per tick: the job
 // takes 10 ms, but the lease stays held for a minute after its grant, so
 // the same tick fired late on another host finds it held and skips.
-func ExampleConfig_holdAtLeast() {
+func ExampleWithHoldAtLeast() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	hostA, _ := pglease.New(pool, pglease.Config{Holder: "host-a", HoldAtLeast: time.Minute})
-	hostB, _ := pglease.New(pool, pglease.Config{Holder: "host-b", HoldAtLeast: time.Minute})
+	hostA, _ := pglease.New(pool, pglease.Config{Holder: "host-a"})
+	hostB, _ := pglease.New(pool, pglease.Config{Holder: "host-b"})
 
 	tick := func(host *pglease.Client) {
-		lease, err := host.TryAcquire(ctx, "report-cron", 30*time.Second)
+		lease, err := host.TryAcquire(ctx, "report-cron", 30*time.Second, pglease.WithHoldAtLeast(time.Minute))
 		if held, ok := errors.AsType[*pglease.HeldError](err); ok {
 			fmt.Println(host.Holder(), "skips: held by", held.Holder)
 			return

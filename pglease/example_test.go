@@ -37,7 +37,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	err = lease.WithFence(ctx, func(tx pgx.Tx) error {
+	err = pglease.WithFence(ctx, pool, lease.Name(), lease.Fence(), func(tx pgx.Tx) error {
 		// Writes here commit only while this tenure is current.
 		_, err := tx.Exec(ctx, "SELECT 1")
 		return err
@@ -111,10 +111,10 @@ func ExampleLease_Run() {
 	// released
 }
 
-// ExampleLease_SendFenced makes a fenced write in one round trip: the
+// ExampleSendFenced makes a fenced write in one round trip: the
 // check that the tenure is current and the writes go out as one batch,
 // which the server runs as one transaction.
-func ExampleLease_SendFenced() {
+func ExampleSendFenced() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -145,7 +145,7 @@ func ExampleLease_SendFenced() {
 		fmt.Printf("%d row written under fence %d\n", n, lease.Fence())
 		return nil
 	})
-	if err := lease.SendFenced(ctx, &batch); errors.Is(err, pglease.ErrLeaseLost) {
+	if err := pglease.SendFenced(ctx, pool, lease.Name(), lease.Fence(), &batch); errors.Is(err, pglease.ErrLeaseLost) {
 		fmt.Println("the tenure ended: nothing was written")
 	} else if err != nil {
 		log.Fatal(err)

@@ -37,6 +37,6 @@ func SetBatchSpill(c *Client, d time.Duration) {
 
 // EndStrandedSession is endStrandedSession for the session with backend
 // PID pid and client port port.
-func EndStrandedSession(ctx context.Context, database Beginner, pid uint32, port int) bool {
+func EndStrandedSession(ctx context.Context, database DB, pid uint32, port int) bool {
 	return endStrandedSession(ctx, database, session{pid: pid, port: port})
 }

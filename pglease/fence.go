@@ -19,64 +19,56 @@ import (
 // rollbackTimeout bounds the rollback after a failed fenced write.
 const rollbackTimeout = 5 * time.Second
 
-// Beginner starts transactions: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx
-// (which starts a savepoint).
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-// WithFence runs fn in a transaction on the lease's client database that
-// commits only while this tenure is current. See the package function
-// WithFence. In addition, the transaction may stay idle for at most the
-// lease's TTL (idle_in_transaction_session_timeout): the lease row stays
-// locked until the transaction ends, so a client that stalls inside it
-// (paused, or cut off by the network) would otherwise block every takeover
-// until its connection dies.
-func (l *Lease) WithFence(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return withFence(ctx, l.db, l.t.Name(), l.t.Fence(), l.t.TTL(), fn)
-}
-
-// WithFence runs fn in a transaction that first checks, with
+// WithFence runs fn in a transaction on database that first checks, with
 // pglease.assert_held, that fence is the current fence of a live tenure of
 // lease name, and then commits fn's writes. The check locks the lease row
 // until the commit, so no later tenure can begin between the check and the
 // commit: the writes are ordered before any takeover. It returns an error
 // matching ErrLeaseLost, without calling fn, when the tenure is over; fn's
-// own error is returned unchanged after rolling back. Use it from processes
-// that only know the fence (a child given PGLEASE_FENCE, say).
+// own error is returned unchanged after rolling back. A holder passes its
+// lease's Name and Fence; a process that only knows the fence (a child
+// given PGLEASE_FENCE, a supervisor's workload, a shard) passes that.
 //
 // Keep the transaction short: while it is open, the lease row is locked, so
-// the holder's own renewals and any takeover wait for it. When pgx gives up
-// on the transaction's connection (a context cancelled mid-statement) while
-// its server session is still idle in the transaction, WithFence ends that
-// session from another connection of database (a pool), in the background,
-// so that the lease row is not left locked until the transaction's idle
-// timeout.
-func WithFence(ctx context.Context, database Beginner, name string, fence int64, fn func(tx pgx.Tx) error) error {
-	return withFence(ctx, database, name, fence, 0, fn)
-}
-
-// BatchSender sends a batch of statements in one round trip: a
-// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
-type BatchSender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+// the holder's own renewals and any takeover wait for it. The check bounds
+// the transaction's statements and idle time to the tenure's time left
+// plus 100 ms (schema 0.2.0 and later), so a client that stalls inside it
+// (paused, cut off by the network) keeps a takeover out only that long.
+// When pgx gives up on the transaction's connection (a context cancelled
+// mid-statement) while its server session is still idle in the
+// transaction, WithFence ends that session from another connection of
+// database (a pool), in the background, so that the lease row is not left
+// locked until that bound.
+func WithFence(ctx context.Context, database DB, name string, fence int64, fn func(tx pgx.Tx) error) (err error) {
+	if err := tenure.CheckText("name", name); err != nil {
+		return err
+	}
+	if fence < 0 {
+		return tenure.Invalidf("fence must be 0 or more, got %d", fence)
+	}
+	tx, done, err := beginFenced(ctx, database, name, fence)
+	if err != nil {
+		return err
+	}
+	defer done()
+	sess := sessionOf(tx.Conn().PgConn())
+	defer func() {
+		if err != nil {
+			endFenced(ctx, database, tx, sess)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return interpretError(ctx, err)
+	}
+	return nil
 }
 
 // assertHeldSQL is the statement of the sqlc query LeaseAssertHeld
 // (sql/queries/leases.sql), queued in a caller's batch by SendFenced.
 const assertHeldSQL = "SELECT pglease.assert_held($1, $2)"
-
-// SendFenced sends b's statements on the lease's client database in one
-// round trip, behind the check that this tenure is current. See the
-// package function SendFenced. The client's DB must be a BatchSender, as
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx are.
-func (l *Lease) SendFenced(ctx context.Context, b *pgx.Batch) error {
-	bs, ok := l.db.(BatchSender)
-	if !ok {
-		return tenure.Invalidf("the client's DB, a %T, cannot send a batch (no SendBatch method): build the client on a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx, or use WithFence", l.db)
-	}
-	return SendFenced(ctx, bs, l.t.Name(), l.t.Fence(), b)
-}
 
 // SendFenced is WithFence in one round trip: it sends
 // pglease.assert_held(name, fence) followed by b's statements as one pgx
@@ -104,7 +96,7 @@ func (l *Lease) SendFenced(ctx context.Context, b *pgx.Batch) error {
 // (an implicit one: b must not hold BEGIN or COMMIT). Every pgx query exec
 // mode keeps it one transaction, including those PgBouncer's transaction
 // pooling needs (QueryExecModeExec, QueryExecModeSimpleProtocol).
-func SendFenced(ctx context.Context, database BatchSender, name string, fence int64, b *pgx.Batch) error {
+func SendFenced(ctx context.Context, database DB, name string, fence int64, b *pgx.Batch) error {
 	if err := tenure.CheckText("name", name); err != nil {
 		return err
 	}
@@ -175,63 +167,20 @@ func sessionOf(pc *pgconn.PgConn) session {
 // role that is idle in a transaction, with the connection's PID and port,
 // is ended, so that one at work, another client's, or one of another role
 // is never mistaken for it. It reports whether it ended one.
-func endStrandedSession(ctx context.Context, database Beginner, s session) (ended bool) {
+func endStrandedSession(ctx context.Context, database DB, s session) (ended bool) {
 	if s.pid == 0 {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, rollbackTimeout)
 	defer cancel()
-	if q, ok := database.(interface {
-		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-	}); ok { // a pool: one statement, one round trip
-		tag, err := q.Exec(ctx, strandedSessionSQL, int64(s.pid), s.port)
-		return err == nil && tag.RowsAffected() > 0
-	}
-	tx, err := database.Begin(ctx)
-	if err != nil {
-		return false
-	}
-	tag, err := tx.Exec(ctx, strandedSessionSQL, int64(s.pid), s.port)
-	if err != nil {
-		_ = tx.Rollback(ctx)
-		return false
-	}
-	return tx.Commit(ctx) == nil && tag.RowsAffected() > 0
-}
-
-// withFence is WithFence, with the transaction's idle timeout set to
-// idleTimeout when it is positive.
-func withFence(ctx context.Context, database Beginner, name string, fence int64, idleTimeout time.Duration, fn func(tx pgx.Tx) error) (err error) {
-	if err := tenure.CheckText("name", name); err != nil {
-		return err
-	}
-	if fence < 0 {
-		return tenure.Invalidf("fence must be 0 or more, got %d", fence)
-	}
-	tx, done, err := beginFenced(ctx, database, name, fence, idleTimeout)
-	if err != nil {
-		return err
-	}
-	defer done()
-	sess := sessionOf(tx.Conn().PgConn())
-	defer func() {
-		if err != nil {
-			endFenced(ctx, database, tx, sess)
-		}
-	}()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return interpretError(ctx, err)
-	}
-	return nil
+	tag, err := database.Exec(ctx, strandedSessionSQL, int64(s.pid), s.port)
+	return err == nil && tag.RowsAffected() > 0
 }
 
 // endFenced rolls back the fenced transaction tx after an error, and ends
 // its server session (endStrandedSession) when pgx gave up on its
 // connection.
-func endFenced(ctx context.Context, database Beginner, tx pgx.Tx, sess session) {
+func endFenced(ctx context.Context, database DB, tx pgx.Tx, sess session) {
 	// A failed rollback leaves nothing to undo: the connection is gone or
 	// the transaction already ended.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
@@ -248,15 +197,14 @@ func endFenced(ctx context.Context, database Beginner, tx pgx.Tx, sess session) 
 }
 
 // beginFenced begins the fenced transaction on database and checks the
-// tenure in it (with the transaction's idle timeout first when idleTimeout
-// is positive). On a pool or a connection, BEGIN and the check go to the
+// tenure in it. On a pool or a connection, BEGIN and the check go to the
 // server as one message, so a fenced write takes the round trips of the
 // same transaction without the check; in a pgx.Tx (a savepoint), or when
 // the connection's client_encoding is not UTF8, the check is a statement
 // of its own. done gives back a connection beginFenced took
 // from a pool; call it once the transaction has ended. A refused check is
 // rolled back before beginFenced returns, and the connection is kept.
-func beginFenced(ctx context.Context, database Beginner, name string, fence int64, idleTimeout time.Duration) (tx pgx.Tx, done func(), err error) {
+func beginFenced(ctx context.Context, database DB, name string, fence int64) (tx pgx.Tx, done func(), err error) {
 	done = func() {}
 	var conn *pgx.Conn
 	switch d := database.(type) {
@@ -271,21 +219,21 @@ func beginFenced(ctx context.Context, database Beginner, name string, fence int6
 	case *pgx.Conn:
 		conn = d
 	default:
-		tx, err := beginThenCheck(ctx, database, database, name, fence, idleTimeout)
+		tx, err := beginThenCheck(ctx, database, database, name, fence)
 		return tx, done, err
 	}
 	if conn.PgConn().ParameterStatus("client_encoding") != "UTF8" {
 		// The literal is safe in UTF-8 only: in a client encoding whose
 		// characters may end in a backslash's byte (SJIS, BIG5, GBK...),
 		// it could be read otherwise. pgx refuses its own literals there.
-		if tx, err = beginThenCheck(ctx, database, conn, name, fence, idleTimeout); err != nil {
+		if tx, err = beginThenCheck(ctx, database, conn, name, fence); err != nil {
 			done()
 			return nil, nil, err
 		}
 		return tx, done, nil
 	}
 	sess := sessionOf(conn.PgConn())
-	tx, err = conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginFencedSQL(name, fence, idleTimeout)})
+	tx, err = conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: beginFencedSQL(name, fence)})
 	if err == nil {
 		return tx, done, nil
 	}
@@ -304,21 +252,15 @@ func beginFenced(ctx context.Context, database Beginner, name string, fence int6
 }
 
 // beginFencedSQL is BEGIN and the check of sql/queries/leases.sql's
-// LeaseAssertHeld (or, when idleTimeout is positive,
-// LeaseAssertHeldIdleTimeout) as one simple-protocol message, the
-// arguments written as literals.
-func beginFencedSQL(name string, fence int64, idleTimeout time.Duration) string {
+// LeaseAssertHeld as one simple-protocol message, the arguments written as
+// literals.
+func beginFencedSQL(name string, fence int64) string {
 	var b strings.Builder
 	b.WriteString("BEGIN; SELECT pglease.assert_held(")
 	writeLiteral(&b, name)
 	b.WriteString(", ")
 	b.WriteString(strconv.FormatInt(fence, 10))
 	b.WriteString("::pg_catalog.int8)")
-	if idleTimeout > 0 {
-		b.WriteString(" FROM pg_catalog.set_config('idle_in_transaction_session_timeout', '")
-		b.WriteString(strconv.FormatInt(max(idleTimeout.Milliseconds(), 1), 10))
-		b.WriteString("', true) AS s")
-	}
 	return b.String()
 }
 
@@ -345,21 +287,12 @@ func writeLiteral(b *strings.Builder, s string) {
 // itself, or a connection beginFenced took from it), then checks in a
 // statement of its own; after a refusal, database serves
 // endStrandedSession.
-func beginThenCheck(ctx context.Context, database, conn Beginner, name string, fence int64, idleTimeout time.Duration) (pgx.Tx, error) {
+func beginThenCheck(ctx context.Context, database, conn DB, name string, fence int64) (pgx.Tx, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return nil, interpretError(ctx, err)
 	}
-	q := db.New(tx)
-	if idleTimeout > 0 {
-		// One round trip: the check and the transaction's idle timeout.
-		err = q.LeaseAssertHeldIdleTimeout(ctx, db.LeaseAssertHeldIdleTimeoutParams{
-			Name: name, Fence: fence, Timeout: strconv.FormatInt(max(idleTimeout.Milliseconds(), 1), 10),
-		})
-	} else {
-		err = q.LeaseAssertHeld(ctx, db.LeaseAssertHeldParams{Name: name, Fence: fence})
-	}
-	if err != nil {
+	if err := db.New(tx).LeaseAssertHeld(ctx, db.LeaseAssertHeldParams{Name: name, Fence: fence}); err != nil {
 		endFenced(ctx, database, tx, sessionOf(tx.Conn().PgConn()))
 		return nil, interpretError(ctx, err)
 	}

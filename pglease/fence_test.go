@@ -46,10 +46,10 @@ func TestSendFenced(t *testing.T) {
 		return &batch
 	}
 	batch := insert(1, la.Fence())
-	if err := la.SendFenced(ctx, batch); err != nil {
+	if err := pglease.SendFenced(ctx, pool, la.Name(), la.Fence(), batch); err != nil {
 		t.Fatalf("SendFenced while held: %v", err)
 	}
-	if err := la.SendFenced(ctx, batch); err != nil { // the same batch again
+	if err := pglease.SendFenced(ctx, pool, la.Name(), la.Fence(), batch); err != nil { // the same batch again
 		t.Fatalf("SendFenced of the same batch again: %v", err)
 	}
 	if calls != 2 {
@@ -61,7 +61,7 @@ func TestSendFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	lb := mustAcquire(t, b, "orders", 10*time.Second)
-	if err := la.SendFenced(ctx, insert(2, la.Fence())); !errors.Is(err, pglease.ErrLeaseLost) {
+	if err := pglease.SendFenced(ctx, pool, la.Name(), la.Fence(), insert(2, la.Fence())); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("SendFenced with an ended tenure = %v, want ErrLeaseLost", err)
 	}
 	if calls != 2 {
@@ -81,7 +81,7 @@ func TestSendFenced(t *testing.T) {
 	} {
 		failing := insert(3, lb.Fence())
 		failing.Queue(f.sql, f.args...)
-		if err := lb.SendFenced(ctx, failing); !errors.As(err, &pgErr) || pgErr.Code != f.code || errors.Is(err, pglease.ErrNotMigrated) {
+		if err := pglease.SendFenced(ctx, pool, lb.Name(), lb.Fence(), failing); !errors.As(err, &pgErr) || pgErr.Code != f.code || errors.Is(err, pglease.ErrNotMigrated) {
 			t.Fatalf("SendFenced with a failing %q = %v, want its *pgconn.PgError %s unchanged", f.sql, err, f.code)
 		}
 	}
@@ -150,36 +150,6 @@ func TestSendFencedInvalidArguments(t *testing.T) {
 	}
 }
 
-// noBatchDB is a pglease.DB without SendBatch.
-type noBatchDB struct{ pool *pgxpool.Pool }
-
-func (d noBatchDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return d.pool.Exec(ctx, sql, args...)
-}
-
-func (d noBatchDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return d.pool.Query(ctx, sql, args...)
-}
-
-func (d noBatchDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return d.pool.QueryRow(ctx, sql, args...)
-}
-
-func (d noBatchDB) Begin(ctx context.Context) (pgx.Tx, error) { return d.pool.Begin(ctx) }
-
-// TestSendFencedNeedsBatchSender: a lease of a client whose DB cannot send
-// batches says so, and what to use instead.
-func TestSendFencedNeedsBatchSender(t *testing.T) {
-	t.Parallel()
-	c := newClient(t, noBatchDB{pgtest.NewPool(t)}, "h")
-	l := mustAcquire(t, c, "no-batch", 10*time.Second)
-	var b pgx.Batch
-	b.Queue(`SELECT 1`)
-	if err := l.SendFenced(context.Background(), &b); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "cannot send a batch") {
-		t.Fatalf("SendFenced on a DB without SendBatch = %v, want ErrInvalidArgument saying it cannot send a batch", err)
-	}
-}
-
 // TestWithFenceEndsStrandedSession: when the client gives up on a fenced
 // transaction's connection while the server session lives on, idle in the
 // transaction and holding the lease row (pgx closing a connection in the
@@ -214,7 +184,7 @@ func TestWithFenceEndsStrandedSession(t *testing.T) {
 	l := mustAcquire(t, a, "stranded", ttl)
 	errWorkload := errors.New("workload cancelled")
 	var pid uint32
-	err = l.WithFence(ctx, func(tx pgx.Tx) error {
+	err = pglease.WithFence(ctx, pool, l.Name(), l.Fence(), func(tx pgx.Tx) error {
 		pc := tx.Conn().PgConn()
 		if err := pc.SyncConn(ctx); err != nil {
 			return err
@@ -293,7 +263,7 @@ func TestWithFenceOneMessage(t *testing.T) {
 			l := mustAcquire(t, c, name, time.Minute)
 			rec.sql = nil
 			var got string
-			err = l.WithFence(ctx, func(tx pgx.Tx) error {
+			err = pglease.WithFence(ctx, conn, l.Name(), l.Fence(), func(tx pgx.Tx) error {
 				return tx.QueryRow(ctx, `SELECT name FROM pglease.lease_status WHERE name = $1`, name).Scan(&got)
 			})
 			if err != nil {
@@ -319,7 +289,7 @@ func TestWithFenceRefusedKeepsConnection(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	c := newClient(t, pool, "a")
 	l := mustAcquire(t, c, "kept", time.Minute)
-	if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+	if err := pglease.WithFence(ctx, pool, l.Name(), l.Fence(), func(pgx.Tx) error { return nil }); err != nil {
 		t.Fatalf("WithFence while held: %v", err)
 	}
 	opened := pool.Stat().NewConnsCount()
@@ -332,7 +302,7 @@ func TestWithFenceRefusedKeepsConnection(t *testing.T) {
 			t.Fatalf("WithFence with another fence = %v, want ErrLeaseLost", err)
 		}
 	}
-	if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+	if err := pglease.WithFence(ctx, pool, l.Name(), l.Fence(), func(pgx.Tx) error { return nil }); err != nil {
 		t.Fatalf("WithFence after refusals: %v", err)
 	}
 	if n := pool.Stat().NewConnsCount(); n != opened {
@@ -382,7 +352,7 @@ func TestWithFenceOtherClientEncoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.sql = nil
-	if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+	if err := pglease.WithFence(ctx, conn, l.Name(), l.Fence(), func(pgx.Tx) error { return nil }); err != nil {
 		t.Fatalf("WithFence in SJIS: %v", err)
 	}
 	for _, q := range rec.sql {

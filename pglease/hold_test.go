@@ -11,19 +11,19 @@ import (
 	"github.com/pglease/pglease/pglease"
 )
 
-// TestHoldAtLeast: a release with Config.HoldAtLeast leaves the lease held,
-// same holder and fence, until grant + HoldAtLeast on the server's clock;
-// then the next tenure gets fence + 1.
+// TestHoldAtLeast: the release of a tenure acquired WithHoldAtLeast(d)
+// leaves the lease held, same holder and fence, until grant + d on the
+// server's clock; then the next tenure gets fence + 1.
 func TestHoldAtLeast(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	a, err := pglease.New(pool, pglease.Config{Holder: "a", HoldAtLeast: time.Hour})
+	a, err := pglease.New(pool, pglease.Config{Holder: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := pglease.New(pool, pglease.Config{Holder: "b"})
-	l, err := a.TryAcquire(ctx, "cron", 10*time.Second)
+	l, err := a.TryAcquire(ctx, "cron", 10*time.Second, pglease.WithHoldAtLeast(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +44,8 @@ func TestHoldAtLeast(t *testing.T) {
 	}
 
 	// A hold shorter than the tenure so far: the release frees at once.
-	c, _ := pglease.New(pool, pglease.Config{Holder: "c", HoldAtLeast: time.Microsecond})
-	l2, err := c.TryAcquire(ctx, "quick", 10*time.Second)
+	c, _ := pglease.New(pool, pglease.Config{Holder: "c"})
+	l2, err := c.TryAcquire(ctx, "quick", 10*time.Second, pglease.WithHoldAtLeast(time.Microsecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +60,14 @@ func TestHoldAtLeast(t *testing.T) {
 
 func TestHoldAtLeastInvalid(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
+	c, err := pglease.New(pgtest.NewPool(t), pglease.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, d := range []time.Duration{-time.Second, pglease.MaxTTL + time.Second} {
-		_, err := pglease.New(pool, pglease.Config{HoldAtLeast: d})
-		if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "HoldAtLeast") {
-			t.Errorf("New with HoldAtLeast %s = %v, want ErrInvalidArgument naming HoldAtLeast", d, err)
+		_, err := c.TryAcquire(context.Background(), "cron", time.Minute, pglease.WithHoldAtLeast(d))
+		if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithHoldAtLeast") {
+			t.Errorf("TryAcquire WithHoldAtLeast(%s) = %v, want ErrInvalidArgument naming WithHoldAtLeast", d, err)
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 // DefaultKeeperTTL is the TTL a Keeper renews to when KeeperConfig.TTL is
 // zero.
-const DefaultKeeperTTL = tenure.DefaultKeeperTTL
+const DefaultKeeperTTL = 15 * time.Second
 
 // KeeperConfig configures a Keeper. The zero value is usable: zero fields
 // mean their defaults. NewKeeper refuses an invalid KeeperConfig with an

@@ -47,7 +47,7 @@ func ExampleKeeper() {
 		}
 		defer shard.Release(ctx)
 	}
-	slot, err := slots.TryClaim(ctx, "tenant/42", 4, keeper.TTL())
+	slot, err := slots.TryClaim(ctx, runslots.Want{Scope: "tenant/42", Capacity: 4}, keeper.TTL())
 	if err != nil {
 		log.Fatal(err)
 	}

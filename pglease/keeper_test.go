@@ -85,7 +85,7 @@ func TestKeeperKeepsMany(t *testing.T) {
 			return err
 		})
 		g.Go(func() (err error) {
-			held[n+i], err = slots.TryClaim(ctx, fmt.Sprintf("many/%d", i), 1, ttl)
+			held[n+i], err = slots.TryClaim(ctx, runslots.Want{Scope: fmt.Sprintf("many/%d", i), Capacity: 1}, ttl)
 			return err
 		})
 	}
@@ -161,7 +161,7 @@ func TestKeeperForceRelease(t *testing.T) {
 		all = append(all, l)
 	}
 	a, b, c := all[0], all[1], all[2]
-	s, err := slots.TryClaim(ctx, "s", 2, 3*time.Second)
+	s, err := slots.TryClaim(ctx, runslots.Want{Scope: "s", Capacity: 2}, 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestKeeperClientRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.TryClaim(context.Background(), "kept/longer", 1, 2*time.Second); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), longer) {
+	if _, err := s.TryClaim(context.Background(), runslots.Want{Scope: "kept/longer", Capacity: 1}, 2*time.Second); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), longer) {
 		t.Errorf("TryClaim for 2s on a client kept at 1s = %v, want ErrInvalidArgument saying %q", err, longer)
 	}
 	if _, err := pglease.NewKeeper(pool, pglease.KeeperConfig{TTL: -time.Second}); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "TTL must be") {

@@ -19,8 +19,20 @@ const MaxValueLen = 1024
 type AcquireOption func(*acquireOptions)
 
 type acquireOptions struct {
-	value string
-	watch bool
+	value       string
+	watch       bool
+	holdAtLeast time.Duration
+}
+
+// WithHoldAtLeast makes the tenure's Release (and so Run's) leave the lease
+// held until at least d after its grant, on the server's clock
+// (pglease.release_after): a workload that ends sooner keeps the lease
+// from everyone else until then, so that a cron job fired again on another
+// host within d of the grant finds it held and skips (docs/cron.md). A
+// workload that runs longer releases at its end, as without it. From 0 (the
+// default: the lease frees at the release) to MaxTTL.
+func WithHoldAtLeast(d time.Duration) AcquireOption {
+	return func(o *acquireOptions) { o.holdAtLeast = d }
 }
 
 // WatchReleaseRequests makes the tenure learn a release request

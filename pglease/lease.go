@@ -16,13 +16,13 @@ import (
 // tells a waiter to try again, so a forged one costs a retry. Releases
 // nobody waits for send nothing: a NOTIFY makes its transaction commit
 // under a cluster-wide lock.
-const NotifyChannel = notify.Channel
+const NotifyChannel = "pglease"
 
 // Lease is one tenure of a named lease, identified by its fence. It is safe
 // for concurrent use.
 type Lease struct {
 	t  *tenure.Tenure
-	db DB // the client's, for WithFence
+	db DB // the client's, for SetValue
 }
 
 // TryAcquire takes the lease name for ttl, or returns at once. It returns a
@@ -31,7 +31,9 @@ type Lease struct {
 // fence) back with its expiry re-pinned to ttl from now: retrying after a
 // lost reply never creates a second tenure.
 //
-// Options publish a value with the tenure (WithValue).
+// Options publish a value with the tenure (WithValue), keep the lease held
+// for a while after its grant (WithHoldAtLeast), or watch for release
+// requests (WatchReleaseRequests).
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration, opts ...AcquireOption) (*Lease, error) {
 	o, err := c.check(name, ttl, opts)
 	if err != nil {
@@ -73,6 +75,9 @@ func (c *Client) check(name string, ttl time.Duration, opts []AcquireOption) (ac
 	if err := checkValue(o.value); err != nil {
 		return o, err
 	}
+	if o.holdAtLeast < 0 || o.holdAtLeast > MaxTTL {
+		return o, tenure.Invalidf("WithHoldAtLeast must be from 0 to %s, got %s", MaxTTL, o.holdAtLeast)
+	}
 	return o, c.c.CheckTTL(ttl)
 }
 
@@ -95,6 +100,7 @@ func (c *Client) try(ctx context.Context, name string, ttl time.Duration, o acqu
 	}
 	if err == nil && res.row.Acquired {
 		l := &Lease{t: c.c.Grant(name, 0, res.row.Fence, ttl, res.sent), db: c.db}
+		l.t.HoldAtLeast(o.holdAtLeast)
 		if w != nil {
 			l.t.WatchAsked(w)
 		}
@@ -116,7 +122,8 @@ func (c *Client) try(ctx context.Context, name string, ttl time.Duration, o acqu
 func (l *Lease) Name() string { return l.t.Name() }
 
 // Fence returns this tenure's fence: larger than that of every earlier
-// tenure of the lease. Pass it along with writes to fence them (WithFence).
+// tenure of the lease. Pass it with the Name to WithFence or SendFenced to
+// fence writes.
 func (l *Lease) Fence() int64 { return l.t.Fence() }
 
 // Holder returns the identity holding this tenure.
@@ -151,9 +158,9 @@ func (l *Lease) Renew(ctx context.Context) error { return l.t.Renew(ctx) }
 // (waiters are notified), and closes Done. The lease keeps its fence: the
 // next tenure gets a larger one. Release returns ErrLeaseLost when the
 // tenure had already ended (expired or taken over): anything done after
-// Deadline was unprotected. With Config.HoldAtLeast, the lease stays held
-// on the server until HoldAtLeast after its grant (Done closes at once all
-// the same: the tenure is no longer for work).
+// Deadline was unprotected. Acquired WithHoldAtLeast(d), the lease stays
+// held on the server until d after its grant (Done closes at once all the
+// same: the tenure is no longer for work).
 //
 // On a pool, or a connection outside a transaction block, the release
 // commits without waiting for its WAL flush (one flush per tenure instead

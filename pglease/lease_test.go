@@ -299,7 +299,7 @@ func TestWithFence(t *testing.T) {
 		_, err := tx.Exec(ctx, `INSERT INTO public.orders VALUES (1, $1)`, fence)
 		return err
 	}
-	if err := la.WithFence(ctx, func(tx pgx.Tx) error { return write(tx, la.Fence()) }); err != nil {
+	if err := pglease.WithFence(ctx, pool, la.Name(), la.Fence(), func(tx pgx.Tx) error { return write(tx, la.Fence()) }); err != nil {
 		t.Fatalf("WithFence while held: %v", err)
 	}
 	if err := la.Release(ctx); err != nil {
@@ -308,7 +308,7 @@ func TestWithFence(t *testing.T) {
 	lb := mustAcquire(t, b, "orders", 10*time.Second)
 
 	called := false
-	err := la.WithFence(ctx, func(tx pgx.Tx) error { called = true; return write(tx, la.Fence()) })
+	err := pglease.WithFence(ctx, pool, la.Name(), la.Fence(), func(tx pgx.Tx) error { called = true; return write(tx, la.Fence()) })
 	if !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("WithFence with stale fence = %v, want ErrLeaseLost", err)
 	}
@@ -316,7 +316,7 @@ func TestWithFence(t *testing.T) {
 		t.Fatal("WithFence called fn with a stale fence")
 	}
 	fnErr := errors.New("boom")
-	if err := lb.WithFence(ctx, func(tx pgx.Tx) error { _ = write(tx, lb.Fence()); return fnErr }); err != fnErr {
+	if err := pglease.WithFence(ctx, pool, lb.Name(), lb.Fence(), func(tx pgx.Tx) error { _ = write(tx, lb.Fence()); return fnErr }); err != fnErr {
 		t.Fatalf("WithFence returned %v, want fn's error unchanged", err)
 	}
 	var fences []int64
@@ -425,12 +425,12 @@ func TestExecModes(t *testing.T) {
 			if err := l.Renew(ctx); err != nil {
 				t.Fatalf("Renew: %v", err)
 			}
-			if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+			if err := pglease.WithFence(ctx, pool, l.Name(), l.Fence(), func(pgx.Tx) error { return nil }); err != nil {
 				t.Fatalf("WithFence: %v", err)
 			}
 			var batch pgx.Batch
 			batch.Queue(`SELECT 1`)
-			if err := l.SendFenced(ctx, &batch); err != nil {
+			if err := pglease.SendFenced(ctx, pool, l.Name(), l.Fence(), &batch); err != nil {
 				t.Fatalf("SendFenced: %v", err)
 			}
 			if err := l.Release(ctx); err != nil {
@@ -541,7 +541,7 @@ func TestWithFenceStalledTransaction(t *testing.T) {
 	la := mustAcquire(t, a, "stall", 300*time.Millisecond)
 
 	taken := make(chan time.Time, 1)
-	err := la.WithFence(ctx, func(tx pgx.Tx) error {
+	err := pglease.WithFence(ctx, pool, la.Name(), la.Fence(), func(tx pgx.Tx) error {
 		go func() {
 			l, err := b.Acquire(ctx, "stall", 10*time.Second)
 			if err != nil {
@@ -568,9 +568,9 @@ func TestWithFenceStalledTransaction(t *testing.T) {
 	t.Logf("stalled fenced write refused (%v); takeover %s before the stall ended", err, returned.Sub(at))
 }
 
-// TestWithFenceIdleBound: the idle timeout Lease.WithFence sets (the
-// lease's TTL) does not undo assert_held's tighter bound, the tenure's
-// time left on the server + 100 ms.
+// TestWithFenceIdleBound: a WithFence transaction may stay idle for the
+// tenure's time left on the server + 100 ms (assert_held's bound), not
+// for the TTL the holder knows.
 func TestWithFenceIdleBound(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -582,7 +582,7 @@ func TestWithFenceIdleBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ms int64
-	err := l.WithFence(ctx, func(tx pgx.Tx) error {
+	err := pglease.WithFence(ctx, pool, l.Name(), l.Fence(), func(tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `SELECT (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval) * 1000)::bigint`).Scan(&ms)
 	})
 	if err != nil {

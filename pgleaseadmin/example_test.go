@@ -99,7 +99,7 @@ func ExampleScopes() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		slot, err := c.TryClaim(ctx, "scopes/gpu", 4, time.Minute)
+		slot, err := c.TryClaim(ctx, runslots.Want{Scope: "scopes/gpu", Capacity: 4}, time.Minute)
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -16,10 +16,11 @@ import (
 // larger than any it had: fences never go backwards across purge. Purge
 // takes no lock a live holder's renewal waits for.
 //
-// Lease.Run, runslots' Run, the supervisor and `pglease run` already purge
-// in the background (Config.PurgeEvery), once per hour across the whole
-// fleet, what has been free for a day; call Purge for a schedule of your
-// own. freeFor must not be negative (pglease.ErrInvalidArgument).
+// A supervisor already purges in the background (supervisor.Config.PurgeEvery),
+// once per hour across the whole fleet, what has been free for a day; a
+// service that holds leases or slots without one calls Purge on a schedule
+// of its own (or runs `pglease purge`, or pg_cron's purge_due). freeFor
+// must not be negative (pglease.ErrInvalidArgument).
 func Purge(ctx context.Context, database pglease.DB, freeFor time.Duration) (int64, error) {
 	if freeFor < 0 {
 		return 0, tenure.Invalidf("freeFor must not be negative, got %s", freeFor)

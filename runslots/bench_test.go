@@ -82,7 +82,7 @@ func benchClaims(b *testing.B, c *runslots.Client, scope func(capacity int) stri
 	for _, capacity := range benchCapacities {
 		b.Run(fmt.Sprintf("capacity=%d", capacity), func(b *testing.B) {
 			for b.Loop() {
-				s, err := c.TryClaim(ctx, scope(capacity), capacity, time.Minute)
+				s, err := c.TryClaim(ctx, runslots.Want{Scope: scope(capacity), Capacity: capacity}, time.Minute)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -12,73 +12,81 @@ import (
 	"github.com/pglease/pglease/pglease"
 )
 
-// TryClaim takes one of capacity slots of scope for ttl, or returns at
-// once. It returns a *FullError (errors.Is ErrFull) when the scope already
-// has capacity or more live holders. When this client already holds a slot
-// of scope, it gets the same tenure (same slot and fence) back with its
-// expiry re-pinned to ttl from now, whatever the capacity: retrying after a
-// lost reply never takes a second slot.
+// TryClaim takes a slot of w.Scope with w.Units units of w.Capacity for
+// ttl, or returns at once. It returns a *FullError (errors.Is ErrFull) when
+// the scope has no room for the units. When this client already holds a
+// slot of the scope, it gets the same tenure (same slot, fence and units)
+// back with its expiry re-pinned to ttl from now, whatever the capacity:
+// retrying after a lost reply never takes a second slot.
 //
 // Capacity is this claim's own setting, checked by the server against the
 // live holders at the moment of the claim; claims of one scope may pass
 // different capacities (see the package documentation).
-func (c *Client) TryClaim(ctx context.Context, scope string, capacity int, ttl time.Duration) (*Slot, error) {
-	if err := c.checkClaim(scope, capacity, ttl); err != nil {
+func (c *Client) TryClaim(ctx context.Context, w Want, ttl time.Duration) (*Slot, error) {
+	if err := c.checkWants("Want", []Want{w}, ttl); err != nil {
 		return nil, err
 	}
-	s, _, err := c.tryClaim(ctx, scope, capacity, ttl, false)
+	s, _, err := c.tryClaim(ctx, w, ttl, false)
 	return s, err
 }
 
 // tryClaim makes one claim: a slot, or the refusal as a *FullError and its
 // wait, or another error. wait says the caller claims again when refused:
 // the server then queues the claim (see the package documentation).
-func (c *Client) tryClaim(ctx context.Context, scope string, capacity int, ttl time.Duration, wait bool) (*Slot, *tenure.Refusal, error) {
+func (c *Client) tryClaim(ctx context.Context, w Want, ttl time.Duration, wait bool) (*Slot, *tenure.Refusal, error) {
 	sent := time.Now()
+	units := w.units()
 	row, err := c.claim(ctx, db.SlotClaimUnitsParams{
-		Scope: scope, Holder: c.c.Holder(), Capacity: int32(capacity), Ttl: ttl, Units: int32(c.units), Wait: wait,
+		Scope: w.Scope, Holder: c.c.Holder(), Capacity: int32(w.Capacity), Ttl: ttl, Units: int32(units), Wait: wait,
 	})
 	if err != nil {
 		return nil, nil, c.c.Interpret(ctx, err)
 	}
 	if !row.Claimed {
-		full := &FullError{Scope: scope, Capacity: capacity, InUse: int(row.InUse), RetryIn: orZero(row.RetryIn)}
-		c.c.Refused(ctx, scope)
-		return nil, full.refusal(sent, c.units), full
+		full := &FullError{Scope: w.Scope, Capacity: w.Capacity, InUse: int(row.InUse), RetryIn: orZero(row.RetryIn)}
+		c.c.Refused(ctx, w.Scope)
+		return nil, full.refusal(sent, units), full
 	}
-	return &Slot{t: c.c.Grant(scope, int(row.Slot.Int32), row.Fence.Int64, ttl, sent), units: c.units}, nil, nil
+	return &Slot{t: c.c.Grant(w.Scope, int(row.Slot.Int32), row.Fence.Int64, ttl, sent), units: units}, nil, nil
 }
 
-// Claim takes one of capacity slots of scope for ttl, waiting while the
-// scope is full. It wakes as soon as a holder of the scope releases (a
-// NOTIFY, when the client was built on a *pgxpool.Pool) and otherwise when
-// the earliest live slot would expire, then tries again. It returns
-// ctx.Err() unchanged when ctx ends first. A serialization failure or
-// deadlock the server broke (SQLSTATE 40001, 40P01: nothing changed) is
-// tried again after a backoff from 5ms doubling to 500ms, except in a
-// pgx.Tx; other errors (connection failures, bad arguments) are returned
-// at once. Like TryClaim, it returns the client's own live slot of scope
-// if it has one.
-func (c *Client) Claim(ctx context.Context, scope string, capacity int, ttl time.Duration) (*Slot, error) {
-	if err := c.checkClaim(scope, capacity, ttl); err != nil {
+// Claim takes a slot of w.Scope with w.Units units of w.Capacity for ttl,
+// waiting while the scope has no room for them. It wakes as soon as a
+// holder of the scope releases (a NOTIFY, when the client was built on a
+// *pgxpool.Pool) and otherwise when the earliest live slot would expire,
+// then tries again; while it waits it is queued on the server (see the
+// package documentation). It returns ctx.Err() unchanged when ctx ends
+// first. A serialization failure or deadlock the server broke (SQLSTATE
+// 40001, 40P01: nothing changed) is tried again after a backoff from 5ms
+// doubling to 500ms, except in a pgx.Tx; other errors (connection
+// failures, bad arguments) are returned at once. Like TryClaim, it returns
+// the client's own live slot of the scope if it has one.
+func (c *Client) Claim(ctx context.Context, w Want, ttl time.Duration) (*Slot, error) {
+	if err := c.checkWants("Want", []Want{w}, ttl); err != nil {
 		return nil, err
 	}
 	return tenure.Await(ctx, c.c, func(ctx context.Context) (*Slot, *tenure.Refusal, error) {
-		return c.tryClaim(ctx, scope, capacity, ttl, true)
+		return c.tryClaim(ctx, w, ttl, true)
 	})
 }
 
-// Want is one scope to claim a slot of with TryClaimAll or ClaimAll.
+// Want is a claim of one scope: what TryClaim and Claim take, and
+// TryClaimAll and ClaimAll take one of per scope.
 type Want struct {
 	// Scope is the scope to claim a slot of, 1 to pglease.MaxNameLen bytes.
 	Scope string
 	// Capacity is the most units in use the claim admits in Scope, from 1
 	// to MaxCapacity.
 	Capacity int
-	// Units is how many units of Capacity to claim, from 1 to Capacity.
-	// Defaults to the client's Config.Units.
+	// Units is how many units of Capacity the claim takes, all or nothing,
+	// as one slot with one fence: a job that needs 4 of a pool's 8 GPUs
+	// claims Capacity 8 and Units 4. Defaults to 1; must be from 1 to
+	// Capacity.
 	Units int
 }
+
+// units returns w.Units, or its default.
+func (w Want) units() int { return cmp.Or(w.Units, 1) }
 
 // TryClaimAll takes one slot of each wanted scope for ttl, all or nothing,
 // in one round trip, or returns at once. On success the slots are in the
@@ -89,7 +97,7 @@ type Want struct {
 // Scopes this client already holds are returned as by TryClaim (same
 // tenure), so releasing one of the returned slots also ends that tenure.
 func (c *Client) TryClaimAll(ctx context.Context, wants []Want, ttl time.Duration) ([]*Slot, error) {
-	if err := c.checkWants(wants, ttl); err != nil {
+	if err := c.checkWants("wants", wants, ttl); err != nil {
 		return nil, err
 	}
 	slots, _, err := c.tryClaimAll(ctx, wants, ttl, false)
@@ -106,7 +114,7 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 		Wait:       wait,
 	}
 	for i, w := range wants {
-		p.Scopes[i], p.Capacities[i], p.Units[i] = w.Scope, int32(w.Capacity), int32(cmp.Or(w.Units, c.units))
+		p.Scopes[i], p.Capacities[i], p.Units[i] = w.Scope, int32(w.Capacity), int32(w.units())
 	}
 	sent := time.Now()
 	row, err := c.claimMany(ctx, p)
@@ -116,7 +124,7 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 	if !row.Claimed {
 		full := &FullError{Scope: row.RefusedScope.String, InUse: int(row.RefusedInUse.Int32), RetryIn: orZero(row.RetryIn)}
 		c.c.Refused(ctx, full.Scope)
-		units := c.units
+		units := 1
 		for i, w := range wants {
 			if w.Scope == full.Scope {
 				full.Capacity, units = w.Capacity, int(p.Units[i])
@@ -142,7 +150,7 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 // tried again as by Claim, other errors returned at once. While it waits
 // it is queued in the scope that refused it, as Claim is.
 func (c *Client) ClaimAll(ctx context.Context, wants []Want, ttl time.Duration) ([]*Slot, error) {
-	if err := c.checkWants(wants, ttl); err != nil {
+	if err := c.checkWants("wants", wants, ttl); err != nil {
 		return nil, err
 	}
 	return tenure.Await(ctx, c.c, func(ctx context.Context) ([]*Slot, *tenure.Refusal, error) {
@@ -150,25 +158,22 @@ func (c *Client) ClaimAll(ctx context.Context, wants []Want, ttl time.Duration) 
 	})
 }
 
-// checkWants validates the arguments of a multi-scope claim as the SQL
-// does.
-func (c *Client) checkWants(wants []Want, ttl time.Duration) error {
+// checkWants validates the claims of wants (called arg) as the SQL does.
+func (c *Client) checkWants(arg string, wants []Want, ttl time.Duration) error {
 	if n := len(wants); n < 1 || n > MaxWants {
-		return tenure.Invalidf("wants must name 1 to %d scopes, got %d", MaxWants, n)
+		return tenure.Invalidf("%s must name 1 to %d scopes, got %d", arg, MaxWants, n)
 	}
 	seen := make(map[string]bool, len(wants))
 	for i, w := range wants {
-		if err := tenure.CheckText(fmt.Sprintf("wants[%d].Scope", i), w.Scope); err != nil {
-			return err
+		name := arg
+		if arg == "wants" {
+			name = fmt.Sprintf("wants[%d]", i)
 		}
-		if err := tenure.CheckCapacity(fmt.Sprintf("wants[%d].Capacity", i), w.Capacity); err != nil {
+		if err := tenure.CheckClaim(name, w.Scope, w.Capacity, w.Units); err != nil {
 			return err
-		}
-		if u := cmp.Or(w.Units, c.units); w.Units < 0 || u > w.Capacity {
-			return tenure.Invalidf("wants[%d].Units must be from 1 to wants[%d].Capacity (%d), got %d", i, i, w.Capacity, u)
 		}
 		if seen[w.Scope] {
-			return tenure.Invalidf("wants[%d]: scope %q is named twice", i, w.Scope)
+			return tenure.Invalidf("%s: scope %q is named twice", name, w.Scope)
 		}
 		seen[w.Scope] = true
 	}
@@ -194,7 +199,7 @@ func (c *Client) claim(ctx context.Context, p db.SlotClaimUnitsParams) (db.SlotC
 		}
 	}
 	if p.Units != 1 {
-		return db.SlotClaimUnitsRow{}, fmt.Errorf("%w: claiming %d units (Config.Units) needs schema 0.3.0", pglease.ErrNotMigrated, p.Units)
+		return db.SlotClaimUnitsRow{}, fmt.Errorf("%w: claiming %d units (Want.Units) needs schema 0.3.0", pglease.ErrNotMigrated, p.Units)
 	}
 	r, err := c.c.Queries().SlotClaim(ctx, db.SlotClaimParams{Scope: p.Scope, Holder: p.Holder, Capacity: p.Capacity, Ttl: p.Ttl})
 	return db.SlotClaimUnitsRow(r), err

@@ -26,8 +26,6 @@ func TestNewInvalid(t *testing.T) {
 		{"nil database", nil, runslots.Config{}},
 		{"holder too long", noDB{t}, runslots.Config{Holder: strings.Repeat("h", 257)}},
 		{"negative margin", noDB{t}, runslots.Config{SafetyMargin: -time.Second}},
-		{"negative units", noDB{t}, runslots.Config{Units: -1}},
-		{"units above MaxCapacity", noDB{t}, runslots.Config{Units: runslots.MaxCapacity + 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := runslots.New(tc.db, tc.cfg); !errors.Is(err, pglease.ErrInvalidArgument) {
@@ -70,10 +68,10 @@ func TestClaimInvalid(t *testing.T) {
 		{"ttl within margin", "s", 1, time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := c.TryClaim(ctx, tc.scope, tc.capacity, tc.ttl); !errors.Is(err, pglease.ErrInvalidArgument) {
+			if _, err := c.TryClaim(ctx, runslots.Want{Scope: tc.scope, Capacity: tc.capacity}, tc.ttl); !errors.Is(err, pglease.ErrInvalidArgument) {
 				t.Errorf("TryClaim: got %v, want ErrInvalidArgument", err)
 			}
-			if _, err := c.Claim(ctx, tc.scope, tc.capacity, tc.ttl); !errors.Is(err, pglease.ErrInvalidArgument) {
+			if _, err := c.Claim(ctx, runslots.Want{Scope: tc.scope, Capacity: tc.capacity}, tc.ttl); !errors.Is(err, pglease.ErrInvalidArgument) {
 				t.Errorf("Claim: got %v, want ErrInvalidArgument", err)
 			}
 			wants := []runslots.Want{{Scope: tc.scope, Capacity: tc.capacity}}
@@ -82,13 +80,6 @@ func TestClaimInvalid(t *testing.T) {
 			}
 			if _, err := c.ClaimAll(ctx, wants, tc.ttl); !errors.Is(err, pglease.ErrInvalidArgument) {
 				t.Errorf("ClaimAll: got %v, want ErrInvalidArgument", err)
-			}
-			err := c.Run(ctx, tc.scope, tc.capacity, tc.ttl, func(context.Context) error {
-				t.Error("fn ran")
-				return nil
-			})
-			if !errors.Is(err, pglease.ErrInvalidArgument) {
-				t.Errorf("Run: got %v, want ErrInvalidArgument", err)
 			}
 		})
 	}
@@ -111,9 +102,6 @@ func TestClaimInvalid(t *testing.T) {
 			}
 		})
 	}
-	if err := c.Run(ctx, "s", 1, time.Minute, nil); !errors.Is(err, pglease.ErrInvalidArgument) {
-		t.Errorf("Run with nil fn: got %v, want ErrInvalidArgument", err)
-	}
 }
 
 // TestMissingSchema: a database without the pglease schema gets a hint to
@@ -122,7 +110,7 @@ func TestMissingSchema(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t, pgtest.NewDatabase(t))
 	c := newClient(t, pool, "")
-	_, err := c.TryClaim(context.Background(), "s", 1, time.Minute)
+	_, err := c.TryClaim(context.Background(), runslots.Want{Scope: "s", Capacity: 1}, time.Minute)
 	if !errors.Is(err, pglease.ErrNotMigrated) || !strings.Contains(err.Error(), "apply the migrations") {
 		t.Fatalf("TryClaim without the schema: got %v, want ErrNotMigrated with a hint to apply the migrations", err)
 	}
@@ -197,7 +185,7 @@ func TestTryClaimRace(t *testing.T) {
 		for _, c := range clients {
 			wg.Go(func() {
 				<-start
-				s, err := c.TryClaim(ctx, "tenant:42", capacity, time.Minute)
+				s, err := c.TryClaim(ctx, runslots.Want{Scope: "tenant:42", Capacity: capacity}, time.Minute)
 				mu.Lock()
 				defer mu.Unlock()
 				switch full, ok := errors.AsType[*runslots.FullError](err); {
@@ -283,7 +271,7 @@ func TestExpiryReclaim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	s, err := b.Claim(ctx, "batch", 1, time.Minute) // wakes at RetryIn: nobody releases
+	s, err := b.Claim(ctx, runslots.Want{Scope: "batch", Capacity: 1}, time.Minute) // wakes at RetryIn: nobody releases
 	if err != nil {
 		t.Fatalf("Claim after expiry: %v", err)
 	}
@@ -427,7 +415,7 @@ func TestClaimWokenByRelease(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		s, err := c.Claim(ctx, "jobs", 1, time.Minute)
+		s, err := c.Claim(ctx, runslots.Want{Scope: "jobs", Capacity: 1}, time.Minute)
 		done <- result{s, err, time.Now()}
 	}()
 	waiting.Await(t, "Claim to wait") // refused after LISTEN: only the release can wake it early
@@ -458,7 +446,7 @@ func TestClaimCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Claim(ctx, "jobs", 1, time.Minute)
+		_, err := c.Claim(ctx, runslots.Want{Scope: "jobs", Capacity: 1}, time.Minute)
 		done <- err
 	}()
 	waiting.Await(t, "Claim to wait")
@@ -472,11 +460,8 @@ func TestClaimCancel(t *testing.T) {
 	if _, err := c.ClaimAll(dctx, []runslots.Want{{Scope: "jobs", Capacity: 1}}, time.Minute); err != context.DeadlineExceeded {
 		t.Fatalf("ClaimAll past its deadline = %v, want context.DeadlineExceeded unchanged", err)
 	}
-	if _, err := c.TryClaim(ctx, "jobs", 1, time.Minute); err != context.Canceled {
+	if _, err := c.TryClaim(ctx, runslots.Want{Scope: "jobs", Capacity: 1}, time.Minute); err != context.Canceled {
 		t.Fatalf("TryClaim with a cancelled ctx = %v, want context.Canceled unchanged", err)
-	}
-	if err := c.Run(ctx, "jobs", 1, time.Minute, func(context.Context) error { return nil }); err != context.Canceled {
-		t.Fatalf("Run with a cancelled ctx = %v, want context.Canceled unchanged", err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package runslots
 
 import (
-	"cmp"
 	"log/slog"
 	"time"
 
@@ -16,17 +15,17 @@ import (
 // as for leases.
 const (
 	// MaxCapacity is the largest capacity a scope can be claimed with.
-	MaxCapacity = tenure.MaxCapacity
+	MaxCapacity = 1_000_000
 	// MaxWants is the most scopes one TryClaimAll or ClaimAll can claim.
 	MaxWants = 64
 )
 
 // Config configures a Client. The zero value is usable: zero fields mean
 // their defaults. New refuses an invalid Config with an error that names
-// the field. Its fields other than Units are fields of pglease.Config,
-// with the same defaults and rules, applied by the same code: slots and
-// leases are two kinds of one tenure. pglease.Config's HoldAtLeast and
-// ObserveInterval have no counterpart here, and Units none there.
+// the field. Its fields are fields of pglease.Config, with the same
+// defaults and rules, applied by the same code: slots and leases are two
+// kinds of one tenure. pglease.Config's ObserveInterval has no
+// counterpart here.
 type Config struct {
 	// Holder identifies this client in the slot table. Claims are
 	// re-entrant per holder and scope (a holder has at most one slot of a
@@ -46,13 +45,6 @@ type Config struct {
 	// releases, and the fallback from release notifications to expiry
 	// waits. Defaults to slog.Default().
 	Logger *slog.Logger
-
-	// PurgeEvery is how often Run, while its fn runs, calls
-	// pglease.purge_due to delete what has been free for a day (see
-	// pgleaseadmin.Purge); the server lets one call per interval through
-	// across every caller of the database. Defaults to an hour; negative
-	// disables it. It runs only when the database is a *pgxpool.Pool.
-	PurgeEvery time.Duration
 
 	// RenewInterval is the time between Run's renewals. Defaults to a third
 	// of the tenure's TTL. Every TTL used with this client must exceed it
@@ -100,15 +92,6 @@ type Config struct {
 	// service installs an OpenTelemetry SDK.
 	MeterProvider metric.MeterProvider
 
-	// Units is how many units of a scope's capacity each claim of this
-	// client takes, all or nothing, as one slot with one fence: a job that
-	// needs 4 of a pool's 8 GPUs claims with capacity 8 and Units 4. The
-	// units in use in a scope never exceed its capacity (see the package
-	// documentation); a claim of more units than its capacity is refused
-	// with an error naming Units. Defaults to 1; must be from 1 to
-	// MaxCapacity. Want.Units overrides it per scope.
-	Units int
-
 	// MetricsByName, when true, adds the slot scope to the client's
 	// measurements as the attribute pglease.name: one time series per
 	// scope. Leave it false (the default) when scopes are per entity
@@ -120,7 +103,7 @@ type Config struct {
 // core returns cfg in the words of the core.
 func (cfg Config) core() tenure.Config {
 	return tenure.Config{
-		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
+		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
 		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName,
@@ -133,9 +116,7 @@ func (cfg Config) core() tenure.Config {
 // A client holds at most one slot per scope: claiming a scope it already
 // holds returns the same tenure (same slot, same fence), and releasing
 // either copy ends both. To occupy several slots of one scope from one
-// process, use one Client per concurrent claim; they are cheap. Run takes
-// care of this for its own callers: concurrent Runs of one scope on one
-// Client take turns.
+// process, use one Client per concurrent claim; they are cheap.
 //
 // With Config.Keeper (a pglease.Keeper), the client's slots are renewed
 // with every other lease and slot of the keeper's holder in one round trip
@@ -143,9 +124,7 @@ func (cfg Config) core() tenure.Config {
 // process holds at most one slot per scope through one keeper; use a
 // keeper per holder to occupy more.
 type Client struct {
-	c     *tenure.Core
-	turns turns
-	units int // Config.Units, defaulted
+	c *tenure.Core
 }
 
 // slots is the slot kind of tenure.
@@ -157,21 +136,18 @@ var slots = tenure.Kind{
 }
 
 // New returns a Client that runs its queries on database. It does not take
-// ownership: closing database stays the caller's job. Claim, ClaimAll and
-// Run wake up on release notifications when database is a *pgxpool.Pool or
+// ownership: closing database stays the caller's job. Claim and ClaimAll
+// wake up on release notifications when database is a *pgxpool.Pool or
 // a pglease.Listener (the client's waiters share one LISTEN connection; see
 // pglease.DB); otherwise they wait until the earliest expiry the server
 // reported. It returns an error matching pglease.ErrInvalidArgument, naming
 // the field, when cfg is invalid.
 func New(database pglease.DB, cfg Config) (*Client, error) {
-	if cfg.Units < 0 || cfg.Units > MaxCapacity {
-		return nil, tenure.Invalidf("Units must be from 1 to %d (0: the default, 1), got %d", MaxCapacity, cfg.Units)
-	}
 	c, err := tenure.New(database, slots, cfg.core())
 	if err != nil {
 		return nil, err
 	}
-	return &Client{c: c, units: cmp.Or(cfg.Units, 1)}, nil
+	return &Client{c: c}, nil
 }
 
 // CloseIdle closes the connection the client LISTENs on for release
@@ -184,17 +160,3 @@ func (c *Client) CloseIdle() { c.c.CloseIdle() }
 
 // Holder returns the identity this client claims slots as.
 func (c *Client) Holder() string { return c.c.Holder() }
-
-// checkClaim validates the arguments of a claim as the SQL does.
-func (c *Client) checkClaim(scope string, capacity int, ttl time.Duration) error {
-	if err := tenure.CheckText("scope", scope); err != nil {
-		return err
-	}
-	if err := tenure.CheckCapacity("capacity", capacity); err != nil {
-		return err
-	}
-	if c.units > capacity {
-		return tenure.Invalidf("Units (%d) must be at most the capacity of the claim (%d)", c.units, capacity)
-	}
-	return c.c.CheckTTL(ttl)
-}

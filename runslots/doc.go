@@ -13,21 +13,24 @@
 // through generated code:
 //
 //	client, err := runslots.New(pool, runslots.Config{})
-//	err = client.Run(ctx, "tenant:42", 4, 30*time.Second, func(ctx context.Context) error {
+//	slot, err := client.Claim(ctx, runslots.Want{Scope: runslots.Want{Scope: "tenant:42", Capacity: Capacity: 4}}, 30*time.Second)
+//	err = slot.Run(ctx, func(ctx context.Context) error {
 //		return work(ctx) // at most 4 of these run at once, fleet-wide
 //	})
 //
-// Run is what most callers want: it waits for a slot, renews it while fn
-// runs, cancels fn's context when the slot can no longer be trusted, and
-// releases the slot when fn returns. Below it:
+// Claim waits for a slot (woken by the release NOTIFY, else at the
+// earliest expiry); Slot.Run renews it while fn runs, cancels fn's context
+// when the slot can no longer be trusted, and releases the slot when fn
+// returns. Besides:
 //
-//   - TryClaim takes a slot or returns a *FullError (ErrFull) at once;
-//     Claim waits until a slot frees (woken by the release NOTIFY, else at
-//     the earliest expiry).
+//   - TryClaim takes a slot or returns a *FullError (ErrFull) at once.
+//   - A Want says the scope, the capacity and how many units of it the
+//     claim takes (one by default), per claim, as x/sync's
+//     semaphore.Acquire(ctx, n) does.
 //   - TryClaimAll and ClaimAll take one slot in each of several scopes, all
 //     or nothing ("a tenant slot and a GPU slot").
-//   - Slot.Run holds a claimed slot while a function runs, as
-//     pglease.Lease.Run holds a lease; Slot.Renew extends a tenure,
+//   - Slot.Run holds a slot as pglease.Lease.Run holds a lease; Slot.Renew
+//     extends a tenure,
 //     Slot.Release ends it early; Slot.Deadline says until when the caller
 //     may rely on it, and Slot.Done closes when it can no longer be trusted.
 //   - The occupancy the server sees (every slot and scope, whoever holds
@@ -44,7 +47,6 @@
 // A Client is one holder and holds at most one slot per scope: claiming a
 // scope it already holds returns the same tenure. To occupy several slots
 // of a scope from one process, use one Client per concurrent claim.
-// Concurrent Runs of one scope on one Client take turns.
 //
 // Apply the schema first with pgleasemigrate.Up (or `pglease migrate up`).
 //
@@ -66,13 +68,13 @@
 //     with a larger capacity is admitted up to its own figure, so callers
 //     that disagree about N get the larger one. A holder re-claiming a
 //     scope it holds gets its slot back whatever the capacity.
-//   - Weighted claims: with Config.Units (or Want.Units) k, a claim takes k
+//   - Weighted claims: with Want.Units k, a claim takes k
 //     units of the capacity, all or nothing, as one slot with one fence;
 //     the cap counts units: a claim of k units with capacity N succeeds
 //     only while the units in use plus k are at most N and at most the
 //     smallest capacity any live holder claimed with. A claim of more
 //     units than a live holder's capacity is an error (SQLSTATE PGL06).
-//   - No starvation: a blocking claim (Claim, ClaimAll, Run) that is
+//   - No starvation: a blocking claim (Claim, ClaimAll) that is
 //     refused is queued on the server in the order of its first refusal;
 //     the oldest queued claim keeps room for its units against every later
 //     claim, so a claim of many units is not overtaken forever by claims of
@@ -82,7 +84,7 @@
 //   - Two live holders of a scope never share a slot number, and a slot's
 //     fence never goes backwards: each new tenure of a slot gets the
 //     previous fence + 1. A scope whose slots have all been free for a day
-//     is deleted by purge (Config.PurgeEvery, pgleaseadmin.Purge), but
+//     is deleted by purge (pgleaseadmin.Purge, a supervisor's PurgeEvery), but
 //     before it goes the server records its fences in a floor, committed
 //     with the delete, and a slot used again starts above it. Fences of
 //     different slots are unrelated.
@@ -125,12 +127,12 @@
 // code can treat leases and slots alike. Any other error from Renew
 // (connection reset, timeout) leaves the outcome unknown; renewing is
 // idempotent, so retry while Deadline allows, and stop the work when it
-// passes. Run does exactly that, and returns an error matching ErrSlotLost
-// when the slot was lost while fn ran, even if fn then returned nil; see Run
-// for the full contract. Errors wrapping pglease.ErrInvalidArgument mean a
-// bad argument and that nothing changed; the client checks arguments before
-// any round trip. Every call takes a context and returns ctx.Err() unchanged
-// when it ends first.
+// passes. Slot.Run does exactly that, and returns an error matching
+// ErrSlotLost when the slot was lost while fn ran, even if fn then returned
+// nil; see Slot.Run for the full contract. Errors wrapping
+// pglease.ErrInvalidArgument mean a bad argument and that nothing changed;
+// the client checks arguments before any round trip. Every call takes a
+// context and returns ctx.Err() unchanged when it ends first.
 //
 // Blocking claims of a client built on a *pgxpool.Pool share one LISTEN
 // connection per pool, opened outside the pool. On a *pgx.Conn or a

@@ -29,8 +29,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = client.Run(ctx, "tenant:42", 4, 30*time.Second, func(ctx context.Context) error {
-		slot := runslots.SlotFromContext(ctx)
+	slot, err := client.Claim(ctx, runslots.Want{Scope: "tenant:42", Capacity: 4}, 30*time.Second)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = slot.Run(ctx, func(ctx context.Context) error {
 		fmt.Printf("working in slot %d of %s, fence %d\n", slot.Number(), slot.Scope(), slot.Fence())
 		return nil // return early once ctx is cancelled: the slot may be lost
 	})
@@ -59,7 +62,7 @@ func ExampleClient_TryClaim() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		slot, err := client.TryClaim(ctx, "gpu-pool", 2, time.Minute)
+		slot, err := client.TryClaim(ctx, runslots.Want{Scope: "gpu-pool", Capacity: 2}, time.Minute)
 		if full, ok := errors.AsType[*runslots.FullError](err); ok {
 			fmt.Printf("%s: %s is full, %d of %d in use\n", holder, full.Scope, full.InUse, full.Capacity)
 			continue
@@ -92,7 +95,7 @@ func ExampleClient_Claim() {
 	first, _ := runslots.New(pool, runslots.Config{Holder: "first"})
 	second, _ := runslots.New(pool, runslots.Config{Holder: "second"})
 
-	held, err := first.TryClaim(ctx, "nightly-export", 1, time.Minute)
+	held, err := first.TryClaim(ctx, runslots.Want{Scope: "nightly-export", Capacity: 1}, time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -105,7 +108,7 @@ func ExampleClient_Claim() {
 	}()
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	slot, err := second.Claim(waitCtx, "nightly-export", 1, time.Minute)
+	slot, err := second.Claim(waitCtx, runslots.Want{Scope: "nightly-export", Capacity: 1}, time.Minute)
 	if err != nil {
 		log.Fatal(err)
 	}

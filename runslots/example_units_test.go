@@ -13,10 +13,10 @@ import (
 	"github.com/pglease/pglease/runslots"
 )
 
-// ExampleConfig_units shares a pool of 8 GPUs: a training job takes 4 of
+// ExampleWant_units shares a pool of 8 GPUs: a training job takes 4 of
 // them, an inference job 1; a second training job does not fit beside
 // the first and three inference jobs (4 + 3 + 4 > 8), all or nothing.
-func ExampleConfig_units() {
+func ExampleWant_units() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -25,11 +25,11 @@ func ExampleConfig_units() {
 	defer pool.Close()
 
 	claim := func(holder string, units int) *runslots.Slot {
-		client, err := runslots.New(pool, runslots.Config{Holder: holder, Units: units})
+		client, err := runslots.New(pool, runslots.Config{Holder: holder})
 		if err != nil {
 			log.Fatal(err)
 		}
-		slot, err := client.TryClaim(ctx, "gpus", 8, time.Minute)
+		slot, err := client.TryClaim(ctx, runslots.Want{Scope: "gpus", Capacity: 8, Units: units}, time.Minute)
 		if full, ok := errors.AsType[*runslots.FullError](err); ok {
 			fmt.Printf("%s (%d GPUs): refused, %d of 8 in use\n", holder, units, full.InUse)
 			return nil

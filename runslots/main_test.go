@@ -65,7 +65,7 @@ func mustClaim(t testing.TB, c *runslots.Client, scope string, capacity int, ttl
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	s, err := c.TryClaim(ctx, scope, capacity, ttl)
+	s, err := c.TryClaim(ctx, runslots.Want{Scope: scope, Capacity: capacity}, ttl)
 	if err != nil {
 		t.Fatalf("TryClaim(%q, %d) as %s: %v", scope, capacity, c.Holder(), err)
 	}
@@ -78,7 +78,7 @@ func mustBeFull(t testing.TB, c *runslots.Client, scope string, capacity, inUse 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	s, err := c.TryClaim(ctx, scope, capacity, time.Minute)
+	s, err := c.TryClaim(ctx, runslots.Want{Scope: scope, Capacity: capacity}, time.Minute)
 	if err == nil {
 		t.Fatalf("TryClaim(%q, %d) as %s: got slot %d fence %d, want ErrFull", scope, capacity, c.Holder(), s.Number(), s.Fence())
 	}
@@ -201,6 +201,22 @@ func (d noDB) Begin(context.Context) (pgx.Tx, error) {
 	return nil, errNoDB
 }
 
+// SendBatch implements pglease.DB; no test sends a batch on it.
+func (d noDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
+	d.t.Errorf("unexpected SendBatch")
+	return nil
+}
+
 type errRow struct{}
 
 func (errRow) Scan(...any) error { return errNoDB }
+
+// claimRun claims a slot of scope with capacity for ttl, waiting as Claim
+// does, and holds it while fn runs (Slot.Run).
+func claimRun(ctx context.Context, c *runslots.Client, scope string, capacity int, ttl time.Duration, fn func(context.Context) error) error {
+	s, err := c.Claim(ctx, runslots.Want{Scope: scope, Capacity: capacity}, ttl)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx, fn)
+}

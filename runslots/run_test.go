@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +29,7 @@ func TestRunReleases(t *testing.T) {
 	for i, want := range []error{nil, errBoom} {
 		var number int
 		var fence int64
-		err := c.Run(context.Background(), "jobs", 2, time.Minute, func(ctx context.Context) error {
+		err := claimRun(context.Background(), c, "jobs", 2, time.Minute, func(ctx context.Context) error {
 			s := runslots.SlotFromContext(ctx)
 			if s == nil {
 				return errors.New("SlotFromContext: nil in fn's context")
@@ -65,7 +63,7 @@ func TestRunRenews(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	c := newClient(t, pool, "")
 	const ttl = 2 * time.Second
-	err := c.Run(context.Background(), "long", 1, ttl, func(ctx context.Context) error {
+	err := claimRun(context.Background(), c, "long", 1, ttl, func(ctx context.Context) error {
 		s := runslots.SlotFromContext(ctx)
 		first := s.Deadline()
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -220,7 +218,7 @@ func TestRunParentCancel(t *testing.T) {
 	var cause error
 	done := make(chan error, 1)
 	go func() {
-		done <- c.Run(ctx, "stop", 1, time.Minute, func(fctx context.Context) error {
+		done <- claimRun(ctx, c, "stop", 1, time.Minute, func(fctx context.Context) error {
 			close(started)
 			select {
 			case <-fctx.Done():
@@ -245,41 +243,10 @@ func TestRunParentCancel(t *testing.T) {
 	}
 }
 
-// TestRunTakesTurns: concurrent Runs of one scope on one client never run
-// fn at the same time (they would share one slot).
-func TestRunTakesTurns(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.NewPool(t)
-	c := newClient(t, pool, "")
-	const runs = 6
-	var active, most, ran atomic.Int32
-	var wg sync.WaitGroup
-	for range runs {
-		wg.Go(func() {
-			err := c.Run(context.Background(), "shared", runs, time.Minute, func(ctx context.Context) error {
-				n := active.Add(1)
-				defer active.Add(-1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
-				ran.Add(1)
-				_, err := pgleaseadmin.Scopes(ctx, pool) // a round trip, for other Runs to overlap with
-				return err
-			})
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		})
-	}
-	wg.Wait()
-	if ran.Load() != runs || most.Load() != 1 {
-		t.Fatalf("%d of %d Runs ran fn, at most %d at once; want all, one at a time", ran.Load(), runs, most.Load())
-	}
-}
-
 // runAsync runs Run in a goroutine, calls inject, and returns Run's error.
 func runAsync(c *runslots.Client, scope string, ttl time.Duration, fn func(context.Context) error, inject func()) error {
 	done := make(chan error, 1)
-	go func() { done <- c.Run(context.Background(), scope, 1, ttl, fn) }()
+	go func() { done <- claimRun(context.Background(), c, scope, 1, ttl, fn) }()
 	inject()
 	return <-done
 }

@@ -71,10 +71,19 @@ func (s *Slot) Renew(ctx context.Context) error { return s.t.Renew(ctx) }
 func (s *Slot) Release(ctx context.Context) error { return s.t.Release(ctx) }
 
 // Run holds the slot while fn runs, renewing it, and releases it once fn
-// has returned, as pglease.Lease.Run does for a lease; a loss is reported
-// as a *LostError matching ErrSlotLost (and pglease.ErrLeaseLost),
-// and fn's context cause then matches ErrSlotLost. SlotFromContext(ctx)
-// gives fn the slot; fn must not renew or release it.
+// has returned, as pglease.Lease.Run does for a lease: it cancels fn's
+// context the moment the slot can no longer be trusted (its cause then
+// matches ErrSlotLost) or ctx ends. SlotFromContext(ctx) gives fn the slot;
+// fn must not renew or release it. Run returns:
+//   - when the slot was lost while fn ran: a *LostError matching
+//     ErrSlotLost (and pglease.ErrLeaseLost), whatever fn returned, even
+//     nil; the slot is not released;
+//   - otherwise fn's error, unchanged, after releasing the slot (a failed
+//     release is logged, not returned).
+//
+// To wait for a slot and run under it: Claim, then Run. A client holds at
+// most one slot per scope, and two Runs of one tenure would share it: give
+// each workload that should hold a slot of its own a Client of its own.
 func (s *Slot) Run(ctx context.Context, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		return tenure.Invalidf("fn must not be nil")

@@ -15,27 +15,19 @@ import (
 	"github.com/pglease/pglease/runslots"
 )
 
-// newUnitsClient returns a client claiming units units of each scope.
-func newUnitsClient(t testing.TB, db pglease.DB, holder string, units int) *runslots.Client {
-	t.Helper()
-	c, err := runslots.New(db, runslots.Config{Holder: holder, Units: units})
-	if err != nil {
-		t.Fatalf("New(Units: %d): %v", units, err)
-	}
-	return c
-}
-
 // TestUnitsInvalid: bad unit counts are refused before any round trip,
 // naming the field, and the server refuses the others with nothing changed.
 func TestUnitsInvalid(t *testing.T) {
 	t.Parallel()
-	_, err := runslots.New(noDB{t}, runslots.Config{Units: -1})
-	if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "Units") {
-		t.Fatalf("New(Units: -1): got %v, want ErrInvalidArgument naming Units", err)
-	}
-	c := newUnitsClient(t, noDB{t}, "big", 5)
-	if _, err := c.TryClaim(context.Background(), "gpu", 4, time.Minute); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "Units") {
-		t.Fatalf("TryClaim of 5 units with capacity 4: got %v, want ErrInvalidArgument naming Units", err)
+	c := newClient(t, noDB{t}, "big")
+	for _, units := range []int{-1, 5} {
+		want := runslots.Want{Scope: "gpu", Capacity: 4, Units: units}
+		if _, err := c.TryClaim(context.Background(), want, time.Minute); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "Want.Units") {
+			t.Fatalf("TryClaim of %d units with capacity 4: got %v, want ErrInvalidArgument naming Want.Units", units, err)
+		}
+		if _, err := c.Claim(context.Background(), want, time.Minute); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "Want.Units") {
+			t.Fatalf("Claim of %d units with capacity 4: got %v, want ErrInvalidArgument naming Want.Units", units, err)
+		}
 	}
 	wants := []runslots.Want{{Scope: "gpu", Capacity: 4, Units: 5}}
 	if _, err := c.TryClaimAll(context.Background(), wants, time.Minute); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "wants[0].Units") {
@@ -45,7 +37,7 @@ func TestUnitsInvalid(t *testing.T) {
 	// A live holder claimed with capacity 2: 3 units cannot fit (PGL06).
 	db := newPool(t, 4)
 	mustClaim(t, newClient(t, db, "small"), "gpu", 2, time.Minute)
-	_, err = newUnitsClient(t, db, "big", 3).TryClaim(context.Background(), "gpu", 8, time.Minute)
+	_, err := newClient(t, db, "big").TryClaim(context.Background(), runslots.Want{Scope: "gpu", Capacity: 8, Units: 3}, time.Minute)
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "PGL06" {
 		t.Fatalf("3 units where a live holder claimed capacity 2: got %v, want SQLSTATE PGL06", err)
@@ -60,18 +52,18 @@ func TestUnits(t *testing.T) {
 	t.Parallel()
 	db := newPool(t, 4)
 	ctx := context.Background()
-	four := mustClaimUnits(t, newUnitsClient(t, db, "four", 4), "gpu", 8)
+	four := mustClaimUnits(t, newClient(t, db, "four"), "gpu", 8, 4)
 	if four.Units() != 4 {
 		t.Fatalf("Units: got %d, want 4", four.Units())
 	}
-	mustClaimUnits(t, newUnitsClient(t, db, "three", 3), "gpu", 8)
+	mustClaimUnits(t, newClient(t, db, "three"), "gpu", 8, 3)
 	// 7 of 8 in use: 2 units do not fit, 1 does.
-	_, err := newUnitsClient(t, db, "two", 2).TryClaim(ctx, "gpu", 8, time.Minute)
+	_, err := newClient(t, db, "two").TryClaim(ctx, runslots.Want{Scope: "gpu", Capacity: 8, Units: 2}, time.Minute)
 	var full *runslots.FullError
 	if !errors.As(err, &full) || full.InUse != 7 {
 		t.Fatalf("2 units with 7 of 8 in use: got %v, want a *FullError with InUse 7", err)
 	}
-	one := mustClaimUnits(t, newUnitsClient(t, db, "one", 1), "gpu", 8)
+	one := mustClaimUnits(t, newClient(t, db, "one"), "gpu", 8, 1)
 	var units int
 	if err := db.QueryRow(ctx, `SELECT units_in_use FROM pglease.slot_scope_status WHERE scope = 'gpu'`).Scan(&units); err != nil || units != 8 {
 		t.Fatalf("slot_scope_status.units_in_use: got %d (%v), want 8", units, err)
@@ -79,14 +71,14 @@ func TestUnits(t *testing.T) {
 	mustRelease(t, four)
 	mustRelease(t, one)
 	// 5 free: the 2-unit claim fits now.
-	mustClaimUnits(t, newUnitsClient(t, db, "two", 2), "gpu", 8)
+	mustClaimUnits(t, newClient(t, db, "two"), "gpu", 8, 2)
 }
 
-func mustClaimUnits(t testing.TB, c *runslots.Client, scope string, capacity int) *runslots.Slot {
+func mustClaimUnits(t testing.TB, c *runslots.Client, scope string, capacity, units int) *runslots.Slot {
 	t.Helper()
-	s, err := c.TryClaim(context.Background(), scope, capacity, time.Minute)
+	s, err := c.TryClaim(context.Background(), runslots.Want{Scope: scope, Capacity: capacity, Units: units}, time.Minute)
 	if err != nil {
-		t.Fatalf("TryClaim(%q, %d) as %s: %v", scope, capacity, c.Holder(), err)
+		t.Fatalf("TryClaim(%q, capacity %d, %d units) as %s: %v", scope, capacity, units, c.Holder(), err)
 	}
 	return s
 }
@@ -120,7 +112,7 @@ func TestNoStarvation(t *testing.T) {
 			defer wg.Done()
 			first := true
 			for ctx.Err() == nil {
-				s, err := c.Claim(ctx, "pool", 4, time.Minute)
+				s, err := c.Claim(ctx, runslots.Want{Scope: "pool", Capacity: 4}, time.Minute)
 				if err != nil {
 					if ctx.Err() == nil {
 						errs <- err
@@ -146,7 +138,7 @@ func TestNoStarvation(t *testing.T) {
 		<-started
 	}
 	var refused time.Time
-	big, err := runslots.New(db, runslots.Config{Holder: "big", Units: 4, OnWait: func(error) {
+	big, err := runslots.New(db, runslots.Config{Holder: "big", OnWait: func(error) {
 		if refused.IsZero() {
 			refused = time.Now()
 		}
@@ -156,7 +148,7 @@ func TestNoStarvation(t *testing.T) {
 	}
 	bctx, bcancel := context.WithTimeout(ctx, 10*starvationBound)
 	defer bcancel()
-	s, err := big.Claim(bctx, "pool", 4, time.Minute)
+	s, err := big.Claim(bctx, runslots.Want{Scope: "pool", Capacity: 4, Units: 4}, time.Minute)
 	got := time.Now()
 	if err != nil {
 		t.Fatalf("Claim of 4 units: %v (starved by the 1-unit claims)", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/shardgroup"
 )
 
@@ -30,26 +31,26 @@ func Example() {
 		running []string
 		all     = make(chan struct{})
 	)
-	w, err := shardgroup.New(pool, shardgroup.Config{Group: "outbox-example", Shards: 4, Member: "worker-1", TTL: 10 * time.Second},
-		func(ctx context.Context, s shardgroup.Shard) error {
-			// A fenced write: it commits only while this tenure is current.
-			if err := s.WithFence(ctx, func(tx pgx.Tx) error { return nil }); err != nil {
-				return err
-			}
-			mu.Lock()
-			running = append(running, s.Name)
-			if len(running) == 4 {
-				close(all)
-			}
-			mu.Unlock()
-			<-ctx.Done() // dispatch partition s.Name until the shard moves
-			return nil
-		})
+	w, err := shardgroup.New(pool, shardgroup.Config{Group: "outbox-example", Shards: 4, Member: "worker-1", TTL: 10 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
+	dispatch := func(ctx context.Context, s shardgroup.Shard) error {
+		// A fenced write: it commits only while this tenure is current.
+		if err := pglease.WithFence(ctx, pool, s.LeaseName(), s.Fence, func(tx pgx.Tx) error { return nil }); err != nil {
+			return err
+		}
+		mu.Lock()
+		running = append(running, s.Name)
+		if len(running) == 4 {
+			close(all)
+		}
+		mu.Unlock()
+		<-ctx.Done() // dispatch partition s.Name until the shard moves
+		return nil
+	}
 	done := make(chan error, 1)
-	go func() { done <- w.Run(context.Background()) }()
+	go func() { done <- w.Run(context.Background(), dispatch) }()
 	<-all
 	mu.Lock()
 	slices.Sort(running)

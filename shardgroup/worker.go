@@ -8,13 +8,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pglease/pglease/internal/db"
 	"github.com/pglease/pglease/internal/notify"
+	"github.com/pglease/pglease/internal/tenure"
 	"github.com/pglease/pglease/pglease"
 )
 
@@ -29,25 +28,14 @@ type Shard struct {
 	Name string
 	// Fence is the tenure's fence: larger than every earlier owner's.
 	Fence int64
-
-	pool *pgxpool.Pool
 }
 
 // LeaseName returns the name of the shard's lease, '{group}/shard', as
-// pglease.assert_held and pglease.lease_status know it.
-func (s Shard) LeaseName() string { return LeaseName(s.Group, s.Name) }
+// pglease.assert_held and pglease.lease_status know it: fence the shard's
+// writes with pglease.WithFence(ctx, db, s.LeaseName(), s.Fence, fn).
+func (s Shard) LeaseName() string { return "{" + s.Group + "}/" + s.Name }
 
-// LeaseName returns the lease name of shard of group.
-func LeaseName(group, shard string) string { return "{" + group + "}/" + shard }
-
-// WithFence runs fn in a transaction that commits only while this tenure
-// of the shard is current (pglease.WithFence with the shard's lease and
-// fence).
-func (s Shard) WithFence(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pglease.WithFence(ctx, s.pool, s.LeaseName(), s.Fence, fn)
-}
-
-// Func is the work of one shard: it runs while the worker owns the shard
+// Func is the work of one shard, given to Run: it runs while the worker owns the shard
 // and must return soon after ctx ends (the shard moved, was lost, or the
 // worker leaves). Its error is logged; while the shard stays owned it runs
 // again after the next sync.
@@ -55,11 +43,9 @@ type Func func(ctx context.Context, s Shard) error
 
 // Worker is one member of a group. Build it with New; call Run once.
 type Worker struct {
-	cfg  Config
-	pool *pgxpool.Pool
-	q    *db.Queries
-	fn   Func
-	hub  *notify.Hub
+	cfg Config
+	q   *db.Queries
+	hub *notify.Hub
 
 	leave     chan struct{}
 	leaveOnce sync.Once
@@ -69,22 +55,22 @@ type Worker struct {
 	owned []string
 }
 
-// New returns a worker of group cfg.Group running fn for each shard it
-// owns. It refuses an invalid cfg with an error naming the field.
-func New(pool *pgxpool.Pool, cfg Config, fn Func) (*Worker, error) {
-	if pool == nil {
-		return nil, invalid("the pool must not be nil")
-	}
-	if fn == nil {
-		return nil, invalid("the shard function must not be nil")
+// New returns a worker of group cfg.Group that syncs on database. It does
+// not take ownership: closing database stays the caller's job. It hears
+// handovers at once when database is a *pgxpool.Pool or a
+// pglease.Listener (see pglease.DB), otherwise at the next Interval. It
+// refuses an invalid cfg with an error naming the field.
+func New(database pglease.DB, cfg Config) (*Worker, error) {
+	if database == nil {
+		return nil, invalid("database must not be nil: pass a *pgxpool.Pool, *pgx.Conn or pgx.Tx")
 	}
 	cfg, err := cfg.normalize()
 	if err != nil {
 		return nil, err
 	}
 	return &Worker{
-		cfg: cfg, pool: pool, q: db.New(pool), fn: fn,
-		hub:   notify.NewHub(notify.DialPool(pool), notify.DefaultLinger, cfg.Logger),
+		cfg: cfg, q: db.New(database),
+		hub:   tenure.NewHub(database, cfg.Logger),
 		leave: make(chan struct{}), done: make(chan struct{}),
 	}, nil
 }
@@ -126,11 +112,15 @@ type running struct {
 func (r *running) handoverNow() bool { return r.handover.Load() }
 func (r *running) setHandover()      { r.handover.Store(true) }
 
-// Run joins the group and runs the shards' functions until ctx ends or
-// Leave is called; either way it leaves gracefully before returning (when
-// ctx ended, within TTL). It returns ErrLeft after Leave, else ctx.Err().
-func (w *Worker) Run(ctx context.Context) error {
+// Run joins the group and runs fn for each shard the worker owns, in a
+// goroutine of its own, until ctx ends or Leave is called; either way it
+// leaves gracefully before returning (when ctx ended, within TTL). It
+// returns ErrLeft after Leave, else ctx.Err().
+func (w *Worker) Run(ctx context.Context, fn Func) error {
 	defer close(w.done)
+	if fn == nil {
+		return invalid("fn must not be nil")
+	}
 	log := w.cfg.Logger.With("group", w.cfg.Group, "member", w.cfg.Member)
 	shards := make(map[string]*running)
 
@@ -236,9 +226,9 @@ func (w *Worker) Run(ctx context.Context) error {
 					r.setHandover()
 					r.cancel()
 				case asked[name]:
-					shards[name] = w.start(ctx, log, name, fence, true)
+					shards[name] = w.start(ctx, log, fn, name, fence, true)
 				case !ok:
-					shards[name] = w.start(ctx, log, name, fence, false)
+					shards[name] = w.start(ctx, log, fn, name, fence, false)
 				}
 			}
 			w.mu.Lock()
@@ -269,17 +259,17 @@ func (w *Worker) Run(ctx context.Context) error {
 // shard (asked to hand over a shard whose function is not running).
 func (w *Worker) start(ctx context.Context, log interface {
 	Warn(string, ...any)
-}, name string, fence int64, handover bool) *running {
+}, fn Func, name string, fence int64, handover bool) *running {
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &running{fence: fence, cancel: cancel, done: make(chan struct{})}
 	if handover {
 		r.setHandover()
 	}
-	shard := Shard{Group: w.cfg.Group, Name: name, Fence: fence, pool: w.pool}
+	shard := Shard{Group: w.cfg.Group, Name: name, Fence: fence}
 	go func() {
 		defer close(r.done)
 		if !handover {
-			if err := w.fn(sctx, shard); err != nil && sctx.Err() == nil {
+			if err := fn(sctx, shard); err != nil && sctx.Err() == nil {
 				log.Warn("shardgroup: shard function failed", "shard", name, "err", err)
 			}
 		}

@@ -138,13 +138,13 @@ type member struct {
 func join(t *testing.T, pool *pgxpool.Pool, f *fleet, cfg shardgroup.Config) *member {
 	t.Helper()
 	cfg.Shards = cmp(cfg.Shards, f.m)
-	w, err := shardgroup.New(pool, cfg, f.fn(cfg.Member))
+	w, err := shardgroup.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &member{w: w, cancel: cancel, done: make(chan error, 1)}
-	go func() { m.done <- w.Run(ctx) }()
+	go func() { m.done <- w.Run(ctx, f.fn(cfg.Member)) }()
 	t.Cleanup(func() {
 		cancel()
 		<-m.done
@@ -291,7 +291,6 @@ func TestKilledMemberShardsTakenWithinTTL(t *testing.T) {
 func TestConfigRefused(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	fn := func(context.Context, shardgroup.Shard) error { return nil }
 	for _, tc := range []struct {
 		cfg   shardgroup.Config
 		field string
@@ -308,7 +307,7 @@ func TestConfigRefused(t *testing.T) {
 		{shardgroup.Config{Group: "g", Shards: 4, TTL: time.Second, SafetyMargin: time.Second}, "Config.SafetyMargin"},
 		{shardgroup.Config{Group: "g", Shards: 4, TTL: time.Second, Interval: time.Second}, "Config.Interval"},
 	} {
-		_, err := shardgroup.New(pool, tc.cfg, fn)
+		_, err := shardgroup.New(pool, tc.cfg)
 		if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidArgument naming %s", tc.cfg, err, tc.field)
 		}
@@ -404,7 +403,7 @@ func TestOtherRoleRefused(t *testing.T) {
 		}
 	}
 	var released, renewed bool
-	lease := shardgroup.LeaseName("g", "0")
+	lease := shardgroup.Shard{Group: "g", Name: "0"}.LeaseName()
 	if err := conn.QueryRow(ctx, `SELECT pglease.release($1, 'owner', $2),
 		(pglease.renew($1, 'owner', $2, '1 hour')).renewed`,
 		lease, fence).Scan(&released, &renewed); err != nil {
@@ -416,7 +415,7 @@ func TestOtherRoleRefused(t *testing.T) {
 	// A group's shard leases belong to its role (0.3.0): another role may
 	// not even ask for one, held or free.
 	for _, shard := range []string{"0", "1"} {
-		if _, err := conn.Exec(ctx, `SELECT pglease.acquire($1, 'owner', '1 hour')`, shardgroup.LeaseName("g", shard)); sqlstate(err) != "42501" {
+		if _, err := conn.Exec(ctx, `SELECT pglease.acquire($1, 'owner', '1 hour')`, shardgroup.Shard{Group: "g", Name: shard}.LeaseName()); sqlstate(err) != "42501" {
 			t.Errorf("acquire of shard %s's lease as another role: %v, want 42501", shard, err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/pglease/pglease/internal/purge"
 	"github.com/pglease/pglease/internal/tenure"
 	"github.com/pglease/pglease/pglease"
 )
@@ -48,24 +49,13 @@ const (
 	minBackoff          = 100 * time.Millisecond
 )
 
-// Config configures a Supervisor. Zero fields mean their defaults. The
-// fields it shares with pglease.Config (Holder, SafetyMargin,
-// RenewInterval, RetryDelay, StopTimeout, PurgeEvery, Logger, Keeper,
-// MeterProvider) have
-// the same defaults and rules, applied by the same code; New refuses an
-// invalid Config with an error that names the field.
+// Config configures a Supervisor of a lease (NewLease) or of a slot
+// (NewSlot). Zero fields mean their defaults. The fields it shares with
+// pglease.Config (Holder, SafetyMargin, RenewInterval, RetryDelay,
+// StopTimeout, Logger, Keeper, MeterProvider) have the same defaults and
+// rules, applied by the same code; NewLease and NewSlot refuse an invalid
+// Config with an error that names the field.
 type Config struct {
-	// Name is the lease that guards the workload: at most one supervisor
-	// with this Name runs its workload at a time. Required unless Scope is
-	// set.
-	Name string
-
-	// Scope and Capacity select the slot variant instead: up to Capacity
-	// supervisors with this Scope run their workload at once, each guarded
-	// by one slot. Set either Name or Scope, not both.
-	Scope    string
-	Capacity int
-
 	// TTL is the lease's time to live on the server. Defaults to 15s; with
 	// a Keeper, to the keeper's TTL, and must not exceed it.
 	TTL time.Duration
@@ -91,7 +81,7 @@ type Config struct {
 	// at its deadline. Holder defaults to the keeper's and must equal it.
 	// Every supervisor of a keeper shares its holder, and tenures are
 	// re-entrant per holder, so Run refuses to run two of them with the
-	// same Name (or Scope) at once: several slots of one Scope need a
+	// same lease (or scope) at once: several slots of one scope need a
 	// keeper (a holder) each.
 	Keeper *pglease.Keeper
 
@@ -127,8 +117,8 @@ type Config struct {
 	// standing by again (Handover). Defaults to 1s.
 	RestartDelay time.Duration
 
-	// Value is published with each tenure this supervisor takes (lease
-	// variant only): who leads and where, an address say, for the
+	// Value is published with each tenure this supervisor takes (NewLease
+	// only; NewSlot refuses it): who leads and where, an address say, for the
 	// followers (pglease.Client.Observe, pglease.HeldError.Value, the
 	// standbys' EventLeaderSeen). At most pglease.MaxValueLen bytes;
 	// empty means none; a value needs schema 0.3.0 (on an earlier one the
@@ -137,8 +127,8 @@ type Config struct {
 
 	// Holder is this supervisor's identity. Defaults to
 	// pglease.NewHolderID(), with a Keeper to the keeper's holder; must be
-	// unique per supervisor of a Name or Scope (tenures are re-entrant per
-	// holder).
+	// unique per supervisor of a lease or scope (tenures are re-entrant
+	// per holder).
 	Holder string
 
 	// PurgeEvery is how often Run calls pglease.purge_due to delete what
@@ -160,7 +150,7 @@ type Config struct {
 	// MeterProvider gives the supervisor's instruments: whether it leads
 	// and its transitions, and those of its lease or slot client
 	// (docs/observability.md lists them). Every measurement carries the
-	// supervisor's Name (or Scope) as the attribute pglease.name: one
+	// supervisor's lease name (or scope) as the attribute pglease.name: one
 	// series per supervisor. Defaults to otel.GetMeterProvider(): the
 	// global provider, a no-op until the service installs an
 	// OpenTelemetry SDK.
@@ -171,34 +161,6 @@ type Config struct {
 // first invalid field. The fields a supervisor shares with a client follow
 // the client's rules (package pglease's Config), applied by the same code.
 func (cfg Config) withDefaults() (Config, error) {
-	switch {
-	case cfg.Name == "" && cfg.Scope == "":
-		return cfg, tenure.Invalidf("set Name (a lease) or Scope and Capacity (a slot)")
-	case cfg.Name != "" && cfg.Scope != "":
-		return cfg, tenure.Invalidf("set either Name or Scope, not both (Name %q, Scope %q)", cfg.Name, cfg.Scope)
-	case cfg.Scope != "" && cfg.Capacity < 1:
-		return cfg, tenure.Invalidf("Capacity must be at least 1 with Scope %q, got %d", cfg.Scope, cfg.Capacity)
-	case cfg.Scope == "" && cfg.Capacity != 0:
-		return cfg, tenure.Invalidf("Capacity is only for the slot variant: set Scope too")
-	}
-	if cfg.Name != "" {
-		if err := tenure.CheckText("Name", cfg.Name); err != nil {
-			return cfg, err
-		}
-		if len(cfg.Value) > pglease.MaxValueLen {
-			return cfg, tenure.Invalidf("Value must be at most %d bytes long, got %d bytes", pglease.MaxValueLen, len(cfg.Value))
-		}
-	} else {
-		if cfg.Value != "" {
-			return cfg, tenure.Invalidf("Value is only for the lease variant: set Name, not Scope")
-		}
-		if err := tenure.CheckText("Scope", cfg.Scope); err != nil {
-			return cfg, err
-		}
-		if err := tenure.CheckCapacity("Capacity", cfg.Capacity); err != nil {
-			return cfg, err
-		}
-	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -221,7 +183,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if err := core.CheckTTL("TTL", cfg.TTL); err != nil {
 		return cfg, err
 	}
-	cfg.Holder, cfg.Logger, cfg.PurgeEvery, cfg.MeterProvider = core.Holder, core.Logger, core.PurgeEvery, core.MeterProvider
+	cfg.Holder, cfg.Logger, cfg.MeterProvider = core.Holder, core.Logger, core.MeterProvider
+	cfg.PurgeEvery = cmp.Or(cfg.PurgeEvery, purge.DefaultEvery)
 	cfg.SafetyMargin = core.Margin(cfg.TTL)
 	if cfg.Keeper == nil {
 		cfg.RenewInterval, cfg.RetryDelay = core.Pace(cfg.TTL)
@@ -239,7 +202,7 @@ func (cfg Config) withDefaults() (Config, error) {
 // core.
 func (cfg Config) core() tenure.Config {
 	return tenure.Config{
-		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: cfg.PurgeEvery,
+		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
 		Keeper: (*tenure.Keeper)(cfg.Keeper), MeterProvider: cfg.MeterProvider,
 	}

@@ -54,7 +54,7 @@ func TestSharedRules(t *testing.T) {
 		s := tc.s
 		lcfg := pglease.Config{Holder: s.holder, SafetyMargin: s.margin, RenewInterval: s.renew, RetryDelay: s.retry, StopTimeout: s.stop, Keeper: s.keeper}
 		scfg := runslots.Config{Holder: s.holder, SafetyMargin: s.margin, RenewInterval: s.renew, RetryDelay: s.retry, StopTimeout: s.stop, Keeper: s.keeper}
-		sup := supervisor.Config{Name: "rules", TTL: tc.ttl, Holder: s.holder, SafetyMargin: s.margin,
+		sup := supervisor.Config{TTL: tc.ttl, Holder: s.holder, SafetyMargin: s.margin,
 			RenewInterval: s.renew, RetryDelay: s.retry, StopTimeout: s.stop, Keeper: s.keeper}
 		leases, lerr := pglease.New(pool, lcfg)
 		slots, serr := runslots.New(pool, scfg)
@@ -63,9 +63,9 @@ func TestSharedRules(t *testing.T) {
 				t.Fatalf("%s: New = %v, %v; want the clients built", tc.name, lerr, serr)
 			}
 			_, lerr = leases.TryAcquire(ctx, "rules", tc.ttl)
-			_, serr = slots.TryClaim(ctx, "rules", 1, tc.ttl)
+			_, serr = slots.TryClaim(ctx, runslots.Want{Scope: "rules", Capacity: 1}, tc.ttl)
 		}
-		_, err := supervisor.New(pool, sup)
+		_, err := supervisor.NewLease(pool, "rules", sup)
 		for who, err := range map[string]error{"pglease": lerr, "runslots": serr, "supervisor": err} {
 			if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%s: %s refused with %v, want ErrInvalidArgument saying %q", tc.name, who, err, tc.want)

@@ -5,7 +5,7 @@
 //
 // # Overview
 //
-//	sup, err := supervisor.New(pool, supervisor.Config{Name: "outbox-dispatcher"})
+//	sup, err := supervisor.NewLease(pool, "outbox-dispatcher", supervisor.Config{})
 //	err = sup.Run(ctx, func(ctx context.Context) error {
 //		return dispatchUntil(ctx) // must return soon after ctx is cancelled
 //	})
@@ -14,16 +14,16 @@
 // another instance holds it, it waits for the release NOTIFY or until the
 // holder's reported expiry (plus jitter), never a blind fixed-interval poll.
 // Holding, it runs the workload under pglease.Lease.Run, with a context of
-// its own, renewing every RenewInterval (TTL/3 by default). With Scope
-// and Capacity set instead of Name, up to Capacity instances run at once,
-// each guarded by one slot (package runslots).
+// its own, renewing every RenewInterval (TTL/3 by default). NewSlot
+// supervises a slot of a scope instead (package runslots): up to its
+// capacity, instances run at once, each guarded by one slot.
 //
 // A process that runs many supervisors (one per shard or tenant) can share
 // a pglease.Keeper among them (Config.Keeper): the keeper renews every
 // lease they hold in one renew_holder call per interval, and each
 // supervisor still cancels its own workload when its own lease is lost or
 // its deadline passes. They share the keeper's holder, so a keeper serves
-// one supervisor per Name or Scope.
+// one supervisor per lease or scope.
 //
 // # Safety
 //
@@ -81,7 +81,7 @@
 // service installs an SDK): pglease.supervisor.leading (1 while it leads)
 // and pglease.supervisor.transitions (acquired, released, lost), and its
 // lease's or slot's instruments (held, losses by reason, renewal round
-// trips and margins). Every measurement carries its Name (or Scope) as
+// trips and margins). Every measurement carries its lease name (or scope) as
 // pglease.name: one set of series per supervisor. docs/observability.md
 // lists them all.
 //

@@ -25,7 +25,7 @@ func Example() {
 	}
 	defer pool.Close()
 
-	sup, err := supervisor.New(pool, supervisor.Config{Name: "outbox-dispatcher", TTL: 10 * time.Second})
+	sup, err := supervisor.NewLease(pool, "outbox-dispatcher", supervisor.Config{TTL: 10 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func Example_keeper() {
 
 	var leading sync.WaitGroup
 	for i := range 8 {
-		sup, err := supervisor.New(pool, supervisor.Config{Name: fmt.Sprintf("shard/%d", i), Keeper: keeper})
+		sup, err := supervisor.NewLease(pool, fmt.Sprintf("shard/%d", i), supervisor.Config{Keeper: keeper})
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -34,6 +34,9 @@ func (d *scriptDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, err
 }
 func (d *scriptDB) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, errScript }
 func (d *scriptDB) Begin(context.Context) (pgx.Tx, error)                   { return nil, errScript }
+func (d *scriptDB) SendBatch(context.Context, *pgx.Batch) pgx.BatchResults {
+	panic("scriptDB: SendBatch not scripted")
+}
 
 func (d *scriptDB) QueryRow(ctx context.Context, sql string, _ ...any) pgx.Row {
 	switch {
@@ -72,7 +75,7 @@ func (r errRow) Scan(...any) error { return r.err }
 // the returned release is called; started closes when the workload starts.
 // Call stop to end Run once the workload has been released.
 func stuckRun(t *testing.T, d *scriptDB) (s *supervisor.Supervisor, started <-chan struct{}, release, stop func()) {
-	s = newSupervisor(t, d, supervisor.Config{Name: "stuck", TTL: time.Second, PurgeEvery: -1})
+	s = newSupervisor(t, d, "stuck", supervisor.Config{TTL: time.Second, PurgeEvery: -1})
 	start, free := make(chan struct{}), make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -173,7 +176,7 @@ func TestHealthyStuckAfterRefusal(t *testing.T) {
 func TestHealthyOnShutdown(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := &scriptDB{renew: func(context.Context) (bool, error) { return true, nil }}
-		s := newSupervisor(t, d, supervisor.Config{Name: "slow", TTL: time.Second, PurgeEvery: -1})
+		s := newSupervisor(t, d, "slow", supervisor.Config{TTL: time.Second, PurgeEvery: -1})
 		started, free := make(chan struct{}), make(chan struct{})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

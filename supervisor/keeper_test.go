@@ -16,6 +16,7 @@ import (
 	"github.com/pglease/pglease/internal/testing/pgtest"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/pgleaseadmin"
+	"github.com/pglease/pglease/runslots"
 	"github.com/pglease/pglease/supervisor"
 )
 
@@ -113,7 +114,7 @@ func TestKeeperSupervisors(t *testing.T) {
 	allLead := make(chan struct{})
 	var sups []*supervisor.Supervisor
 	for i := range n {
-		sups = append(sups, newSupervisor(t, pool, supervisor.Config{Name: fmt.Sprintf("shard/%d", i), Keeper: k}))
+		sups = append(sups, newSupervisor(t, pool, fmt.Sprintf("shard/%d", i), supervisor.Config{Keeper: k}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -192,7 +193,7 @@ func TestKeeperSupervisorLost(t *testing.T) {
 	runs := map[string]chan run{"lost": make(chan run, 4), "kept": make(chan run, 4)}
 	var sups []*supervisor.Supervisor
 	for _, name := range []string{"lost", "kept"} {
-		sups = append(sups, newSupervisor(t, pool, supervisor.Config{Name: name, Keeper: k, RestartDelay: time.Millisecond}))
+		sups = append(sups, newSupervisor(t, pool, name, supervisor.Config{Keeper: k, RestartDelay: time.Millisecond}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -258,7 +259,7 @@ func TestKeeperSupervisorHandover(t *testing.T) {
 	led := make(chan *supervisor.Supervisor, 2)
 	var sups []*supervisor.Supervisor
 	for _, k := range keepers {
-		sups = append(sups, newSupervisor(t, pool, supervisor.Config{Name: "handover", Keeper: k, OnExit: supervisor.Return}))
+		sups = append(sups, newSupervisor(t, pool, "handover", supervisor.Config{Keeper: k, OnExit: supervisor.Return}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -300,9 +301,9 @@ func TestKeeperSharedName(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	k := startKeeper(t, pool, 5*time.Second)
-	first := newSupervisor(t, pool, supervisor.Config{Name: "one", Keeper: k})
-	second := newSupervisor(t, pool, supervisor.Config{Name: "one", Keeper: k})
-	other := newSupervisor(t, pool, supervisor.Config{Scope: "one", Capacity: 2, Keeper: k, OnExit: supervisor.Return})
+	first := newSupervisor(t, pool, "one", supervisor.Config{Keeper: k})
+	second := newSupervisor(t, pool, "one", supervisor.Config{Keeper: k})
+	other := newSlotSupervisor(t, pool, runslots.Want{Scope: "one", Capacity: 2}, supervisor.Config{Keeper: k, OnExit: supervisor.Return})
 	ctx, cancel := context.WithCancel(context.Background())
 	leading := make(chan struct{})
 	done := make(chan error, 1)
@@ -351,19 +352,19 @@ func TestKeeperConfigValidation(t *testing.T) {
 		cfg  supervisor.Config
 		want string
 	}{
-		{"other holder", supervisor.Config{Name: "a", Keeper: k, Holder: "h"}, `Holder "h" differs from the Keeper's holder "k"`},
-		{"renew interval", supervisor.Config{Name: "a", Keeper: k, RenewInterval: time.Second}, "RenewInterval and RetryDelay must be zero with a Keeper"},
-		{"retry delay", supervisor.Config{Name: "a", Keeper: k, RetryDelay: time.Second}, "RenewInterval and RetryDelay must be zero with a Keeper"},
-		{"ttl over the keeper's", supervisor.Config{Name: "a", Keeper: k, TTL: 3 * time.Second}, "TTL 3s is longer than the Keeper's TTL 2s"},
-		{"margin leaving no room", supervisor.Config{Name: "a", Keeper: k, SafetyMargin: 1900 * time.Millisecond}, "Keeper"},
+		{"other holder", supervisor.Config{Keeper: k, Holder: "h"}, `Holder "h" differs from the Keeper's holder "k"`},
+		{"renew interval", supervisor.Config{Keeper: k, RenewInterval: time.Second}, "RenewInterval and RetryDelay must be zero with a Keeper"},
+		{"retry delay", supervisor.Config{Keeper: k, RetryDelay: time.Second}, "RenewInterval and RetryDelay must be zero with a Keeper"},
+		{"ttl over the keeper's", supervisor.Config{Keeper: k, TTL: 3 * time.Second}, "TTL 3s is longer than the Keeper's TTL 2s"},
+		{"margin leaving no room", supervisor.Config{Keeper: k, SafetyMargin: 1900 * time.Millisecond}, "Keeper"},
 	}
 	for _, tc := range cases {
-		_, err := supervisor.New(pool, tc.cfg)
+		_, err := supervisor.NewLease(pool, "a", tc.cfg)
 		if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: New = %v, want ErrInvalidArgument mentioning %q", tc.name, err, tc.want)
 		}
 	}
-	s, err := supervisor.New(pool, supervisor.Config{Name: "a", Keeper: k})
+	s, err := supervisor.NewLease(pool, "a", supervisor.Config{Keeper: k})
 	if err != nil {
 		t.Fatalf("New with a Keeper and defaults = %v", err)
 	}
@@ -389,7 +390,7 @@ func TestKeeperStoppedCancelsBeforeExpiry(t *testing.T) {
 	defer stopKeeper()
 	// A wide margin: the check reads the server's clock after the
 	// cancellation, so a slow scheduler must not eat it.
-	s := newSupervisor(t, pool, supervisor.Config{Name: "unkept", Keeper: k, SafetyMargin: 1500 * time.Millisecond})
+	s := newSupervisor(t, pool, "unkept", supervisor.Config{Keeper: k, SafetyMargin: 1500 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	leading := make(chan struct{}, 1)
@@ -473,7 +474,7 @@ func TestKeeperSharedListen(t *testing.T) {
 			t.Fatal(err)
 		}
 		held = append(held, l)
-		sups = append(sups, newSupervisor(t, db, supervisor.Config{Name: name, Keeper: k, Observer: func(e supervisor.Event) {
+		sups = append(sups, newSupervisor(t, db, name, supervisor.Config{Keeper: k, Observer: func(e supervisor.Event) {
 			if e.Kind == supervisor.EventLeaderSeen {
 				seen <- struct{}{}
 			}

@@ -28,8 +28,8 @@ type fleet struct {
 // start runs a supervisor with holder and value until the returned stop
 // is called; stop waits for Run to return.
 func (f *fleet) start(db pglease.DB, holder, value string) (stop func()) {
-	s := newSupervisor(f.t, db, supervisor.Config{
-		Name: "lead", Holder: holder, Value: value, TTL: 6 * time.Second,
+	s := newSupervisor(f.t, db, "lead", supervisor.Config{
+		Holder: holder, Value: value, TTL: 6 * time.Second,
 		Observer: func(e supervisor.Event) { f.events <- e },
 	})
 	ctx, cancel := context.WithCancel(context.Background())

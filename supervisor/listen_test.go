@@ -76,7 +76,7 @@ func TestListenConnectionClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen := make(chan struct{}, 1)
-		s := newSupervisor(t, db, supervisor.Config{Name: name, Observer: func(e supervisor.Event) {
+		s := newSupervisor(t, db, name, supervisor.Config{Observer: func(e supervisor.Event) {
 			if e.Kind == supervisor.EventLeaderSeen {
 				seen <- struct{}{}
 			}

@@ -22,7 +22,7 @@ func TestMetrics(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	r := metrictest.New(t)
-	s := newSupervisor(t, pool, supervisor.Config{Name: "dispatcher", TTL: 3 * time.Second, MeterProvider: r.Provider})
+	s := newSupervisor(t, pool, "dispatcher", supervisor.Config{TTL: 3 * time.Second, MeterProvider: r.Provider})
 	name := []attribute.KeyValue{attribute.String("pglease.kind", "lease"), attribute.String("pglease.name", "dispatcher")}
 	want := func(want int64, metric string, kvs ...attribute.KeyValue) {
 		t.Helper()

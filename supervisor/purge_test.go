@@ -21,7 +21,7 @@ func TestRunPurges(t *testing.T) {
 	}
 	logger, removed := pgtest.LogSignal("removed")
 	acquired := make(chan struct{})
-	s, err := supervisor.New(pool, supervisor.Config{Name: "purger", TTL: 5 * time.Second, Logger: logger})
+	s, err := supervisor.NewLease(pool, "purger", supervisor.Config{TTL: 5 * time.Second, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 )
 
 // Supervisor runs a workload only while it holds a lease (or a slot), and
-// cancels it the moment that is no longer certain. Create it with New; call
-// Run once.
+// cancels it the moment that is no longer certain. Create it with NewLease
+// or NewSlot; call Run once.
 type Supervisor struct {
 	cfg    Config
 	name   string // lease name or slot scope
@@ -98,52 +98,81 @@ type refusal struct {
 	value  string // the holder's value (Config.Value of a leader)
 }
 
-// New returns a Supervisor that holds its lease (or slot) in the pglease
-// schema of database. With a *pgxpool.Pool, standbys wake at a release
-// notification; with a *pgx.Conn or pgx.Tx, at the holder's expiry. It does
-// not take ownership of database. It refuses an invalid Config with an
-// error matching pglease.ErrInvalidArgument that names the field.
-func New(database pglease.DB, cfg Config) (*Supervisor, error) {
+// NewLease returns a Supervisor that runs its workload while it holds
+// lease name in the pglease schema of database: at most one supervisor of
+// a name runs its workload at a time. With a *pgxpool.Pool, standbys wake
+// at a release notification; with a *pgx.Conn or pgx.Tx, at the holder's
+// expiry. It does not take ownership of database. It refuses an invalid
+// name or Config with an error matching pglease.ErrInvalidArgument that
+// names it.
+func NewLease(database pglease.DB, name string, cfg Config) (*Supervisor, error) {
+	if err := tenure.CheckText("name", name); err != nil {
+		return nil, err
+	}
+	if len(cfg.Value) > pglease.MaxValueLen {
+		return nil, tenure.Invalidf("Value must be at most %d bytes long, got %d bytes", pglease.MaxValueLen, len(cfg.Value))
+	}
+	s, err := newSupervisor(database, "lease", name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := pglease.New(database, pglease.Config{
+		Holder: s.cfg.Holder, SafetyMargin: s.cfg.SafetyMargin, Logger: s.cfg.Logger,
+		RenewInterval: s.cfg.RenewInterval, RetryDelay: s.cfg.RetryDelay, StopTimeout: s.cfg.StopTimeout,
+		OnStuck: s.stuck, OnRelease: s.released, OnWait: s.refused, Keeper: s.cfg.Keeper,
+		MeterProvider: s.cfg.MeterProvider, MetricsByName: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.take = func(ctx context.Context) (held, error) {
+		return c.Acquire(ctx, name, s.cfg.TTL, pglease.WithValue(s.cfg.Value), pglease.WatchReleaseRequests())
+	}
+	s.idle = c.CloseIdle
+	return s, nil
+}
+
+// NewSlot returns a Supervisor that runs its workload while it holds a
+// slot of want.Scope (want.Units units of want.Capacity, as
+// runslots.Client.Claim takes them): up to Capacity supervisors of a scope,
+// claiming one unit each, run their workloads at once. Otherwise it is
+// NewLease's supervisor, with a slot for a lease; Config.Value is refused.
+func NewSlot(database pglease.DB, want runslots.Want, cfg Config) (*Supervisor, error) {
+	if err := tenure.CheckClaim("want", want.Scope, want.Capacity, want.Units); err != nil {
+		return nil, err
+	}
+	if cfg.Value != "" {
+		return nil, tenure.Invalidf("Value is published with a lease only: use NewLease, or leave Value empty")
+	}
+	s, err := newSupervisor(database, "slot", want.Scope, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := runslots.New(database, runslots.Config{
+		Holder: s.cfg.Holder, SafetyMargin: s.cfg.SafetyMargin, Logger: s.cfg.Logger,
+		RenewInterval: s.cfg.RenewInterval, RetryDelay: s.cfg.RetryDelay, StopTimeout: s.cfg.StopTimeout,
+		OnStuck: s.stuck, OnRelease: s.released, OnWait: s.refused, Keeper: s.cfg.Keeper,
+		MeterProvider: s.cfg.MeterProvider, MetricsByName: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.take = func(ctx context.Context) (held, error) { return c.Claim(ctx, want, s.cfg.TTL) }
+	s.idle = c.CloseIdle
+	return s, nil
+}
+
+// newSupervisor returns the supervisor of kind ("lease" or "slot") and
+// name, with cfg's defaults applied; its caller sets take and idle.
+func newSupervisor(database pglease.DB, kind, name string, cfg Config) (*Supervisor, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	pool, _ := database.(*pgxpool.Pool)
-	s := &Supervisor{cfg: cfg, pool: pool, exit: os.Exit}
-	// Run purges, standing by too: the client does not.
-	const noPurge = -1
-	s.kind = "lease"
-	if cfg.Scope != "" {
-		s.kind, s.name = "slot", cfg.Scope
-		c, err := runslots.New(database, runslots.Config{
-			Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: noPurge,
-			RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
-			OnStuck: s.stuck, OnRelease: s.released, OnWait: s.refused, Keeper: cfg.Keeper,
-			MeterProvider: cfg.MeterProvider, MetricsByName: true,
-		})
-		if err != nil {
-			return nil, err
-		}
-		s.take = func(ctx context.Context) (held, error) { return c.Claim(ctx, cfg.Scope, cfg.Capacity, cfg.TTL) }
-		s.idle = c.CloseIdle
-	} else {
-		s.name = cfg.Name
-		c, err := pglease.New(database, pglease.Config{
-			Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger, PurgeEvery: noPurge,
-			RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
-			OnStuck: s.stuck, OnRelease: s.released, OnWait: s.refused, Keeper: cfg.Keeper,
-			MeterProvider: cfg.MeterProvider, MetricsByName: true,
-		})
-		if err != nil {
-			return nil, err
-		}
-		s.take = func(ctx context.Context) (held, error) {
-			return c.Acquire(ctx, cfg.Name, cfg.TTL, pglease.WithValue(cfg.Value), pglease.WatchReleaseRequests())
-		}
-		s.idle = c.CloseIdle
-	}
-	s.log = cfg.Logger.With(s.kind, s.name, "holder", cfg.Holder)
-	s.m = newMeters(cfg.MeterProvider, s.kind, s.name)
+	s := &Supervisor{cfg: cfg, kind: kind, name: name, pool: pool, exit: os.Exit}
+	s.log = cfg.Logger.With(kind, name, "holder", cfg.Holder)
+	s.m = newMeters(cfg.MeterProvider, kind, name)
 	return s, nil
 }
 
@@ -174,7 +203,7 @@ func (s *Supervisor) Holder() string { return s.cfg.Holder }
 // observes the lease on one such connection, to hear a release request at
 // once (EventReleaseRequested, docs/leadership.md). With a Keeper, Run returns an
 // error matching pglease.ErrInvalidArgument at once while another Run in
-// this process runs with the same keeper and Name (or Scope): sharing the
+// this process runs with the same keeper and lease (or scope): sharing the
 // keeper's holder, both would hold the one tenure and run their workloads
 // together.
 func (s *Supervisor) Run(ctx context.Context, workload func(ctx context.Context) error) error {

@@ -1,6 +1,7 @@
 package supervisor_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/pglease/pglease/internal/testing/testsignal"
 	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/pgleaseadmin"
+	"github.com/pglease/pglease/runslots"
 	"github.com/pglease/pglease/supervisor"
 )
 
@@ -91,12 +93,24 @@ func (r *recorder) check() {
 	}
 }
 
-func newSupervisor(t *testing.T, db pglease.DB, cfg supervisor.Config) *supervisor.Supervisor {
+// newSupervisor returns a supervisor of lease name on db, quiet.
+func newSupervisor(t *testing.T, db pglease.DB, name string, cfg supervisor.Config) *supervisor.Supervisor {
 	t.Helper()
 	cfg.Logger = quiet
-	s, err := supervisor.New(db, cfg)
+	s, err := supervisor.NewLease(db, name, cfg)
 	if err != nil {
-		t.Fatalf("supervisor.New: %v", err)
+		t.Fatalf("supervisor.NewLease: %v", err)
+	}
+	return s
+}
+
+// newSlotSupervisor returns a supervisor of a slot of want on db, quiet.
+func newSlotSupervisor(t *testing.T, db pglease.DB, want runslots.Want, cfg supervisor.Config) *supervisor.Supervisor {
+	t.Helper()
+	cfg.Logger = quiet
+	s, err := supervisor.NewSlot(db, want, cfg)
+	if err != nil {
+		t.Fatalf("supervisor.NewSlot: %v", err)
 	}
 	return s
 }
@@ -124,8 +138,8 @@ func TestCompeting(t *testing.T) {
 			rec := newRecorder(t, 4*n)
 			var sups []*supervisor.Supervisor
 			for range n {
-				sups = append(sups, newSupervisor(t, pool, supervisor.Config{
-					Name: "scheduler", TTL: 2 * time.Second, RestartDelay: 10 * time.Millisecond,
+				sups = append(sups, newSupervisor(t, pool, "scheduler", supervisor.Config{
+					TTL: 2 * time.Second, RestartDelay: 10 * time.Millisecond,
 				}))
 			}
 			ctx, cancel := context.WithCancel(context.Background())
@@ -158,8 +172,8 @@ func TestGracefulHandover(t *testing.T) {
 		released := make(chan time.Time, 1)
 		started := make(chan time.Time, 1)
 		leaderCtx, stopLeader := context.WithCancel(context.Background())
-		leader := newSupervisor(t, pool, supervisor.Config{
-			Name: fmt.Sprint("handover-", i), TTL: 30 * time.Second,
+		leader := newSupervisor(t, pool, fmt.Sprint("handover-", i), supervisor.Config{
+			TTL: 30 * time.Second,
 			Observer: func(e supervisor.Event) {
 				if e.Kind == supervisor.EventReleased {
 					released <- time.Now()
@@ -176,7 +190,7 @@ func TestGracefulHandover(t *testing.T) {
 			})
 		}()
 		<-leading
-		standby := newSupervisor(t, pool, supervisor.Config{Name: fmt.Sprint("handover-", i), TTL: 30 * time.Second})
+		standby := newSupervisor(t, pool, fmt.Sprint("handover-", i), supervisor.Config{TTL: 30 * time.Second})
 		waiting := testsignal.New[struct{}]()
 		supervisor.SetWaitingHook(standby, func() { waiting.Send(struct{}{}) })
 		standbyCtx, stopStandby := context.WithCancel(context.Background())
@@ -271,7 +285,7 @@ func TestCrashCancelsBeforeExpiry(t *testing.T) {
 		name := fmt.Sprint("crash-", round)
 		cancelled := make(chan time.Time, 1)
 		leading := make(chan struct{})
-		leader := newSupervisor(t, leaderPool, supervisor.Config{Name: name, TTL: ttl, SafetyMargin: margin})
+		leader := newSupervisor(t, leaderPool, name, supervisor.Config{TTL: ttl, SafetyMargin: margin})
 		ctx, cancel := context.WithCancel(context.Background())
 		leaderDone := make(chan error, 1)
 		var runs atomic.Int32
@@ -309,7 +323,7 @@ func TestCrashCancelsBeforeExpiry(t *testing.T) {
 			t.Fatalf("workload cancelled %s AFTER the server's expiry", -margin)
 		}
 
-		standby := newSupervisor(t, pool, supervisor.Config{Name: name, TTL: ttl})
+		standby := newSupervisor(t, pool, name, supervisor.Config{TTL: ttl})
 		started := make(chan time.Time, 1)
 		sctx, scancel := context.WithCancel(context.Background())
 		sdone := make(chan error, 1)
@@ -346,8 +360,8 @@ func TestRefusedRenewalCancels(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	lostEvent := make(chan struct{}, 1)
-	s := newSupervisor(t, pool, supervisor.Config{
-		Name: "refused", TTL: 3 * time.Second, RenewInterval: 100 * time.Millisecond,
+	s := newSupervisor(t, pool, "refused", supervisor.Config{
+		TTL: 3 * time.Second, RenewInterval: 100 * time.Millisecond,
 		Observer: func(e supervisor.Event) {
 			if e.Kind == supervisor.EventLost {
 				select {
@@ -408,7 +422,7 @@ func TestRefusedRenewalCancels(t *testing.T) {
 func TestParentCancelReleases(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
-	s := newSupervisor(t, pool, supervisor.Config{Name: "shutdown", TTL: 30 * time.Second})
+	s := newSupervisor(t, pool, "shutdown", supervisor.Config{TTL: 30 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	leading := make(chan struct{})
 	done := make(chan error, 1)
@@ -446,8 +460,8 @@ func TestStuckWorkloadReported(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	stuck := make(chan error, 1)
-	s := newSupervisor(t, pool, supervisor.Config{
-		Name: "stuck", TTL: time.Second, StopTimeout: 300 * time.Millisecond,
+	s := newSupervisor(t, pool, "stuck", supervisor.Config{
+		TTL: time.Second, StopTimeout: 300 * time.Millisecond,
 		Observer: func(e supervisor.Event) {
 			if e.Kind == supervisor.EventStuck {
 				stuck <- e.Err
@@ -507,8 +521,8 @@ func TestHardStop(t *testing.T) {
 			events <- e
 		}
 	}
-	s := newSupervisor(t, pool, supervisor.Config{
-		Name: "hard-stop", TTL: 3 * time.Second, RenewInterval: 100 * time.Millisecond,
+	s := newSupervisor(t, pool, "hard-stop", supervisor.Config{
+		TTL: 3 * time.Second, RenewInterval: 100 * time.Millisecond,
 		HardStop: 50 * time.Millisecond, StopTimeout: 10 * time.Second, Observer: observe,
 	})
 	exited := make(chan int, 1)
@@ -551,8 +565,8 @@ func TestHardStop(t *testing.T) {
 
 	// A shutdown is not a lost tenure: the stuck report comes (after
 	// StopTimeout), the exit does not.
-	s2 := newSupervisor(t, pool, supervisor.Config{
-		Name: "hard-stop-shutdown", TTL: 3 * time.Second, HardStop: 50 * time.Millisecond,
+	s2 := newSupervisor(t, pool, "hard-stop-shutdown", supervisor.Config{
+		TTL: 3 * time.Second, HardStop: 50 * time.Millisecond,
 		StopTimeout: 250 * time.Millisecond, Observer: observe,
 	})
 	supervisor.SetExitHook(s2, func(code int) { exited <- code })
@@ -593,14 +607,14 @@ func TestExitPolicies(t *testing.T) {
 	boom := errors.New("boom")
 
 	// Return: Run returns the workload's error and the lease is released.
-	s := newSupervisor(t, pool, supervisor.Config{Name: "exit-return", TTL: 5 * time.Second, OnExit: supervisor.Return})
+	s := newSupervisor(t, pool, "exit-return", supervisor.Config{TTL: 5 * time.Second, OnExit: supervisor.Return})
 	if err := s.Run(context.Background(), func(context.Context) error { return boom }); err != boom {
 		t.Fatalf("Run with OnExit Return = %v, want the workload's error", err)
 	}
 
 	// Restart: the workload runs again under the same tenure.
-	s = newSupervisor(t, pool, supervisor.Config{
-		Name: "exit-restart", TTL: 5 * time.Second, OnExit: supervisor.Restart, RestartDelay: 10 * time.Millisecond,
+	s = newSupervisor(t, pool, "exit-restart", supervisor.Config{
+		TTL: 5 * time.Second, OnExit: supervisor.Restart, RestartDelay: 10 * time.Millisecond,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var runs atomic.Int32
@@ -631,26 +645,45 @@ func TestConfigValidation(t *testing.T) {
 		cfg  supervisor.Config
 		want string
 	}{
-		{"no name", supervisor.Config{}, "set Name"},
-		{"name and scope", supervisor.Config{Name: "a", Scope: "b", Capacity: 1}, "either Name or Scope"},
-		{"scope without capacity", supervisor.Config{Scope: "b"}, "Capacity must be at least 1"},
-		{"negative ttl", supervisor.Config{Name: "a", TTL: -time.Second}, "TTL must not be negative"},
-		{"renew too slow", supervisor.Config{Name: "a", TTL: time.Second, RenewInterval: 950 * time.Millisecond}, "RenewInterval"},
-		{"margin too big", supervisor.Config{Name: "a", TTL: time.Second, SafetyMargin: time.Second}, "SafetyMargin"},
-		{"ttl too long", supervisor.Config{Name: "a", TTL: 25 * time.Hour}, "TTL must be from 1µs to 24h0m0s"},
-		{"bad policy", supervisor.Config{Name: "a", OnExit: 7}, "OnExit"},
-		{"name with NUL", supervisor.Config{Name: "a\x00b"}, "Name must not contain NUL"},
-		{"scope not UTF-8", supervisor.Config{Scope: "a\xffb", Capacity: 1}, "Scope must be valid UTF-8"},
-		{"capacity too large", supervisor.Config{Scope: "b", Capacity: 2_000_000}, "Capacity must be from 1 to 1000000"},
-		{"retry slower than renewals", supervisor.Config{Name: "a", TTL: time.Second, RetryDelay: time.Hour}, "RetryDelay"},
-		{"holder too long", supervisor.Config{Name: "a", Holder: strings.Repeat("h", 300)}, "Holder must be 1 to"},
-		{"hard stop past the margin", supervisor.Config{Name: "a", TTL: time.Second, HardStop: 100 * time.Millisecond}, "HardStop"},
-		{"negative hard stop", supervisor.Config{Name: "a", HardStop: -time.Second}, "HardStop must not be negative"},
+		{"negative ttl", supervisor.Config{TTL: -time.Second}, "TTL must not be negative"},
+		{"renew too slow", supervisor.Config{TTL: time.Second, RenewInterval: 950 * time.Millisecond}, "RenewInterval"},
+		{"margin too big", supervisor.Config{TTL: time.Second, SafetyMargin: time.Second}, "SafetyMargin"},
+		{"ttl too long", supervisor.Config{TTL: 25 * time.Hour}, "TTL must be from 1µs to 24h0m0s"},
+		{"bad policy", supervisor.Config{OnExit: 7}, "OnExit"},
+		{"retry slower than renewals", supervisor.Config{TTL: time.Second, RetryDelay: time.Hour}, "RetryDelay"},
+		{"holder too long", supervisor.Config{Holder: strings.Repeat("h", 300)}, "Holder must be 1 to"},
+		{"hard stop past the margin", supervisor.Config{TTL: time.Second, HardStop: 100 * time.Millisecond}, "HardStop"},
+		{"negative hard stop", supervisor.Config{HardStop: -time.Second}, "HardStop must not be negative"},
 	}
 	for _, tc := range cases {
-		_, err := supervisor.New(pool, tc.cfg)
+		_, err := supervisor.NewLease(pool, "a", tc.cfg)
 		if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: New = %v, want ErrInvalidArgument mentioning %q", tc.name, err, tc.want)
+			t.Errorf("%s: NewLease = %v, want ErrInvalidArgument mentioning %q", tc.name, err, tc.want)
+		}
+		_, err = supervisor.NewSlot(pool, runslots.Want{Scope: "a", Capacity: 1}, tc.cfg)
+		if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: NewSlot = %v, want ErrInvalidArgument mentioning %q", tc.name, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name, lease string
+		want        runslots.Want
+		cfg         supervisor.Config
+		err         string
+	}{
+		{"empty name", "", runslots.Want{Scope: "a", Capacity: 1}, supervisor.Config{}, "name must be 1 to"},
+		{"name with NUL", "a\x00b", runslots.Want{Scope: "a", Capacity: 1}, supervisor.Config{}, "name must not contain NUL"},
+		{"value too long", "a", runslots.Want{Scope: "a", Capacity: 1}, supervisor.Config{Value: strings.Repeat("v", pglease.MaxValueLen+1)}, "Value must be at most"},
+		{"scope not UTF-8", "a", runslots.Want{Scope: "a\xffb", Capacity: 1}, supervisor.Config{}, "want.Scope must be valid UTF-8"},
+		{"no capacity", "a", runslots.Want{Scope: "b"}, supervisor.Config{}, "want.Capacity must be from 1 to"},
+		{"capacity too large", "a", runslots.Want{Scope: "b", Capacity: 2_000_000}, supervisor.Config{}, "want.Capacity must be from 1 to 1000000"},
+		{"units over the capacity", "a", runslots.Want{Scope: "b", Capacity: 2, Units: 3}, supervisor.Config{}, "want.Units must be from 1 to want.Capacity (2)"},
+		{"value of a slot", "a", runslots.Want{Scope: "b", Capacity: 1}, supervisor.Config{Value: "v"}, "Value is published with a lease only"},
+	} {
+		_, lerr := supervisor.NewLease(pool, tc.lease, tc.cfg)
+		_, serr := supervisor.NewSlot(pool, tc.want, tc.cfg)
+		if err := cmp.Or(lerr, serr); !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: NewLease = %v, NewSlot = %v, want ErrInvalidArgument mentioning %q", tc.name, lerr, serr, tc.err)
 		}
 	}
 }
@@ -671,8 +704,8 @@ func TestSlotVariant(t *testing.T) {
 	var pairOnce sync.Once
 	var sups []*supervisor.Supervisor
 	for range 5 {
-		sups = append(sups, newSupervisor(t, pool, supervisor.Config{
-			Scope: "gpu-pool", Capacity: 2, TTL: 2 * time.Second, RestartDelay: 10 * time.Millisecond,
+		sups = append(sups, newSlotSupervisor(t, pool, runslots.Want{Scope: "gpu-pool", Capacity: 2}, supervisor.Config{
+			TTL: 2 * time.Second, RestartDelay: 10 * time.Millisecond,
 		}))
 	}
 	ctx, cancel := context.WithCancel(context.Background())

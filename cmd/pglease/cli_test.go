@@ -258,7 +258,7 @@ func testStatus(t *testing.T, c cli) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := slots.TryClaim(ctx, "scope-a", 2, time.Minute); err != nil {
+	if _, err := slots.TryClaim(ctx, runslots.Want{Scope: "scope-a", Capacity: 2}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 

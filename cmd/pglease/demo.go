@@ -361,9 +361,8 @@ func (d *demo) newInstance(ctx context.Context, n int) (*instance, error) {
 		return nil, failf("demo: open pool: %v", err)
 	}
 	inst.pool = pool
-	inst.sup, err = supervisor.New(pool, supervisor.Config{
-		Name: d.lease,
-		TTL:  d.ttl,
+	inst.sup, err = supervisor.NewLease(pool, d.lease, supervisor.Config{
+		TTL: d.ttl,
 		// A wide margin: the demo must not depend on the machine being
 		// idle, and a stall past the margin is the overlap it shows away.
 		SafetyMargin: d.ttl / 4,

@@ -256,7 +256,7 @@ func testScopeFullCapacity(t *testing.T, c cli) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := slots.TryClaim(t.Context(), "gpu", 2, time.Hour); err != nil {
+		if _, err := slots.TryClaim(t.Context(), runslots.Want{Scope: "gpu", Capacity: 2}, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}

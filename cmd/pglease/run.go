@@ -345,14 +345,14 @@ func (r *runner) interrupted(err error) error {
 func (r *runner) steps() ([]step, error) {
 	var steps []step
 	if r.o.lease != "" {
-		c, err := pglease.New(r.pool, pglease.Config{Holder: r.o.holder, HoldAtLeast: r.o.cron.holdAtLeast})
+		c, err := pglease.New(r.pool, pglease.Config{Holder: r.o.holder})
 		if err != nil {
 			return nil, usagef("run", "%s", detail(err))
 		}
 		name := r.o.lease
 		steps = append(steps, step{
 			take: func(ctx context.Context) (held, error) {
-				l, err := c.TryAcquire(ctx, name, r.o.ttl)
+				l, err := c.TryAcquire(ctx, name, r.o.ttl, pglease.WithHoldAtLeast(r.o.cron.holdAtLeast))
 				if refused, ok := errors.AsType[*pglease.HeldError](err); ok {
 					if r.o.cron.skips() && !r.o.wait {
 						return nil, r.skip(fmt.Sprintf("lease %s is held by %q (fence %d) for another %s",
@@ -365,7 +365,7 @@ func (r *runner) steps() ([]step, error) {
 					}
 					fmt.Fprintf(r.a.stderr, "pglease: waiting for the lease %s, held by %q (fence %d) for another %s (--wait)\n",
 						quoteName(name), refused.Holder, refused.Fence, refused.ExpiresIn.Round(time.Millisecond))
-					l, err = c.Acquire(ctx, name, r.o.ttl)
+					l, err = c.Acquire(ctx, name, r.o.ttl, pglease.WithHoldAtLeast(r.o.cron.holdAtLeast))
 					c.CloseIdle() // the command needs no LISTEN connection
 				}
 				if err != nil {
@@ -381,14 +381,14 @@ func (r *runner) steps() ([]step, error) {
 		})
 	}
 	if r.o.scope != "" {
-		c, err := runslots.New(r.pool, runslots.Config{Holder: r.o.holder, Logger: r.log, Units: r.o.units})
+		c, err := runslots.New(r.pool, runslots.Config{Holder: r.o.holder, Logger: r.log})
 		if err != nil {
 			return nil, usagef("run", "%s", detail(err))
 		}
 		scope, capacity := r.o.scope, r.o.capacity
 		steps = append(steps, step{
 			take: func(ctx context.Context) (held, error) {
-				s, err := c.TryClaim(ctx, scope, capacity, r.o.ttl)
+				s, err := c.TryClaim(ctx, runslots.Want{Scope: scope, Capacity: capacity, Units: r.o.units}, r.o.ttl)
 				if full, ok := errors.AsType[*runslots.FullError](err); ok {
 					if !r.o.wait {
 						return nil, &exitError{code: exitHeld, msg: fmt.Sprintf(
@@ -397,7 +397,7 @@ func (r *runner) steps() ([]step, error) {
 					}
 					fmt.Fprintf(r.a.stderr, "pglease: waiting for a slot of scope %s: %s (--wait)\n",
 						quoteName(scope), r.scopeFull(ctx, full))
-					s, err = c.Claim(ctx, scope, capacity, r.o.ttl)
+					s, err = c.Claim(ctx, runslots.Want{Scope: scope, Capacity: capacity, Units: r.o.units}, r.o.ttl)
 					c.CloseIdle() // the command needs no LISTEN connection
 				}
 				if err != nil {

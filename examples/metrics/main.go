@@ -71,8 +71,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer pool.Close()
-	sup, err := supervisor.New(pool, supervisor.Config{
-		Name: "outbox-dispatcher",
+	sup, err := supervisor.NewLease(pool, "outbox-dispatcher", supervisor.Config{
 		Observer: func(e supervisor.Event) {
 			if e.Kind == supervisor.EventLeaderSeen {
 				fmt.Println("standing by")

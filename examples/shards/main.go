@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/shardgroup"
 )
 
@@ -46,7 +47,7 @@ func say(format string, args ...any) {
 // dispatcher dispatches one outbox partition until the shard moves: each
 // batch is a fenced transaction, committed only while the tenure is
 // current.
-func dispatcher(worker string) shardgroup.Func {
+func dispatcher(worker string, pool *pgxpool.Pool) shardgroup.Func {
 	return func(ctx context.Context, s shardgroup.Shard) error {
 		say("%s starts partition %s (fence %d)", worker, s.Name, s.Fence)
 		mu.Lock()
@@ -69,7 +70,7 @@ func dispatcher(worker string) shardgroup.Func {
 			case <-tick.C:
 			}
 			// SELECT ... FROM outbox WHERE partition = s.Name FOR UPDATE SKIP LOCKED; publish; DELETE ...
-			_ = s.WithFence(ctx, func(tx pgx.Tx) error { return nil })
+			_ = pglease.WithFence(ctx, pool, s.LeaseName(), s.Fence, func(tx pgx.Tx) error { return nil })
 		}
 	}
 }
@@ -108,11 +109,11 @@ func main() {
 			log.Fatal(err)
 		}
 		w, err := shardgroup.New(pool, shardgroup.Config{Group: group, Shards: partitions, Member: name,
-			TTL: ttl, Interval: interval, Logger: quiet}, dispatcher(name))
+			TTL: ttl, Interval: interval, Logger: quiet})
 		if err != nil {
 			log.Fatal(err)
 		}
-		go func() { _ = w.Run(ctx) }()
+		go func() { _ = w.Run(ctx, dispatcher(name, pool)) }()
 		return pool, w
 	}
 

@@ -198,25 +198,6 @@ func (q *Queries) LeaseAssertHeld(ctx context.Context, arg LeaseAssertHeldParams
 	return err
 }
 
-const leaseAssertHeldIdleTimeout = `-- name: LeaseAssertHeldIdleTimeout :exec
-SELECT pglease.assert_held($1, $2)
-FROM pg_catalog.set_config('idle_in_transaction_session_timeout', $3::text, true) AS s
-`
-
-type LeaseAssertHeldIdleTimeoutParams struct {
-	Name    string
-	Fence   int64
-	Timeout string
-}
-
-// The transaction's idle timeout first (a FROM item is read before the
-// select list), then the check: from 0.2.0 on, assert_held lowers it
-// further, to the tenure's time left + 100 ms; on 0.1.0 the TTL stays.
-func (q *Queries) LeaseAssertHeldIdleTimeout(ctx context.Context, arg LeaseAssertHeldIdleTimeoutParams) error {
-	_, err := q.db.Exec(ctx, leaseAssertHeldIdleTimeout, arg.Name, arg.Fence, arg.Timeout)
-	return err
-}
-
 const leaseForceRelease = `-- name: LeaseForceRelease :one
 SELECT r.released::boolean AS released, r.holder, r.fence
 FROM pglease.force_release($1) AS r

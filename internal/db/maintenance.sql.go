@@ -38,14 +38,3 @@ func (q *Queries) PurgeDue(ctx context.Context, arg PurgeDueParams) (int64, erro
 	err := row.Scan(&removed)
 	return removed, err
 }
-
-const schemaVersion = `-- name: SchemaVersion :one
-SELECT pglease.version()::text AS version
-`
-
-func (q *Queries) SchemaVersion(ctx context.Context) (string, error) {
-	row := q.db.QueryRow(ctx, schemaVersion)
-	var version string
-	err := row.Scan(&version)
-	return version, err
-}

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/pglease/pglease/internal/purge"
 )
 
 // Config is a client's configuration, shared by both kinds and by the
@@ -20,7 +18,6 @@ type Config struct {
 	Holder        string
 	SafetyMargin  time.Duration
 	Logger        *slog.Logger
-	PurgeEvery    time.Duration
 	RenewInterval time.Duration
 	RetryDelay    time.Duration
 	StopTimeout   time.Duration
@@ -30,7 +27,6 @@ type Config struct {
 	Keeper        *Keeper
 	MeterProvider metric.MeterProvider
 	MetricsByName bool
-	HoldAtLeast   time.Duration
 }
 
 // The pace of renewals when a Config leaves it zero: one rule for every
@@ -57,8 +53,8 @@ func pace(ttl, renew, retry time.Duration) (time.Duration, time.Duration) {
 
 // WithDefaults returns cfg with the defaults that need no TTL applied
 // (Holder: the Keeper's, else NewHolderID(); Logger: slog.Default();
-// PurgeEvery: an hour; MeterProvider: otel.GetMeterProvider()), or an error matching ErrInvalidArgument that names
-// the first invalid field. With a Keeper, it also checks that the keeper's
+// MeterProvider: otel.GetMeterProvider()), or an error matching
+// ErrInvalidArgument that names the first invalid field. With a Keeper, it also checks that the keeper's
 // TTL suits cfg (CheckTTL) and leaves its rounds room.
 func (cfg Config) WithDefaults() (Config, error) {
 	for _, d := range []struct {
@@ -71,9 +67,6 @@ func (cfg Config) WithDefaults() (Config, error) {
 		if d.v < 0 {
 			return cfg, Invalidf("%s must not be negative, got %s", d.name, d.v)
 		}
-	}
-	if cfg.HoldAtLeast < 0 || cfg.HoldAtLeast > MaxTTL {
-		return cfg, Invalidf("HoldAtLeast must be from 0 to %s, got %s", MaxTTL, cfg.HoldAtLeast)
 	}
 	k := cfg.Keeper
 	if k != nil {
@@ -105,7 +98,6 @@ func (cfg Config) WithDefaults() (Config, error) {
 		}
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
-	cfg.PurgeEvery = cmp.Or(cfg.PurgeEvery, purge.DefaultEvery)
 	cfg.MeterProvider = MeterProvider(cfg.MeterProvider)
 	return cfg, nil
 }

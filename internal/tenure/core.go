@@ -98,7 +98,7 @@ func New(database DB, kind Kind, cfg Config) (*Core, error) {
 	}
 	c := &Core{kind: kind, db: database, q: db.New(database), cfg: cfg, m: newMeters(cfg.MeterProvider, kind.Noun, cfg.MetricsByName)}
 	c.pool, _ = database.(*pgxpool.Pool)
-	c.hub = newHub(database, cfg.Logger)
+	c.hub = NewHub(database, cfg.Logger)
 	if k := cfg.Keeper; k != nil && k.hub.Listens() {
 		c.hub = k.hub
 	}
@@ -108,10 +108,10 @@ func New(database DB, kind Kind, cfg Config) (*Core, error) {
 	return c, nil
 }
 
-// newHub returns a notification hub that listens on a connection of its own
+// NewHub returns a notification hub that listens on a connection of its own
 // to database's server: dialled as a *pgxpool.Pool dials, or by a
 // Listener; one that never listens for any other DB.
-func newHub(database DB, logger *slog.Logger) *notify.Hub {
+func NewHub(database DB, logger *slog.Logger) *notify.Hub {
 	var dial notify.Dial
 	switch d := database.(type) {
 	case *pgxpool.Pool:
@@ -191,6 +191,21 @@ func CheckText(arg, value string) error {
 func CheckCapacity(arg string, capacity int) error {
 	if capacity < 1 || capacity > MaxCapacity {
 		return Invalidf("%s must be from 1 to %d, got %d", arg, MaxCapacity, capacity)
+	}
+	return nil
+}
+
+// CheckClaim validates a slot claim (a runslots.Want, called arg) as the
+// SQL does: its scope, its capacity, and its units, 0 meaning 1.
+func CheckClaim(arg, scope string, capacity, units int) error {
+	if err := CheckText(arg+".Scope", scope); err != nil {
+		return err
+	}
+	if err := CheckCapacity(arg+".Capacity", capacity); err != nil {
+		return err
+	}
+	if units < 0 || max(units, 1) > capacity {
+		return Invalidf("%s.Units must be from 1 to %s.Capacity (%d), got %d", arg, arg, capacity, units)
 	}
 	return nil
 }

@@ -108,7 +108,7 @@ func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	cfg.MeterProvider = MeterProvider(cfg.MeterProvider)
 	k := &Keeper{
-		db: database, q: db.New(database), cfg: cfg, hub: newHub(database, cfg.Logger),
+		db: database, q: db.New(database), cfg: cfg, hub: NewHub(database, cfg.Logger),
 		held: make(map[key][]*Tenure), releasing: make(map[key]*zombie),
 		next: &round{done: make(chan struct{})},
 	}

@@ -196,7 +196,7 @@ func TestLossReasons(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				d := &renewDB{renew: renewed(true)}
-				c, r := meteredCore(t, d, Config{PurgeEvery: -1})
+				c, r := meteredCore(t, d, Config{})
 				tn := c.Grant("a", 0, 1, time.Second, time.Now())
 				tc.lose(t, c, d, tn)
 				synctest.Wait()

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/pglease/pglease/internal/hold"
-	"github.com/pglease/pglease/internal/purge"
 )
 
 // Run holds t while fn runs and releases it after fn returns; pglease's
@@ -25,13 +23,6 @@ func (t *Tenure) Run(ctx context.Context, fn func(ctx context.Context) error) er
 	logger := c.cfg.Logger.With(c.kind.Noun, t.name, "fence", t.fence, "holder", c.cfg.Holder)
 	if t.slot != 0 {
 		logger = logger.With("slot", t.slot)
-	}
-	if c.pool != nil && c.cfg.PurgeEvery > 0 {
-		pctx, stop := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		wg.Go(func() { purge.Loop(pctx, c.pool, c.cfg.PurgeEvery, purge.DefaultFreeFor, logger) })
-		defer wg.Wait()
-		defer stop()
 	}
 	renew, retry := c.cfg.Pace(t.ttl)
 	res := Hold(ctx, t, HoldConfig{

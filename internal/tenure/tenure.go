@@ -25,6 +25,11 @@ type Tenure struct {
 	reg    uint64  // k's rounds sent before t was registered
 	a      *attrs  // the options of its measurements
 
+	// holdAtLeast, when positive, keeps a lease held on the server until
+	// that long after its grant at its release (pglease.WithHoldAtLeast);
+	// set before the tenure is handed out.
+	holdAtLeast time.Duration
+
 	mu        sync.Mutex
 	deadline  time.Time   // monotonic; see Deadline
 	over      *time.Timer // closes done at the deadline
@@ -59,6 +64,11 @@ func (c *Core) Grant(name string, slot int, fence int64, ttl time.Duration, sent
 	}
 	return t
 }
+
+// HoldAtLeast makes the release of lease tenure t leave it held on the
+// server until d after its grant (pglease.release_after). Call it before
+// t is handed out.
+func (t *Tenure) HoldAtLeast(d time.Duration) { t.holdAtLeast = d }
 
 // Asked returns a channel that is closed once a release of the tenure was
 // requested (pglease.request_release): seen by a renewal, or told by Ask.
@@ -353,8 +363,8 @@ func (t *Tenure) Release(ctx context.Context) error {
 func (t *Tenure) release(ctx context.Context, async bool) (bool, error) {
 	q, h := t.c.q, t.c.cfg.Holder
 	switch {
-	case t.slot == 0 && t.c.cfg.HoldAtLeast > 0:
-		r, err := q.LeaseReleaseAfter(ctx, db.LeaseReleaseAfterParams{Name: t.name, Holder: h, Fence: t.fence, HoldAtLeast: t.c.cfg.HoldAtLeast})
+	case t.slot == 0 && t.holdAtLeast > 0:
+		r, err := q.LeaseReleaseAfter(ctx, db.LeaseReleaseAfterParams{Name: t.name, Holder: h, Fence: t.fence, HoldAtLeast: t.holdAtLeast})
 		return r.Released, err
 	case t.slot == 0 && async && t.c.ReleaseLease != nil:
 		return t.c.ReleaseLease(ctx, t.name, t.fence)

@@ -58,13 +58,6 @@ LISTEN pglease;
 -- on whichever server connection ran it.
 SELECT pg_backend_pid();
 
--- name: LeaseAssertHeldIdleTimeout :exec
--- The transaction's idle timeout first (a FROM item is read before the
--- select list), then the check: from 0.2.0 on, assert_held lowers it
--- further, to the tenure's time left + 100 ms; on 0.1.0 the TTL stays.
-SELECT pglease.assert_held(@name, @fence)
-FROM pg_catalog.set_config('idle_in_transaction_session_timeout', @timeout::text, true) AS s;
-
 -- Leadership (0.3.0, docs/leadership.md).
 
 -- name: LeaseRenewAsked :one

@@ -5,5 +5,3 @@ SELECT pglease.purge(@free_for)::bigint AS removed;
 -- removed is -1 when no purge was due.
 SELECT coalesce(pglease.purge_due(@every, @free_for), -1)::bigint AS removed;
 
--- name: SchemaVersion :one
-SELECT pglease.version()::text AS version;

@@ -384,7 +384,7 @@ func useLeasesAndSlots(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	if err := l.Renew(ctx); err != nil {
 		t.Fatalf("renew: %v", err)
 	}
-	if err := l.WithFence(ctx, func(tx pgx.Tx) error { return nil }); err != nil {
+	if err := pglease.WithFence(ctx, pool, l.Name(), l.Fence(), func(tx pgx.Tx) error { return nil }); err != nil {
 		t.Fatalf("fenced write: %v", err)
 	}
 	if err := l.Release(ctx); err != nil {
@@ -410,11 +410,11 @@ func useLeasesAndSlots(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sa.TryClaim(ctx, "gpu", 1, time.Minute)
+	s, err := sa.TryClaim(ctx, runslots.Want{Scope: "gpu", Capacity: 1}, time.Minute)
 	if err != nil || s.Number() != 1 || s.Fence() != 1 {
 		t.Fatalf("a claims: got %v, want slot 1 fence 1", err)
 	}
-	if _, err := sb.TryClaim(ctx, "gpu", 1, time.Minute); !errors.Is(err, runslots.ErrFull) {
+	if _, err := sb.TryClaim(ctx, runslots.Want{Scope: "gpu", Capacity: 1}, time.Minute); !errors.Is(err, runslots.ErrFull) {
 		t.Fatalf("b claims a full scope: got %v, want ErrFull", err)
 	}
 	if err := s.Renew(ctx); err != nil {
@@ -423,7 +423,7 @@ func useLeasesAndSlots(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 	if err := s.Release(ctx); err != nil {
 		t.Fatalf("release slot: %v", err)
 	}
-	s2, err := sb.TryClaim(ctx, "gpu", 1, time.Minute)
+	s2, err := sb.TryClaim(ctx, runslots.Want{Scope: "gpu", Capacity: 1}, time.Minute)
 	if err != nil || s2.Fence() != 2 {
 		t.Fatalf("b claims after the release: got %v, want fence 2", err)
 	}

@@ -280,7 +280,7 @@ type supervised struct {
 func superviseLeader(t *testing.T, db pglease.DB, holder string) *supervised {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	sup, err := supervisor.New(db, supervisor.Config{Name: "leader", Holder: holder, TTL: ttl, Logger: quiet, PurgeEvery: -1})
+	sup, err := supervisor.NewLease(db, "leader", supervisor.Config{Holder: holder, TTL: ttl, Logger: quiet, PurgeEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,8 +57,8 @@ func TestFaultTerminateBackends(t *testing.T) {
 	for i := range 3 {
 		p := openPool(t, url, 4, fmt.Sprintf("%s-%d", app, i))
 		pools = append(pools, p)
-		sups = append(sups, newSupervisor(t, p, supervisor.Config{
-			Name: f.name, TTL: ttl, RestartDelay: 20 * time.Millisecond, Holder: fmt.Sprintf("term-%d", i),
+		sups = append(sups, newSupervisor(t, p, f.name, supervisor.Config{
+			TTL: ttl, RestartDelay: 20 * time.Millisecond, Holder: fmt.Sprintf("term-%d", i),
 		}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), runFor)
@@ -128,7 +128,7 @@ func TestFaultProxy(t *testing.T) {
 			events = append(events, e)
 			mu.Unlock()
 		}
-		cut := newSupervisor(t, cutPool, supervisor.Config{Name: f.name, TTL: ttl, Holder: "cut", RestartDelay: 20 * time.Millisecond, Observer: observe})
+		cut := newSupervisor(t, cutPool, f.name, supervisor.Config{TTL: ttl, Holder: "cut", RestartDelay: 20 * time.Millisecond, Observer: observe})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		cutDone := make(chan error, 1)
@@ -144,7 +144,7 @@ func TestFaultProxy(t *testing.T) {
 			waitFor(t, 30*time.Second, "cut to lead", cut.IsLeader)
 			waitFor(t, 30*time.Second, "cut's workload to write", func() bool { return f.writes() > 0 })
 			fence := cut.Fence()
-			direct := newSupervisor(t, directPool, supervisor.Config{Name: f.name, TTL: ttl, Holder: fmt.Sprintf("direct-%d", round), Observer: observe})
+			direct := newSupervisor(t, directPool, f.name, supervisor.Config{TTL: ttl, Holder: fmt.Sprintf("direct-%d", round), Observer: observe})
 			dctx, dcancel := context.WithCancel(ctx)
 			directDone := make(chan error, 1)
 			go func() { directDone <- direct.Run(dctx, f.workload(direct, directPool, 0)) }()
@@ -218,8 +218,8 @@ func TestFaultProxy(t *testing.T) {
 		directPool := openPool(t, dbURL, 4, "pglease-proof-direct")
 		f := newFleet("flapping")
 		sups := []*supervisor.Supervisor{
-			newSupervisor(t, cutPool, supervisor.Config{Name: f.name, TTL: ttl, Holder: "flap", RestartDelay: 20 * time.Millisecond}),
-			newSupervisor(t, directPool, supervisor.Config{Name: f.name, TTL: ttl, Holder: "direct", RestartDelay: 20 * time.Millisecond}),
+			newSupervisor(t, cutPool, f.name, supervisor.Config{TTL: ttl, Holder: "flap", RestartDelay: 20 * time.Millisecond}),
+			newSupervisor(t, directPool, f.name, supervisor.Config{TTL: ttl, Holder: "direct", RestartDelay: 20 * time.Millisecond}),
 		}
 		pools := []*pgxpool.Pool{cutPool, directPool}
 		ctx, cancel := context.WithTimeout(context.Background(), runFor)

@@ -42,7 +42,7 @@ func newFleet(name string) *fleet {
 // workload returns sup's workload: fenced writes through db every few
 // milliseconds until its context is cancelled, or until hold has passed
 // when hold > 0 (then it returns by itself and the lease is handed over).
-func (f *fleet) workload(sup *supervisor.Supervisor, db pglease.Beginner, hold time.Duration) func(context.Context) error {
+func (f *fleet) workload(sup *supervisor.Supervisor, db pglease.DB, hold time.Duration) func(context.Context) error {
 	return func(ctx context.Context) error {
 		start := f.rec.Now()
 		fence := sup.Fence()
@@ -129,12 +129,12 @@ func (f *fleet) check(t *testing.T, pool *pgxpool.Pool) fleetResult {
 
 // newSupervisor returns a supervisor of name on db; observe, when not nil,
 // receives its events.
-func newSupervisor(t *testing.T, db pglease.DB, cfg supervisor.Config) *supervisor.Supervisor {
+func newSupervisor(t *testing.T, db pglease.DB, name string, cfg supervisor.Config) *supervisor.Supervisor {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}
-	s, err := supervisor.New(db, cfg)
+	s, err := supervisor.NewLease(db, name, cfg)
 	if err != nil {
 		t.Fatalf("supervisor.New: %v", err)
 	}

@@ -161,7 +161,7 @@ func FuzzAcquire(f *testing.F) {
 		if l != nil {
 			z.call(t, "Renew", l.Renew, pglease.ErrLeaseLost)
 			z.call(t, "WithFence", func(ctx context.Context) error {
-				return l.WithFence(ctx, func(pgx.Tx) error { return nil })
+				return pglease.WithFence(ctx, z.pool, l.Name(), l.Fence(), func(pgx.Tx) error { return nil })
 			})
 			z.call(t, "Release", l.Release, pglease.ErrLeaseLost)
 		}
@@ -252,7 +252,7 @@ func FuzzClaimSlot(f *testing.F) {
 		}
 		var s *runslots.Slot
 		z.call(t, "TryClaim", func(ctx context.Context) (err error) {
-			s, err = c.TryClaim(ctx, scope, int(capacity), ttl)
+			s, err = c.TryClaim(ctx, runslots.Want{Scope: scope, Capacity: int(capacity)}, ttl)
 			return err
 		}, runslots.ErrFull)
 		if s != nil {

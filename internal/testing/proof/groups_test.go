@@ -17,6 +17,7 @@ import (
 
 	"github.com/pglease/pglease/internal/testing/history"
 	"github.com/pglease/pglease/internal/testing/pgtest"
+	"github.com/pglease/pglease/pglease"
 	"github.com/pglease/pglease/shardgroup"
 )
 
@@ -160,7 +161,11 @@ func groupHelper(t *testing.T, dbURL, member string) {
 	w, err := shardgroup.New(pool, shardgroup.Config{
 		Group: "chaos", Shards: groupChaosShards, Member: member,
 		TTL: groupChaosTTL, Interval: groupChaosInterval,
-	}, func(ctx context.Context, s shardgroup.Shard) error {
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Run(ctx, func(ctx context.Context, s shardgroup.Shard) error {
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -169,14 +174,10 @@ func groupHelper(t *testing.T, dbURL, member string) {
 				return nil
 			case <-tick.C:
 			}
-			_ = s.WithFence(ctx, func(tx pgx.Tx) error {
+			_ = pglease.WithFence(ctx, pool, s.LeaseName(), s.Fence, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, writeSQL, s.LeaseName(), s.Fence, member)
 				return err
 			})
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = w.Run(ctx)
 }

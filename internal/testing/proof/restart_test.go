@@ -46,10 +46,10 @@ func TestFaultServerRestart(t *testing.T) {
 	var sups []*supervisor.Supervisor
 	for i := range 3 {
 		p := openPool(t, dbURL, 4, fmt.Sprintf("pglease-proof-restart-%d", i))
-		s := newSupervisor(t, p, supervisor.Config{Name: f.name, TTL: ttl, Holder: fmt.Sprintf("restart-%d", i), RestartDelay: 20 * time.Millisecond})
+		s := newSupervisor(t, p, f.name, supervisor.Config{TTL: ttl, Holder: fmt.Sprintf("restart-%d", i), RestartDelay: 20 * time.Millisecond})
 		sups = append(sups, s)
 	}
-	pools := make([]pglease.Beginner, len(sups))
+	pools := make([]pglease.DB, len(sups))
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	wait := runFleet(t, runCtx, sups, func(i int, s *supervisor.Supervisor) func(context.Context) error {
@@ -105,7 +105,7 @@ func migratedCluster(t *testing.T, ctx context.Context, name string) (*cluster, 
 }
 
 // poolOf returns the i-th supervisor's own pool for its fenced writes.
-func poolOf(t *testing.T, dbURL string, i int, pools []pglease.Beginner) pglease.Beginner {
+func poolOf(t *testing.T, dbURL string, i int, pools []pglease.DB) pglease.DB {
 	if pools[i] == nil {
 		pools[i] = openPool(t, dbURL, 2, fmt.Sprintf("pglease-proof-restart-w%d", i))
 	}

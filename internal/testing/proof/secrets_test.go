@@ -87,16 +87,22 @@ func TestNoPasswordLeaks(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				_, err = sc.TryClaim(ctx, "s", 2, time.Second)
+				_, err = sc.TryClaim(ctx, runslots.Want{Scope: "s", Capacity: 2}, time.Second)
 				note("TryClaim", err)
 				_, err = sc.TryClaimAll(ctx, []runslots.Want{{Scope: "s", Capacity: 2}}, time.Second)
 				note("TryClaimAll", err)
 				_, err = pgleaseadmin.Slots(ctx, pool)
 				note("Slots", err)
 				rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-				note("runslots.Run", sc.Run(rctx, "s", 2, time.Second, func(context.Context) error { return nil }))
+				note("Claim", func() error {
+					s, err := sc.Claim(rctx, runslots.Want{Scope: "s", Capacity: 2}, time.Second)
+					if err != nil {
+						return err
+					}
+					return s.Run(rctx, func(context.Context) error { return nil })
+				}())
 				rcancel()
-				sup, err := supervisor.New(pool, supervisor.Config{Name: "l", TTL: time.Second, Logger: logger})
+				sup, err := supervisor.NewLease(pool, "l", supervisor.Config{TTL: time.Second, Logger: logger})
 				if err != nil {
 					t.Fatal(err)
 				}

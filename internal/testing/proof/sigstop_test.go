@@ -241,7 +241,7 @@ func testSIGSTOP(t *testing.T, mode string) {
 	if _, ok := seen("acquired", frozen, time.Time{}); !ok {
 		t.Fatalf("taker's fence is %d, but the helper never reported holding fence %d", lease.Fence(), frozen)
 	}
-	if err := lease.WithFence(ctx, func(tx pgx.Tx) error {
+	if err := pglease.WithFence(ctx, pool, lease.Name(), lease.Fence(), func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, writeSQL, helperLease, lease.Fence(), "taker")
 		return err
 	}); err != nil {
@@ -476,8 +476,8 @@ func helperHolder(t *testing.T, dbURL string) {
 		}
 		<-ctx.Done()
 	case "supervised":
-		sup, err := supervisor.New(pool, supervisor.Config{
-			Name: helperLease, TTL: helperTTL, Holder: "helper", Logger: quiet,
+		sup, err := supervisor.NewLease(pool, helperLease, supervisor.Config{
+			TTL: helperTTL, Holder: "helper", Logger: quiet,
 			Observer: func(e supervisor.Event) {
 				switch e.Kind {
 				case supervisor.EventAcquired:

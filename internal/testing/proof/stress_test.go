@@ -258,7 +258,7 @@ func newStressClient(t *testing.T, pool *pgxpool.Pool, rec *history.Recorder, i 
 	// Every third client claims 2 units (weighted claims), so the capacity
 	// sweeps count units, not holders.
 	units := 1 + i%3/2
-	sc, err := runslots.New(pool, runslots.Config{Holder: holder, Logger: quiet, Units: units})
+	sc, err := runslots.New(pool, runslots.Config{Holder: holder, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +434,7 @@ func (c *stressClient) slotStep(st *stressStats) {
 		}
 		op := history.Op{Kind: history.Claim, Name: scope, TTL: ttl, Capacity: capacity, Units: c.units}
 		switch c.call(op, func(ctx context.Context, op *history.Op) history.Outcome {
-			ns, err := c.slots.TryClaim(ctx, scope, capacity, ttl)
+			ns, err := c.slots.TryClaim(ctx, runslots.Want{Scope: scope, Capacity: capacity, Units: c.units}, ttl)
 			if full, ok := errors.AsType[*runslots.FullError](err); ok {
 				op.InUse = full.InUse
 				return history.Refused

@@ -99,7 +99,7 @@ func TestRunslotsThroughProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slot, err := c.TryClaim(ctx, "pool", 1, time.Minute)
+	slot, err := c.TryClaim(ctx, runslots.Want{Scope: "pool", Capacity: 1}, time.Minute)
 	if err != nil || slot.Number() != 1 {
 		t.Fatalf("TryClaim: got %v, %v", slot, err)
 	}
@@ -107,7 +107,7 @@ func TestRunslotsThroughProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.TryClaim(ctx, "pool", 1, time.Minute); !errors.Is(err, runslots.ErrFull) {
+	if _, err := other.TryClaim(ctx, runslots.Want{Scope: "pool", Capacity: 1}, time.Minute); !errors.Is(err, runslots.ErrFull) {
 		t.Fatalf("TryClaim of a full scope: got %v, want ErrFull", err)
 	}
 	slots, err := c.TryClaimAll(ctx, []runslots.Want{{Scope: "{t}/cpu", Capacity: 2}, {Scope: "{t}/gpu", Capacity: 1}}, time.Minute)
@@ -135,7 +135,7 @@ func TestSupervisorHandoverThroughProxy(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const ttl = 2 * time.Second
 	newSup := func(holder string) *supervisor.Supervisor {
-		sup, err := supervisor.New(db, supervisor.Config{Name: "sup", Holder: holder, TTL: ttl, Logger: quiet})
+		sup, err := supervisor.NewLease(db, "sup", supervisor.Config{Holder: holder, TTL: ttl, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,9 +190,9 @@ func waitWaiter(t *testing.T, s *Sharded, proxy querier, name string) {
 	})
 }
 
-// TestRunslotsRunRenewsThroughProxy keeps a slot through the proxy with
-// runslots.Run for two TTLs: the renewals go through PL/Proxy.
-func TestRunslotsRunRenewsThroughProxy(t *testing.T) {
+// TestSlotRunRenewsThroughProxy keeps a slot through the proxy with
+// Slot.Run for two TTLs: the renewals go through PL/Proxy.
+func TestSlotRunRenewsThroughProxy(t *testing.T) {
 	t.Parallel()
 	s := newSharded(t, fleet, 4)
 	db := pool(t, s.ProxyURL, newRole(t, fleet, "gorun"))
@@ -201,7 +201,11 @@ func TestRunslotsRunRenewsThroughProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 2 * time.Second
-	err = c.Run(testContext(t), "long", 1, ttl, func(ctx context.Context) error {
+	slot, err := c.Claim(testContext(t), runslots.Want{Scope: "long", Capacity: 1}, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = slot.Run(testContext(t), func(ctx context.Context) error {
 		s := runslots.SlotFromContext(ctx)
 		first := s.Deadline()
 		tick := time.NewTicker(10 * time.Millisecond)

@@ -278,7 +278,7 @@ func startTraffic(ctx context.Context, t *testing.T, pool *pgxpool.Pool, downgra
 		t.Fatal(err)
 	}
 	for _, scope := range []string{"gpu", "tenant"} {
-		s, err := sc.TryClaim(ctx, scope, 3, 10*time.Second)
+		s, err := sc.TryClaim(ctx, runslots.Want{Scope: scope, Capacity: 3}, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,8 +286,7 @@ func startTraffic(ctx context.Context, t *testing.T, pool *pgxpool.Pool, downgra
 	}
 
 	acquired := make(chan struct{})
-	tr.sup, err = supervisor.New(pool, supervisor.Config{
-		Name:          "upgrade-leader",
+	tr.sup, err = supervisor.NewLease(pool, "upgrade-leader", supervisor.Config{
 		TTL:           2 * time.Second,
 		RenewInterval: 100 * time.Millisecond,
 		Holder:        "upgrade-supervisor",
@@ -440,7 +439,7 @@ func (tr *traffic) check(ctx context.Context, pool *pgxpool.Pool) {
 		if err := s.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		next, err := sc.TryClaim(ctx, s.Scope(), 1, time.Minute)
+		next, err := sc.TryClaim(ctx, runslots.Want{Scope: s.Scope(), Capacity: 1}, time.Minute)
 		if err != nil || next.Number() != s.Number() || next.Fence() != s.Fence()+1 {
 			t.Fatalf("next claim of %s: got %v, want slot %d with fence %d", s.Scope(), err, s.Number(), s.Fence()+1)
 		}
@@ -865,7 +864,7 @@ func TestClientOnReleasedSchema(t *testing.T) {
 			if err := l.Renew(ctx); err != nil {
 				t.Fatalf("renew on schema %s: %v", from, err)
 			}
-			if err := l.WithFence(ctx, func(pgx.Tx) error { return nil }); err != nil {
+			if err := pglease.WithFence(ctx, pool, l.Name(), l.Fence(), func(pgx.Tx) error { return nil }); err != nil {
 				t.Fatalf("fenced write on schema %s: %v", from, err)
 			}
 			if err := l.Release(ctx); err != nil {
@@ -875,7 +874,7 @@ func TestClientOnReleasedSchema(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := sc.TryClaim(ctx, "rollout", 2, time.Minute)
+			s, err := sc.TryClaim(ctx, runslots.Want{Scope: "rollout", Capacity: 2}, time.Minute)
 			if err != nil {
 				t.Fatalf("claim on schema %s: %v", from, err)
 			}
