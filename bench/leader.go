@@ -40,6 +40,13 @@ func runLeaderBench(ctx context.Context, cfg config) (err error) {
 	if err != nil {
 		return fmt.Errorf("handover on request: %w", err)
 	}
+	renew, renewLease, err := pairedCalls(ctx, pool, cfg,
+		`SELECT renewed FROM pglease.renew('bench/renew', 'h', 1, '1 hour')`,
+		`SELECT renewed FROM pglease.renew_lease('bench/renew', 'h', 1, '1 hour')`,
+		`SELECT acquired FROM pglease.acquire('bench/renew', 'h', '1 hour')`)
+	if err != nil {
+		return fmt.Errorf("renew: %w", err)
+	}
 	acq, acqValue, err := pairedCalls(ctx, pool, cfg,
 		`SELECT acquired FROM pglease.acquire('bench/acquire', 'h', '1 hour')`,
 		`SELECT acquired FROM pglease.acquire('bench/acquire', 'h', '1 hour', '10.0.0.1:8080')`,
@@ -60,6 +67,8 @@ func runLeaderBench(ctx context.Context, cfg config) (err error) {
 	fmt.Printf("| Handover on request: request → new holder's workload starts, p50 / p99 / max | %.1f / %.1f / %.1f ms |\n",
 		lat.P50, lat.P99, lat.Max)
 	fmt.Printf("| Fenced writes refused during the handovers (target 0) | %d of %d |\n", h.refused, h.writes)
+	fmt.Printf("| renew, round trip without the WAL flush (mean) | %.3f ms |\n", ms(renew))
+	fmt.Printf("| renew_lease (renew + request check), round trip without the WAL flush (mean) | %.3f ms |\n", ms(renewLease))
 	fmt.Printf("| acquire of the own tenure, 0.2.0 overload, without the WAL flush (mean) | %.3f ms |\n", ms(acq))
 	fmt.Printf("| acquire of the own tenure with a value, without the WAL flush (mean) | %.3f ms |\n", ms(acqValue))
 	fmt.Printf("| acquire + release cycles/s at C=%d, unobserved | %s |\n", c, count(unobserved))

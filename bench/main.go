@@ -156,7 +156,7 @@ func parseFlags(args []string) (config, error) {
 	cronRuns := fs.Int("cron-runs", 4000, "cycles of each kind in the cron comparison")
 	fs.BoolVar(&cfg.batchOnly, "batch-only", false, "run only the batched calls' section (8 goroutines sharing one pglease.Client, coalesced into acquire_batch/release_batch, against pglock and Redis one command at a time and pipelined; Redis started under -store-dir) and print it")
 	fs.BoolVar(&cfg.slotsOnly, "slots-only", false, "run only the slot section (claim + release against a lease's acquire + release at -clients, weighted claims of 1, 4 and 16 units of capacity 64, each cell at least 12s in 12 turns; renew_slot's server time and HOT share) and print it")
-	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, acquire with a value, observing at C=8) and print it")
+	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, renew_lease, acquire with a value, observing at C=8) and print it")
 	fs.BoolVar(&cfg.groupsOnly, "groups-only", false, "run only the shard-group section (M=1024 with N=1, 4, 16: intervals and time to converge after a join and a kill, moves against the minimum, server time per interval; M=10000 with N=16) and print it")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

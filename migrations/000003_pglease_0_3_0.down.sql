@@ -44,8 +44,7 @@ DROP FUNCTION pglease._batch_check(text, text[], text, text, integer, boolean);
 DROP VIEW pglease.lease_status;
 DROP FUNCTION pglease.acquire(text, text, interval, text);
 DROP FUNCTION pglease.set_value(text, text, bigint, text);
--- renew's result loses release_requested: 0.2.0's is created again.
-DROP FUNCTION pglease.renew(text, text, bigint, interval);
+DROP FUNCTION pglease.renew_lease(text, text, bigint, interval);
 DROP FUNCTION pglease.observe(text, interval);
 DROP FUNCTION pglease.request_release(text, text, interval);
 DROP FUNCTION pglease._observed_wake(text);
@@ -150,6 +149,14 @@ DROP FUNCTION pglease._check_age(text, text, interval);
 DROP FUNCTION pglease._check_flag(text, text, boolean);
 DROP FUNCTION pglease._lock_for_takeover(text, bigint, timestamptz);
 DROP FUNCTION pglease._fenced_key(text, bigint);
+DROP FUNCTION pglease._takeable(text, text, timestamptz, text, text, interval, text, text, timestamptz);
+DROP FUNCTION pglease._live_tenure(text, text, bigint, timestamptz, text, text, bigint, timestamptz);
+DROP FUNCTION pglease._lease_lock(text, text, bigint, text);
+DROP FUNCTION pglease._slot_lock(text, integer, text, bigint, text);
+DROP FUNCTION pglease._tenure_ok(text, text, bigint);
+DROP FUNCTION pglease._slot_ok(text, integer, text, bigint);
+DROP FUNCTION pglease._check_slot(text, text, integer, text, bigint);
+DROP FUNCTION pglease._ttl(interval);
 
 -- Names a role owns go: every name is shared again.
 DROP FUNCTION pglease.prefix_bind(text, text);

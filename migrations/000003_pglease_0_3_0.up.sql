@@ -219,12 +219,6 @@ CREATE UNIQUE INDEX runs_one_success_idx ON pglease.runs (name, window_start)
     WHERE outcome = 'succeeded';
 CREATE INDEX runs_started_idx ON pglease.runs (name, started_at);
 
--- renew's result gains release_requested (whether a release of the
--- tenure was requested): a new result type, so 0.2.0's renew goes and
--- head's is created with the other functions below. A call of the old
--- renew in flight finishes with it; the next one plans against the new.
-DROP FUNCTION pglease.renew(text, text, bigint, interval);
-
 -- Leadership (docs/leadership.md, sql/functions/60_leader.sql): four
 -- nullable columns on pglease.leases (the holder's value and a release
 -- request; NULL for every existing row: no value, no request, so every
@@ -734,6 +728,74 @@ BEGIN
             HINT = format('Pass %s as true or false.', p_arg);
     END IF;
 END
+$$;
+
+-- _tenure_ok(p_name, p_holder, p_fence): whether the arguments that name a
+-- lease tenure are all valid (1 to 256 bytes; a fence >= 0), the one test
+-- valid input takes before pglease._check_tenure names what is wrong. An
+-- SQL function, inlined where it is called.
+CREATE OR REPLACE FUNCTION pglease._tenure_ok(p_name text, p_holder text, p_fence bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT (octet_length(p_name) BETWEEN 1 AND 256
+            AND octet_length(p_holder) BETWEEN 1 AND 256
+            AND p_fence >= 0) IS TRUE
+$$;
+
+-- _check_tenure(p_func, p_name, p_holder, p_fence): the checks of the
+-- arguments that name a lease tenure (pglease._check_text, _check_fence),
+-- in that order.
+CREATE OR REPLACE FUNCTION pglease._check_tenure(p_func text, p_name text, p_holder text, p_fence bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    PERFORM pglease._check_text(p_func, 'p_name', p_name);
+    PERFORM pglease._check_text(p_func, 'p_holder', p_holder);
+    PERFORM pglease._check_fence(p_func, p_fence);
+END
+$$;
+
+-- _slot_ok(p_scope, p_slot, p_holder, p_fence): as pglease._tenure_ok, for
+-- the arguments that name a slot tenure (a slot number 1 to 1000000).
+CREATE OR REPLACE FUNCTION pglease._slot_ok(p_scope text, p_slot integer, p_holder text, p_fence bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT (octet_length(p_scope) BETWEEN 1 AND 256
+            AND p_slot BETWEEN 1 AND 1000000
+            AND octet_length(p_holder) BETWEEN 1 AND 256
+            AND p_fence >= 0) IS TRUE
+$$;
+
+-- _check_slot(p_func, p_scope, p_slot, p_holder, p_fence): the checks of
+-- the arguments that name a slot tenure, in that order.
+CREATE OR REPLACE FUNCTION pglease._check_slot(p_func text, p_scope text, p_slot integer,
+                                               p_holder text, p_fence bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    PERFORM pglease._check_text(p_func, 'p_scope', p_scope);
+    PERFORM pglease._check_int(p_func, 'p_slot', p_slot, 1, 1000000);
+    PERFORM pglease._check_text(p_func, 'p_holder', p_holder);
+    PERFORM pglease._check_fence(p_func, p_fence);
+END
+$$;
+
+-- _ttl(p_ttl): p_ttl as plain seconds (as pglease._check_ttl returns it)
+-- when it is more than 0 and at most 24 hours, else NULL: callers write
+-- coalesce(pglease._ttl(p_ttl), pglease._check_ttl(func, p_ttl)), which
+-- raises only for a bad TTL. An SQL function, inlined where it is called
+-- (date_part's float is the same number of microseconds as extract's
+-- numeric, and cheaper).
+CREATE OR REPLACE FUNCTION pglease._ttl(p_ttl interval)
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN date_part('epoch', p_ttl) > 0 AND date_part('epoch', p_ttl) <= 86400
+                THEN make_interval(secs => date_part('epoch', p_ttl)) END
 $$;
 
 -- Source: sql/functions/01_version.sql
@@ -1270,19 +1332,10 @@ DECLARE
     v_observed boolean;
     v_capped  boolean;
 BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_name) BETWEEN 1 AND 256
-        AND octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
-        PERFORM pglease._check_text('acquire', 'p_name', p_name);
-        PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
+    IF NOT pglease._tenure_ok(p_name, p_holder, 0) THEN
+        PERFORM pglease._check_tenure('acquire', p_name, p_holder, 0);
     END IF;
-    -- The TTL as plain seconds, as pglease._check_ttl returns it (date_part's
-    -- float is the same number of microseconds as extract's numeric, and
-    -- cheaper).
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('acquire', p_ttl);
-    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('acquire', p_ttl));
     -- A name under a prefix another role owns: 42501.
     PERFORM pglease._check_owner('acquire', 'p_name', p_name);
 
@@ -1476,17 +1529,13 @@ $$;
 -- NULL: an expired tenure is over, even for its last holder, who must
 -- acquire again (new fence). A tenure from before 0.2.0 (no role) is bound
 -- to the role of its first renewal.
--- release_requested is true when the renewal succeeded and
--- pglease.request_release has asked this tenure's holder to hand over
--- (release, and acquire no more for a while); false otherwise.
 -- Time is the server clock read after any wait for the row lock (see
 -- pglease._lease_lock); expires_in = p_ttl, true when the call returns.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder, TTL or a
 -- negative fence; nothing is changed then.
 CREATE OR REPLACE FUNCTION pglease.renew(
     p_name text, p_holder text, p_fence bigint, p_ttl interval,
-    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
-    OUT release_requested boolean)
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1495,32 +1544,18 @@ DECLARE
     v_ttl  interval;
     v_tid  tid;
 BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_name) BETWEEN 1 AND 256
-        AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_fence >= 0) IS NOT TRUE THEN
-        PERFORM pglease._check_text('renew', 'p_name', p_name);
-        PERFORM pglease._check_text('renew', 'p_holder', p_holder);
-        PERFORM pglease._check_fence('renew', p_fence);
+    IF NOT pglease._tenure_ok(p_name, p_holder, p_fence) THEN
+        PERFORM pglease._check_tenure('renew', p_name, p_holder, p_fence);
     END IF;
-    -- The TTL as plain seconds, as pglease._check_ttl returns it.
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('renew', p_ttl);
-    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('renew', p_ttl));
 
     v_tid := pglease._lease_lock(p_name, p_holder, p_fence, v_role);
     renewed := v_tid IS NOT NULL;
-    release_requested := false;
     IF renewed THEN
-        -- The row is locked: no release request is in flight (a request
-        -- locks the row too), so the row version written says whether one
-        -- was made.
         UPDATE pglease.leases AS l
         SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
         WHERE l.ctid = v_tid
-        RETURNING l.expires_at, l.release_requested_at IS NOT NULL
-        INTO expires_at, release_requested;
+        RETURNING l.expires_at INTO expires_at;
         expires_in := v_ttl;
     END IF;
 END
@@ -1558,13 +1593,8 @@ DECLARE
     v_waited   boolean;
     v_sure     boolean; -- locked FOR UPDATE: no refused acquire in flight
 BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_name) BETWEEN 1 AND 256
-        AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_fence >= 0) IS NOT TRUE THEN
-        PERFORM pglease._check_text('release', 'p_name', p_name);
-        PERFORM pglease._check_text('release', 'p_holder', p_holder);
-        PERFORM pglease._check_fence('release', p_fence);
+    IF NOT pglease._tenure_ok(p_name, p_holder, p_fence) THEN
+        PERFORM pglease._check_tenure('release', p_name, p_holder, p_fence);
     END IF;
 
     -- Fast path: the lock refused acquires wait for (FOR UPDATE, see
@@ -2765,10 +2795,7 @@ BEGIN
         PERFORM pglease._check_int('claim_slot', 'p_units', p_units, 1, p_capacity);
         PERFORM pglease._check_flag('claim_slot', 'p_wait', p_wait);
     END IF;
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('claim_slot', p_ttl);
-    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('claim_slot', p_ttl));
     PERFORM pglease._check_owner('claim_slot', 'p_scope', p_scope);
 
     -- The decision runs in a subtransaction: a refusal rolls it back, with
@@ -3072,20 +3099,10 @@ DECLARE
     v_tid  tid;
     v_end  timestamptz;
 BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_scope) BETWEEN 1 AND 256
-        AND p_slot BETWEEN 1 AND 1000000
-        AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_fence >= 0) IS NOT TRUE THEN
-        PERFORM pglease._check_text('renew_slot', 'p_scope', p_scope);
-        PERFORM pglease._check_int('renew_slot', 'p_slot', p_slot, 1, 1000000);
-        PERFORM pglease._check_text('renew_slot', 'p_holder', p_holder);
-        PERFORM pglease._check_fence('renew_slot', p_fence);
+    IF NOT pglease._slot_ok(p_scope, p_slot, p_holder, p_fence) THEN
+        PERFORM pglease._check_slot('renew_slot', p_scope, p_slot, p_holder, p_fence);
     END IF;
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('renew_slot', p_ttl);
-    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('renew_slot', p_ttl));
 
     v_tid := pglease._slot_lock(p_scope, p_slot, p_holder, p_fence, v_role);
     renewed := v_tid IS NOT NULL;
@@ -3133,15 +3150,8 @@ DECLARE
     v_now  timestamptz;
     v_tid  tid;
 BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_scope) BETWEEN 1 AND 256
-        AND p_slot BETWEEN 1 AND 1000000
-        AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_fence >= 0) IS NOT TRUE THEN
-        PERFORM pglease._check_text('release_slot', 'p_scope', p_scope);
-        PERFORM pglease._check_int('release_slot', 'p_slot', p_slot, 1, 1000000);
-        PERFORM pglease._check_text('release_slot', 'p_holder', p_holder);
-        PERFORM pglease._check_fence('release_slot', p_fence);
+    IF NOT pglease._slot_ok(p_scope, p_slot, p_holder, p_fence) THEN
+        PERFORM pglease._check_slot('release_slot', p_scope, p_slot, p_holder, p_fence);
     END IF;
 
     -- The common release, on a scope whose queue is empty, takes both of
@@ -3351,10 +3361,7 @@ BEGIN
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
         PERFORM pglease._check_text('renew_holder', 'p_holder', p_holder);
     END IF;
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('renew_holder', p_ttl);
-    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('renew_holder', p_ttl));
 
     -- Fast path for the leases: one UPDATE of the caller's live rows,
     -- each decided on the clock read when the row is updated (re-read
@@ -4045,9 +4052,7 @@ AS $$
 DECLARE
     v_role text := session_user::text;
 BEGIN
-    PERFORM pglease._check_text('set_value', 'p_name', p_name);
-    PERFORM pglease._check_text('set_value', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('set_value', p_fence);
+    PERFORM pglease._check_tenure('set_value', p_name, p_holder, p_fence);
     PERFORM pglease._check_value('set_value', p_value);
     UPDATE pglease.leases AS l SET value = p_value
     WHERE l.name = p_name
@@ -4056,6 +4061,46 @@ BEGIN
     value_set := FOUND;
     IF value_set THEN
         PERFORM pglease._observed_wake(p_name);
+    END IF;
+END
+$$;
+
+-- pglease.renew_lease(p_name, p_holder, p_fence, p_ttl): pglease.renew,
+-- and whether a release of the tenure was requested.
+--
+-- Returns what pglease.renew returns, and release_requested: true when
+-- the renewal succeeded and pglease.request_release has asked this tenure's
+-- holder to hand over (release, and acquire no more for a while); false
+-- otherwise. Raises what pglease.renew raises, naming renew_lease. Decides
+-- as pglease.renew, with the same checks and the same lock
+-- (pglease._lease_lock); the request is read from the row version the
+-- renewal writes (a request locks the row too, so none is in flight).
+CREATE OR REPLACE FUNCTION pglease.renew_lease(
+    p_name text, p_holder text, p_fence bigint, p_ttl interval,
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
+    OUT release_requested boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_role text := session_user::text;
+    v_ttl  interval;
+    v_tid  tid;
+BEGIN
+    IF NOT pglease._tenure_ok(p_name, p_holder, p_fence) THEN
+        PERFORM pglease._check_tenure('renew_lease', p_name, p_holder, p_fence);
+    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('renew_lease', p_ttl));
+    v_tid := pglease._lease_lock(p_name, p_holder, p_fence, v_role);
+    renewed := v_tid IS NOT NULL;
+    release_requested := false;
+    IF renewed THEN
+        UPDATE pglease.leases AS l
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE l.ctid = v_tid
+        RETURNING l.expires_at, l.release_requested_at IS NOT NULL
+        INTO expires_at, release_requested;
+        expires_in := v_ttl;
     END IF;
 END
 $$;
@@ -4234,20 +4279,6 @@ $$;
 -- the call's lock waits; every write is bound to the tenure (holder,
 -- fence, and the database role that took it: session_user), as in
 -- pglease.release and pglease.assert_held.
-
--- pglease._check_tenure(p_func, p_name, p_holder, p_fence): the checks of
--- the arguments that name a tenure (pglease._check_text, _check_fence).
--- Internal.
-CREATE OR REPLACE FUNCTION pglease._check_tenure(p_func text, p_name text, p_holder text, p_fence bigint)
-RETURNS void
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-AS $$
-BEGIN
-    PERFORM pglease._check_text(p_func, 'p_name', p_name);
-    PERFORM pglease._check_text(p_func, 'p_holder', p_holder);
-    PERFORM pglease._check_fence(p_func, p_fence);
-END
-$$;
 
 -- pglease.release_after(p_name, p_holder, p_fence, p_hold_at_least): end a
 -- live tenure, but not before p_hold_at_least after it was granted.
@@ -5458,6 +5489,7 @@ BEGIN
         GRANT EXECUTE ON FUNCTION
             pglease.acquire(text, text, interval, text),
             pglease.set_value(text, text, bigint, text),
+            pglease.renew_lease(text, text, bigint, interval),
             pglease.observe(text, interval)
             TO pglease_client;
         -- Batched calls (0.3.0, docs/sql.md#batched-calls).

@@ -374,7 +374,7 @@ const leaseRenewAsked = `-- name: LeaseRenewAsked :one
 
 SELECT r.renewed::boolean AS renewed, r.expires_in,
        r.release_requested::boolean AS release_requested
-FROM pglease.renew($1, $2, $3, $4) AS r
+FROM pglease.renew_lease($1, $2, $3, $4) AS r
 `
 
 type LeaseRenewAskedParams struct {
@@ -391,7 +391,7 @@ type LeaseRenewAskedRow struct {
 }
 
 // Leadership (0.3.0, docs/leadership.md).
-// renew, and whether a release was requested (a column from 0.3.0 on).
+// renew_lease: renew, and whether a release was requested.
 func (q *Queries) LeaseRenewAsked(ctx context.Context, arg LeaseRenewAskedParams) (LeaseRenewAskedRow, error) {
 	row := q.db.QueryRow(ctx, leaseRenewAsked,
 		arg.Name,

@@ -13,8 +13,7 @@ import (
 const retryModern = time.Minute
 
 // Modern reports whether to call 0.3.0's leadership functions (the
-// four-argument acquire, renew's release_requested): true unless one was
-// found missing
+// four-argument acquire, renew_lease): true unless one was found missing
 // in the last retryModern, as on a schema of an earlier release (a
 // rollout that upgrades the clients first, or a downgrade).
 func (c *Core) Modern() bool {
@@ -22,13 +21,12 @@ func (c *Core) Modern() bool {
 	return until == 0 || time.Now().UnixNano() >= until
 }
 
-// Missing reports whether err says that a function (42883) or a result
-// column of one (42703) is missing, and if so makes Modern false for
-// retryModern: the caller then calls the function of the earlier schema
-// instead.
+// Missing reports whether err says that a function is missing (42883),
+// and if so makes Modern false for retryModern: the caller then calls
+// the function of the earlier schema instead.
 func (c *Core) Missing(err error) bool {
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	if !ok || (pgErr.Code != undefinedFunc && pgErr.Code != undefinedColumn) {
+	if !ok || pgErr.Code != undefinedFunc {
 		return false
 	}
 	c.legacyUntil.Store(time.Now().Add(retryModern).UnixNano())

@@ -303,9 +303,9 @@ func (t *Tenure) Renew(ctx context.Context) error {
 	return nil
 }
 
-// renewLease renews a lease with renew, which from 0.3.0 on also says
-// whether a release was requested (closing Asked), or without that column
-// on schemas before 0.3.0.
+// renewLease renews a lease with renew_lease, which also says whether a
+// release was requested (closing Asked), or with the renew of schemas
+// before 0.3.0.
 func (t *Tenure) renewLease(ctx context.Context) (bool, error) {
 	if t.c.Modern() {
 		row, err := t.c.q.LeaseRenewAsked(ctx, db.LeaseRenewAskedParams{

@@ -245,8 +245,7 @@ $$;
 -- Source: sql/functions/11_renew.sql (signature), sql/proxy/routes (hash p_name)
 CREATE OR REPLACE FUNCTION pglease.renew(
     p_name text, p_holder text, p_fence bigint, p_ttl interval,
-    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
-    OUT release_requested boolean)
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
@@ -701,6 +700,17 @@ AS $$
 $$;
 
 -- Source: sql/functions/60_leader.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.renew_lease(
+    p_name text, p_holder text, p_fence bigint, p_ttl interval,
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
+    OUT release_requested boolean)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/60_leader.sql (signature), sql/proxy/routes (hash p_name)
 CREATE OR REPLACE FUNCTION pglease.observe(
     p_name text, p_for interval,
     OUT state text, OUT holder text, OUT fence bigint, OUT value text,
@@ -1047,6 +1057,7 @@ BEGIN
         GRANT EXECUTE ON FUNCTION
             pglease.acquire(text, text, interval, text),
             pglease.set_value(text, text, bigint, text),
+            pglease.renew_lease(text, text, bigint, interval),
             pglease.observe(text, interval)
             TO pglease_client;
         -- Batched calls (0.3.0): split by partition, see sql/proxy/batch/.

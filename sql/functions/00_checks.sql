@@ -319,3 +319,71 @@ BEGIN
     END IF;
 END
 $$;
+
+-- _tenure_ok(p_name, p_holder, p_fence): whether the arguments that name a
+-- lease tenure are all valid (1 to 256 bytes; a fence >= 0), the one test
+-- valid input takes before pglease._check_tenure names what is wrong. An
+-- SQL function, inlined where it is called.
+CREATE OR REPLACE FUNCTION pglease._tenure_ok(p_name text, p_holder text, p_fence bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT (octet_length(p_name) BETWEEN 1 AND 256
+            AND octet_length(p_holder) BETWEEN 1 AND 256
+            AND p_fence >= 0) IS TRUE
+$$;
+
+-- _check_tenure(p_func, p_name, p_holder, p_fence): the checks of the
+-- arguments that name a lease tenure (pglease._check_text, _check_fence),
+-- in that order.
+CREATE OR REPLACE FUNCTION pglease._check_tenure(p_func text, p_name text, p_holder text, p_fence bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    PERFORM pglease._check_text(p_func, 'p_name', p_name);
+    PERFORM pglease._check_text(p_func, 'p_holder', p_holder);
+    PERFORM pglease._check_fence(p_func, p_fence);
+END
+$$;
+
+-- _slot_ok(p_scope, p_slot, p_holder, p_fence): as pglease._tenure_ok, for
+-- the arguments that name a slot tenure (a slot number 1 to 1000000).
+CREATE OR REPLACE FUNCTION pglease._slot_ok(p_scope text, p_slot integer, p_holder text, p_fence bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT (octet_length(p_scope) BETWEEN 1 AND 256
+            AND p_slot BETWEEN 1 AND 1000000
+            AND octet_length(p_holder) BETWEEN 1 AND 256
+            AND p_fence >= 0) IS TRUE
+$$;
+
+-- _check_slot(p_func, p_scope, p_slot, p_holder, p_fence): the checks of
+-- the arguments that name a slot tenure, in that order.
+CREATE OR REPLACE FUNCTION pglease._check_slot(p_func text, p_scope text, p_slot integer,
+                                               p_holder text, p_fence bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    PERFORM pglease._check_text(p_func, 'p_scope', p_scope);
+    PERFORM pglease._check_int(p_func, 'p_slot', p_slot, 1, 1000000);
+    PERFORM pglease._check_text(p_func, 'p_holder', p_holder);
+    PERFORM pglease._check_fence(p_func, p_fence);
+END
+$$;
+
+-- _ttl(p_ttl): p_ttl as plain seconds (as pglease._check_ttl returns it)
+-- when it is more than 0 and at most 24 hours, else NULL: callers write
+-- coalesce(pglease._ttl(p_ttl), pglease._check_ttl(func, p_ttl)), which
+-- raises only for a bad TTL. An SQL function, inlined where it is called
+-- (date_part's float is the same number of microseconds as extract's
+-- numeric, and cheaper).
+CREATE OR REPLACE FUNCTION pglease._ttl(p_ttl interval)
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN date_part('epoch', p_ttl) > 0 AND date_part('epoch', p_ttl) <= 86400
+                THEN make_interval(secs => date_part('epoch', p_ttl)) END
+$$;

@@ -68,19 +68,10 @@ DECLARE
     v_observed boolean;
     v_capped  boolean;
 BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_name) BETWEEN 1 AND 256
-        AND octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
-        PERFORM pglease._check_text('acquire', 'p_name', p_name);
-        PERFORM pglease._check_text('acquire', 'p_holder', p_holder);
+    IF NOT pglease._tenure_ok(p_name, p_holder, 0) THEN
+        PERFORM pglease._check_tenure('acquire', p_name, p_holder, 0);
     END IF;
-    -- The TTL as plain seconds, as pglease._check_ttl returns it (date_part's
-    -- float is the same number of microseconds as extract's numeric, and
-    -- cheaper).
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('acquire', p_ttl);
-    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('acquire', p_ttl));
     -- A name under a prefix another role owns: 42501.
     PERFORM pglease._check_owner('acquire', 'p_name', p_name);
 

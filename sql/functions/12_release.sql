@@ -28,13 +28,8 @@ DECLARE
     v_waited   boolean;
     v_sure     boolean; -- locked FOR UPDATE: no refused acquire in flight
 BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_name) BETWEEN 1 AND 256
-        AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_fence >= 0) IS NOT TRUE THEN
-        PERFORM pglease._check_text('release', 'p_name', p_name);
-        PERFORM pglease._check_text('release', 'p_holder', p_holder);
-        PERFORM pglease._check_fence('release', p_fence);
+    IF NOT pglease._tenure_ok(p_name, p_holder, p_fence) THEN
+        PERFORM pglease._check_tenure('release', p_name, p_holder, p_fence);
     END IF;
 
     -- Fast path: the lock refused acquires wait for (FOR UPDATE, see

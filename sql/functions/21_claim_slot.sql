@@ -111,10 +111,7 @@ BEGIN
         PERFORM pglease._check_int('claim_slot', 'p_units', p_units, 1, p_capacity);
         PERFORM pglease._check_flag('claim_slot', 'p_wait', p_wait);
     END IF;
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('claim_slot', p_ttl);
-    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('claim_slot', p_ttl));
     PERFORM pglease._check_owner('claim_slot', 'p_scope', p_scope);
 
     -- The decision runs in a subtransaction: a refusal rolls it back, with

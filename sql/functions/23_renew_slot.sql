@@ -27,20 +27,10 @@ DECLARE
     v_tid  tid;
     v_end  timestamptz;
 BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_scope) BETWEEN 1 AND 256
-        AND p_slot BETWEEN 1 AND 1000000
-        AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_fence >= 0) IS NOT TRUE THEN
-        PERFORM pglease._check_text('renew_slot', 'p_scope', p_scope);
-        PERFORM pglease._check_int('renew_slot', 'p_slot', p_slot, 1, 1000000);
-        PERFORM pglease._check_text('renew_slot', 'p_holder', p_holder);
-        PERFORM pglease._check_fence('renew_slot', p_fence);
+    IF NOT pglease._slot_ok(p_scope, p_slot, p_holder, p_fence) THEN
+        PERFORM pglease._check_slot('renew_slot', p_scope, p_slot, p_holder, p_fence);
     END IF;
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('renew_slot', p_ttl);
-    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('renew_slot', p_ttl));
 
     v_tid := pglease._slot_lock(p_scope, p_slot, p_holder, p_fence, v_role);
     renewed := v_tid IS NOT NULL;

@@ -27,15 +27,8 @@ DECLARE
     v_now  timestamptz;
     v_tid  tid;
 BEGIN
-    -- Valid input takes this one test; the checks raise the precise error.
-    IF (octet_length(p_scope) BETWEEN 1 AND 256
-        AND p_slot BETWEEN 1 AND 1000000
-        AND octet_length(p_holder) BETWEEN 1 AND 256
-        AND p_fence >= 0) IS NOT TRUE THEN
-        PERFORM pglease._check_text('release_slot', 'p_scope', p_scope);
-        PERFORM pglease._check_int('release_slot', 'p_slot', p_slot, 1, 1000000);
-        PERFORM pglease._check_text('release_slot', 'p_holder', p_holder);
-        PERFORM pglease._check_fence('release_slot', p_fence);
+    IF NOT pglease._slot_ok(p_scope, p_slot, p_holder, p_fence) THEN
+        PERFORM pglease._check_slot('release_slot', p_scope, p_slot, p_holder, p_fence);
     END IF;
 
     -- The common release, on a scope whose queue is empty, takes both of

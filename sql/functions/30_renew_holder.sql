@@ -59,10 +59,7 @@ BEGIN
     IF (octet_length(p_holder) BETWEEN 1 AND 256) IS NOT TRUE THEN
         PERFORM pglease._check_text('renew_holder', 'p_holder', p_holder);
     END IF;
-    v_ttl := make_interval(secs => date_part('epoch', p_ttl));
-    IF (v_ttl > interval '0' AND v_ttl <= interval '24 hours') IS NOT TRUE THEN
-        v_ttl := pglease._check_ttl('renew_holder', p_ttl);
-    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('renew_holder', p_ttl));
 
     -- Fast path for the leases: one UPDATE of the caller's live rows,
     -- each decided on the clock read when the row is updated (re-read

@@ -129,9 +129,7 @@ AS $$
 DECLARE
     v_role text := session_user::text;
 BEGIN
-    PERFORM pglease._check_text('set_value', 'p_name', p_name);
-    PERFORM pglease._check_text('set_value', 'p_holder', p_holder);
-    PERFORM pglease._check_fence('set_value', p_fence);
+    PERFORM pglease._check_tenure('set_value', p_name, p_holder, p_fence);
     PERFORM pglease._check_value('set_value', p_value);
     UPDATE pglease.leases AS l SET value = p_value
     WHERE l.name = p_name
@@ -140,6 +138,46 @@ BEGIN
     value_set := FOUND;
     IF value_set THEN
         PERFORM pglease._observed_wake(p_name);
+    END IF;
+END
+$$;
+
+-- pglease.renew_lease(p_name, p_holder, p_fence, p_ttl): pglease.renew,
+-- and whether a release of the tenure was requested.
+--
+-- Returns what pglease.renew returns, and release_requested: true when
+-- the renewal succeeded and pglease.request_release has asked this tenure's
+-- holder to hand over (release, and acquire no more for a while); false
+-- otherwise. Raises what pglease.renew raises, naming renew_lease. Decides
+-- as pglease.renew, with the same checks and the same lock
+-- (pglease._lease_lock); the request is read from the row version the
+-- renewal writes (a request locks the row too, so none is in flight).
+CREATE OR REPLACE FUNCTION pglease.renew_lease(
+    p_name text, p_holder text, p_fence bigint, p_ttl interval,
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
+    OUT release_requested boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_role text := session_user::text;
+    v_ttl  interval;
+    v_tid  tid;
+BEGIN
+    IF NOT pglease._tenure_ok(p_name, p_holder, p_fence) THEN
+        PERFORM pglease._check_tenure('renew_lease', p_name, p_holder, p_fence);
+    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('renew_lease', p_ttl));
+    v_tid := pglease._lease_lock(p_name, p_holder, p_fence, v_role);
+    renewed := v_tid IS NOT NULL;
+    release_requested := false;
+    IF renewed THEN
+        UPDATE pglease.leases AS l
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE l.ctid = v_tid
+        RETURNING l.expires_at, l.release_requested_at IS NOT NULL
+        INTO expires_at, release_requested;
+        expires_in := v_ttl;
     END IF;
 END
 $$;

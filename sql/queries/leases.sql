@@ -61,10 +61,10 @@ SELECT pg_backend_pid();
 -- Leadership (0.3.0, docs/leadership.md).
 
 -- name: LeaseRenewAsked :one
--- renew, and whether a release was requested (a column from 0.3.0 on).
+-- renew_lease: renew, and whether a release was requested.
 SELECT r.renewed::boolean AS renewed, r.expires_in,
        r.release_requested::boolean AS release_requested
-FROM pglease.renew(@name, @holder, @fence, @ttl) AS r;
+FROM pglease.renew_lease(@name, @holder, @fence, @ttl) AS r;
 
 -- name: LeaseReleaseAsked :one
 -- Whether a release of the live tenure name/fence was requested: a read,

@@ -114,6 +114,7 @@ BEGIN
         GRANT EXECUTE ON FUNCTION
             pglease.acquire(text, text, interval, text),
             pglease.set_value(text, text, bigint, text),
+            pglease.renew_lease(text, text, bigint, interval),
             pglease.observe(text, interval)
             TO pglease_client;
         -- Batched calls (0.3.0, docs/sql.md#batched-calls).

@@ -33,12 +33,6 @@ CREATE UNIQUE INDEX runs_one_success_idx ON pglease.runs (name, window_start)
     WHERE outcome = 'succeeded';
 CREATE INDEX runs_started_idx ON pglease.runs (name, started_at);
 
--- renew's result gains release_requested (whether a release of the
--- tenure was requested): a new result type, so 0.2.0's renew goes and
--- head's is created with the other functions below. A call of the old
--- renew in flight finishes with it; the next one plans against the new.
-DROP FUNCTION pglease.renew(text, text, bigint, interval);
-
 -- Leadership (docs/leadership.md, sql/functions/60_leader.sql): four
 -- nullable columns on pglease.leases (the holder's value and a release
 -- request; NULL for every existing row: no value, no request, so every

@@ -172,6 +172,7 @@ var publicFunctions = []fnSpec{
 	{"run_history", []fnArg{{"p_name", textArg, "seeded"}, {"p_limit", limitArg, int32(10)}}},
 	{"run_summary", []fnArg{{"p_names", regexArg, "^seed"}, {"p_max_names", maxNamesArg, int32(10)}}},
 	// Leadership (0.3.0).
+	{"renew_lease", []fnArg{{"p_name", textArg, "seeded"}, {"p_holder", textArg, "h"}, {"p_fence", fenceArg, int64(1)}, {"p_ttl", ttlArg, time.Hour}}},
 }
 
 // tablesSnapshot returns the full contents of pglease's tables.

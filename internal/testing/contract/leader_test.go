@@ -2,6 +2,8 @@ package contract
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -27,14 +29,80 @@ func TestLeadership(t *testing.T) {
 		{"StrangerCannotRequestRelease", testStrangerCannotRequestRelease},
 		{"ObservedChangesNotify", testObservedChangesNotify},
 		{"PurgeDropsLapsedRegistrations", testPurgeDropsLapsedRegistrations},
-		{"RenewWaitsForARowLockedInFlight", testRenewWaitsForARowLockedInFlight},
+		{"RenewLeaseDecidesAsRenew", testRenewLeaseDecidesAsRenew},
+		{"RenewLeaseWaitsForARowLockedInFlight", testRenewLeaseWaitsForARowLockedInFlight},
 	})
 }
 
-// testRenewWaitsForARowLockedInFlight: a renew that finds its
+// testRenewLeaseDecidesAsRenew: renew_lease, which renews on a path of its
+// own, decides every case as renew does: the same tenure on two leases set
+// up alike, one renewed by each; and its request is false with none.
+func testRenewLeaseDecidesAsRenew(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	for k, c := range []struct {
+		name   string
+		setup  func(lease string) // after holder a acquired lease with fence 1
+		holder string
+		fence  int64
+	}{
+		{"own live tenure", func(string) {}, "a", 1},
+		{"another holder", func(string) {}, "b", 1},
+		{"another fence", func(string) {}, "a", 2},
+		{"released", func(l string) { release(t, db.pool, l, "a", 1) }, "a", 1},
+		{"expired", func(l string) {
+			mustExec(t, db.pool, `UPDATE pglease.leases SET expires_at = clock_timestamp() - interval '1 second' WHERE name = $1`, l)
+		}, "a", 1},
+	} {
+		type outcome struct {
+			renewed      bool
+			expiresIn    *time.Duration
+			moved        bool
+			holderRole   *string
+			fence        int64
+			requestFalse bool
+		}
+		var got [2]outcome
+		for i, call := range []string{
+			`SELECT renewed, expires_in, expires_at, true FROM pglease.renew($1, $2, $3, '2 hours')`,
+			`SELECT renewed, expires_in, expires_at, NOT release_requested FROM pglease.renew_lease($1, $2, $3, '2 hours')`,
+		} {
+			lease := n(fmt.Sprintf("decides%d-%d", k, i))
+			acquire(t, db.pool, lease, "a", time.Hour)
+			c.setup(lease)
+			var before *time.Time
+			mustScan(t, db.pool, `SELECT expires_at FROM pglease.leases WHERE name = $1`, []any{lease}, &before)
+			var o outcome
+			var at *time.Time
+			if err := db.pool.QueryRow(ctx, call, lease, c.holder, c.fence).Scan(&o.renewed, &o.expiresIn, &at, &o.requestFalse); err != nil {
+				t.Fatalf("%s: %s: %v", c.name, call, err)
+			}
+			var after *time.Time
+			mustScan(t, db.pool, `SELECT expires_at, holder_role, fence FROM pglease.leases WHERE name = $1`, []any{lease}, &after, &o.holderRole, &o.fence)
+			o.moved = !equalTimes(before, after)
+			if o.renewed && !equalTimes(at, after) {
+				t.Fatalf("%s: %s returned expires_at %v, the row has %v", c.name, call, at, after)
+			}
+			got[i] = o
+		}
+		if !reflect.DeepEqual(got[0], got[1]) {
+			t.Fatalf("%s: renew %+v, renew_lease %+v", c.name, got[0], got[1])
+		}
+		if want := c.name == "own live tenure"; got[1].renewed != want || got[1].moved != want || !got[1].requestFalse {
+			t.Fatalf("%s: renew_lease %+v, want renewed and moved %v, no request", c.name, got[1], want)
+		}
+	}
+}
+
+// equalTimes reports whether two nullable times are the same instant.
+func equalTimes(a, b *time.Time) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Equal(*b))
+}
+
+// testRenewLeaseWaitsForARowLockedInFlight: a renew_lease that finds its
 // tenure's row locked by a transaction in flight (a fenced write) waits for
 // it, renews, and reads the request made before.
-func testRenewWaitsForARowLockedInFlight(t *testing.T, db *testDB) {
+func testRenewLeaseWaitsForARowLockedInFlight(t *testing.T, db *testDB) {
 	n := namer(t)
 	ctx := testContext(t)
 	lease := n("lead")
@@ -66,7 +134,7 @@ func testRenewWaitsForARowLockedInFlight(t *testing.T, db *testDB) {
 	done := make(chan result, 1)
 	go func() {
 		var r result
-		r.err = conn.QueryRow(ctx, `SELECT renewed, release_requested FROM pglease.renew($1, 'a', 1, '2 hours')`, lease).
+		r.err = conn.QueryRow(ctx, `SELECT renewed, release_requested FROM pglease.renew_lease($1, 'a', 1, '2 hours')`, lease).
 			Scan(&r.renewed, &r.asked)
 		done <- r
 	}()
@@ -75,7 +143,7 @@ func testRenewWaitsForARowLockedInFlight(t *testing.T, db *testDB) {
 		t.Fatal(err)
 	}
 	if r := <-done; r.err != nil || !r.renewed || !r.asked {
-		t.Fatalf("renew after the fenced write: renewed %v, release_requested %v, %v; want true, true", r.renewed, r.asked, r.err)
+		t.Fatalf("renew_lease after the fenced write: renewed %v, release_requested %v, %v; want true, true", r.renewed, r.asked, r.err)
 	}
 }
 
@@ -249,9 +317,9 @@ func testRequestReleaseUnknownPreferred(t *testing.T, db *testDB) {
 		t.Fatalf("request for b: got %v at %v to %v", ok, at, to)
 	}
 	var asked bool
-	mustScan(t, db.pool, `SELECT release_requested FROM pglease.renew($1, 'a', 1, '1 hour')`, []any{lease}, &asked)
+	mustScan(t, db.pool, `SELECT release_requested FROM pglease.renew_lease($1, 'a', 1, '1 hour')`, []any{lease}, &asked)
 	if !asked {
-		t.Fatal("renew did not report the request")
+		t.Fatal("renew_lease did not report the request")
 	}
 }
 

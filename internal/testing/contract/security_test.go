@@ -178,6 +178,7 @@ func testOtherRoleCannotHoldUpRenewals(t *testing.T, db *testDB) {
 	}{
 		{`SELECT acquired FROM pglease.acquire($1, $2, '1 hour')`, []any{name, holder}},
 		{`SELECT renewed FROM pglease.renew($1, $2, 1, '1 hour')`, []any{name, holder}},
+		{`SELECT renewed FROM pglease.renew_lease($1, $2, 1, '1 hour')`, []any{name, holder}},
 		{`SELECT released FROM pglease.release($1, $2, 1)`, []any{name, holder}},
 		{`SELECT renewed FROM pglease.renew_slot($1, 1, $2, 1, '1 hour')`, []any{n("scope"), holder}},
 		{`SELECT released FROM pglease.release_slot($1, 1, $2, 1)`, []any{n("scope"), holder}},
@@ -468,7 +469,7 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 	// Leadership (0.3.0): the client's functions, and the operator's role.
 	for _, f := range []string{
 		"acquire(text,text,interval,text)", "observe(text,interval)",
-		"set_value(text,text,bigint,text)",
+		"renew_lease(text,text,bigint,interval)", "set_value(text,text,bigint,text)",
 		// The batched calls (0.3.0).
 		"acquire_batch(text[],text,interval[],text[])", "release_batch(text[],text,bigint[])",
 	} {

@@ -515,6 +515,12 @@ var stallSweep = map[string][]hostileCall{
 		sql:  `SELECT r::text FROM unnest($1::text[]) AS u(h), pglease.renew_holder(u.h, '1 hour') AS r`,
 		args: func(e *stallEnv) []any { return []any{e.holdersOfA()} },
 	}},
+	"pglease.renew_lease(text,text,bigint,interval)": {{
+		how: "renew_lease of A's leases with A's holders and fences",
+		sql: `SELECT r::text FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(n, h, f),
+			pglease.renew_lease(u.n, u.h, u.f, '1 hour') AS r`,
+		args: leaseArgs,
+	}},
 	"pglease.renew_slot(text,integer,text,bigint,interval)": {{
 		how: "renew_slot of A's slots with A's holders and fences",
 		sql: `SELECT r::text FROM unnest($1::text[], $2::integer[], $3::text[], $4::bigint[]) AS u(s, n, h, f),

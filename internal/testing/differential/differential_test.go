@@ -41,13 +41,11 @@ type side struct {
 	roles [2]*pgx.Conn
 }
 
-// call is one function call, made alike on both sides. base, when set, is
-// the SQL on the base side (a function renamed since).
+// call is one function call, made alike on both sides.
 type call struct {
 	what string
 	role int // -1: the owner
 	sql  string
-	base string
 	args []any
 }
 
@@ -279,12 +277,11 @@ func next(rng *rand.Rand, t *testing.T, s *side, warp string) call {
 		n, h, f := lease()
 		return call{what: "renew", role: role,
 			sql:  `SELECT to_jsonb(r) FROM pglease.renew($1, $2, $3, $4::interval) AS r`,
-			base: `SELECT to_jsonb(r) FROM pglease.renew_lease($1, $2, $3, $4::interval) AS r`,
 			args: []any{n, h, f, pick(ttls)}}
 	case 4:
 		n, h, f := lease()
-		return call{what: "renew, 0.2.0's columns", role: role,
-			sql:  `SELECT jsonb_build_array(renewed, expires_at, expires_in) FROM pglease.renew($1, $2, $3, $4::interval) AS r`,
+		return call{what: "renew_lease", role: role,
+			sql:  `SELECT to_jsonb(r) FROM pglease.renew_lease($1, $2, $3, $4::interval) AS r`,
 			args: []any{n, h, f, pick(ttls)}}
 	case 5:
 		n, h, f := lease()
@@ -334,9 +331,6 @@ func run(t *testing.T, s *side, c call) string {
 		conn = s.roles[c.role]
 	}
 	sql := c.sql
-	if c.base != "" && s.name == "base" {
-		sql = c.base
-	}
 	if c.what == "time passes" {
 		for _, stmt := range strings.Split(sql, ";\n") {
 			if _, err := conn.Exec(t.Context(), stmt, c.args...); err != nil {
@@ -366,8 +360,8 @@ func state(t *testing.T, s *side) string {
 		  'leases', (SELECT jsonb_agg(to_jsonb(l) - 'created_by' ORDER BY l.name) FROM pglease.leases AS l),
 		  'slots', (SELECT jsonb_agg(to_jsonb(l) - 'created_by' ORDER BY l.scope, l.slot) FROM pglease.slots AS l),
 		  'scopes', (SELECT jsonb_agg(to_jsonb(l) ORDER BY l.scope) FROM pglease.slot_scopes AS l),
-		  'waiters', (SELECT jsonb_agg(jsonb_build_array(w.kind, w.name) ORDER BY w.kind, w.name) FROM pglease.waiters AS w),
-		  'candidates', (SELECT jsonb_agg(jsonb_build_array(c.name, c.holder, c.until) ORDER BY c.name, c.holder) FROM pglease.candidates AS c)
+		  'waiters', (SELECT jsonb_agg(jsonb_build_array(w.kind, w.name, w.caller_role, w.until) ORDER BY w.kind, w.name, w.caller_role) FROM pglease.waiters AS w),
+		  'candidates', (SELECT jsonb_agg(jsonb_build_array(c.name, c.holder, c.holder_role, c.until) ORDER BY c.name, c.holder, c.holder_role) FROM pglease.candidates AS c)
 		)::text::bytea, clock_timestamp()`).Scan(&out, &now); err != nil {
 		t.Fatal(err)
 	}

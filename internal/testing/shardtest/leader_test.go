@@ -10,7 +10,7 @@ import (
 // TestLeadershipThroughProxy: the leadership functions (0.3.0) route by
 // lease name: a value published and read back, set_value, observe, a
 // release request only an operator may make (the client's role gets
-// 42501 across the hop), renew reporting it, and the preferred
+// 42501 across the hop), renew_lease reporting it, and the preferred
 // holder's reservation.
 func TestLeadershipThroughProxy(t *testing.T) {
 	t.Parallel()
@@ -41,8 +41,8 @@ func TestLeadershipThroughProxy(t *testing.T) {
 	if err := admin.QueryRow(ctx, `SELECT requested FROM pglease.request_release('lead', 'b')`).Scan(&ok); err != nil || !ok {
 		t.Fatalf("request_release by the owner: got %v, %v", ok, err)
 	}
-	if err := proxy.QueryRow(ctx, `SELECT release_requested FROM pglease.renew('lead', 'a', 1, '1 minute')`).Scan(&ok); err != nil || !ok {
-		t.Fatalf("renew after the request: got %v, %v", ok, err)
+	if err := proxy.QueryRow(ctx, `SELECT release_requested FROM pglease.renew_lease('lead', 'a', 1, '1 minute')`).Scan(&ok); err != nil || !ok {
+		t.Fatalf("renew_lease after the request: got %v, %v", ok, err)
 	}
 	if !release(t, proxy, "lead", "a", 1) {
 		t.Fatal("release refused")
