@@ -88,32 +88,53 @@ type KeeperConfig struct {
 // A tenure whose Deadline passed although the server still had it (the
 // keeper could not reach the server in time) is released by the first
 // round that renews it again.
-type Keeper tenure.Keeper
+type Keeper struct {
+	core *tenure.Keeper
+}
+
+func init() {
+	// runslots and supervisor take a *Keeper in their Config and hand its
+	// core to theirs, through this hook rather than an exported accessor.
+	tenure.KeeperOf = func(public any) *tenure.Keeper {
+		k, _ := public.(*Keeper)
+		return k.tenureKeeper()
+	}
+}
+
+// tenureKeeper returns k's core, nil for a nil k.
+func (k *Keeper) tenureKeeper() *tenure.Keeper {
+	if k == nil {
+		return nil
+	}
+	return k.core
+}
 
 // NewKeeper returns a Keeper that renews on database. It does not take
 // ownership: closing database stays the caller's job. It returns an error
 // matching ErrInvalidArgument, naming the field, when cfg is invalid.
 func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
 	k, err := tenure.NewKeeper(database, tenure.KeeperConfig(cfg))
-	return (*Keeper)(k), err
+	if err != nil {
+		return nil, err
+	}
+	return &Keeper{core: k}, nil
 }
 
-// Holder returns the holder the keeper renews.
-func (k *Keeper) Holder() string { return k.core().Holder() }
+// Holder returns the holder the keeper renews: KeeperConfig.Holder, or the
+// one NewKeeper chose.
+func (k *Keeper) Holder() string { return k.core.Holder() }
 
-// TTL returns the TTL each round renews to.
-func (k *Keeper) TTL() time.Duration { return k.core().TTL() }
+// TTL returns the TTL each round renews to: KeeperConfig.TTL, or its
+// default.
+func (k *Keeper) TTL() time.Duration { return k.core.TTL() }
 
 // Len returns how many tenures the keeper keeps: granted by its clients and
 // neither released nor settled as ended.
-func (k *Keeper) Len() int { return k.core().Len() }
+func (k *Keeper) Len() int { return k.core.Len() }
 
 // Run renews every Interval until ctx ends, then returns ctx.Err(). It
 // renews at once when it starts. A round whose outcome is unknown is logged
 // and retried after RetryDelay. Tenures are not renewed while Run is not
 // running: they end at their Deadline. Run refuses to start while another
 // Run of the same keeper runs.
-func (k *Keeper) Run(ctx context.Context) error { return k.core().Run(ctx) }
-
-// core returns k as the core's keeper.
-func (k *Keeper) core() *tenure.Keeper { return (*tenure.Keeper)(k) }
+func (k *Keeper) Run(ctx context.Context) error { return k.core.Run(ctx) }

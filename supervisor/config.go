@@ -204,7 +204,7 @@ func (cfg Config) core() tenure.Config {
 	return tenure.Config{
 		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
-		Keeper: (*tenure.Keeper)(cfg.Keeper), MeterProvider: cfg.MeterProvider,
+		Keeper: tenure.KeeperOf(cfg.Keeper), MeterProvider: cfg.MeterProvider,
 	}
 }
 

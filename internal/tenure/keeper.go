@@ -80,6 +80,13 @@ type zombie struct {
 	released bool
 }
 
+// KeeperOf returns the Keeper inside public, a *pglease.Keeper: nil for a
+// nil one (or anything else). Package pglease sets it when it is
+// initialised, before any package importing it runs, so that runslots and
+// supervisor reach the core of the keeper in their Config without pglease
+// exporting it.
+var KeeperOf func(public any) *Keeper
+
 // NewKeeper returns a keeper on database, or an error naming the invalid
 // setting.
 func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
