@@ -9,14 +9,15 @@ import (
 	"github.com/pglease/pglease/pglease"
 )
 
-// LeaseState is the state of a lease as seen by the server.
-type LeaseState string
+// State is the state of a lease or of a slot as seen by the server, as
+// the views pglease.lease_status and pglease.slot_status report it.
+type State string
 
-// Lease states reported by the pglease.lease_status view.
+// The states of a lease or slot.
 const (
-	LeaseHeld    LeaseState = "held"    // a live tenure
-	LeaseExpired LeaseState = "expired" // the tenure ran out; anyone may acquire
-	LeaseFree    LeaseState = "free"    // released; anyone may acquire
+	Held    State = "held"    // a live tenure
+	Expired State = "expired" // the tenure ran out; anyone may acquire or claim it
+	Free    State = "free"    // released; anyone may acquire or claim it
 )
 
 // LeaseStatus describes one lease, as computed by the server when read.
@@ -28,7 +29,7 @@ type LeaseStatus struct {
 	// Fence is the current or last tenure's fence.
 	Fence int64
 	// State is held, expired or free.
-	State LeaseState
+	State State
 	// ExpiresAt is when the tenure ends or ended, by the server's clock (for
 	// a free lease: when it was released). For display; compare nothing
 	// with the local clock, use ExpiresIn.
@@ -58,7 +59,7 @@ func Leases(ctx context.Context, database pglease.DB) ([]LeaseStatus, error) {
 	return tenure.List(ctx, prefix, rows, err, func(r db.LeaseStatusListRow) LeaseStatus {
 		return LeaseStatus{
 			Name: r.Name, Holder: r.Holder.String, Fence: r.Fence,
-			State: LeaseState(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
+			State: State(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
 			Value: r.Value, ReleaseRequested: r.ReleaseRequested, PreferredHolder: r.PreferredHolder,
 			Owner: r.OwnerRole,
 		}
