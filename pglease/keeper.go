@@ -55,7 +55,7 @@ type KeeperConfig struct {
 // interval (the SQL function pglease.renew_holder), instead of one renewal
 // per tenure: a process holding 10,000 leases makes one call every
 // Interval, not 10,000. Build it with NewKeeper, pass it to pglease.New and
-// runslots.New in Config.Keeper, and call Run for as long as those clients'
+// runslots.New in Config.Keeper, and call Serve for as long as those clients'
 // tenures should be kept. It is safe for concurrent use.
 //
 // Every tenure such a client grants registers with the keeper. Each round
@@ -132,9 +132,9 @@ func (k *Keeper) TTL() time.Duration { return k.core.TTL() }
 // neither released nor settled as ended.
 func (k *Keeper) Len() int { return k.core.Len() }
 
-// Run renews every Interval until ctx ends, then returns ctx.Err(). It
+// Serve renews every Interval until ctx ends, then returns ctx.Err(). It
 // renews at once when it starts. A round whose outcome is unknown is logged
-// and retried after RetryDelay. Tenures are not renewed while Run is not
-// running: they end at their Deadline. Run refuses to start while another
-// Run of the same keeper runs.
-func (k *Keeper) Run(ctx context.Context) error { return k.core.Run(ctx) }
+// and retried after RetryDelay. Tenures are not renewed while Serve is not
+// running: they end at their Deadline. Serve refuses to start while another
+// Serve of the same keeper runs.
+func (k *Keeper) Serve(ctx context.Context) error { return k.core.Serve(ctx) }

@@ -54,11 +54,11 @@ func startKeeper(t *testing.T, database pglease.DB, ttl time.Duration) (*pglease
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
+	go func() { done <- k.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Keeper.Run = %v, want context.Canceled", err)
+			t.Errorf("Keeper.Serve = %v, want context.Canceled", err)
 		}
 	})
 	return k, leases, slots

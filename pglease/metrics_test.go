@@ -153,7 +153,7 @@ func TestMetricsKeeper(t *testing.T) {
 	l := leases[2]
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
+	go func() { done <- k.Serve(ctx) }()
 	// A kept Renew returns once a round has renewed the lease.
 	if err := l.Renew(context.Background()); err != nil {
 		t.Fatal(err)

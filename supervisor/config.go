@@ -76,7 +76,7 @@ type Config struct {
 	// with every other tenure of the keeper's holder, in one round trip per
 	// keeper interval (see pglease.Keeper): a process running a supervisor
 	// per shard or tenant makes one renewal call per interval, not one per
-	// supervisor. Run the keeper (Keeper.Run) for as long as its
+	// supervisor. Serve the keeper (Keeper.Serve) for as long as its
 	// supervisors run: without its rounds, a leader's workload is cancelled
 	// at its deadline. Holder defaults to the keeper's and must equal it.
 	// Every supervisor of a keeper shares its holder, and tenures are

@@ -152,13 +152,13 @@ func (k *Keeper) Len() int {
 	return n
 }
 
-// Run renews until ctx ends, then returns ctx.Err(). Rounds are sent
+// Serve renews until ctx ends, then returns ctx.Err(). Rounds are sent
 // every Interval (from one send to the next, however long a call takes),
-// or RetryDelay after a failed one. It refuses to start while another Run
+// or RetryDelay after a failed one. It refuses to start while another Serve
 // of the same keeper runs.
-func (k *Keeper) Run(ctx context.Context) error {
+func (k *Keeper) Serve(ctx context.Context) error {
 	if !k.running.CompareAndSwap(false, true) {
-		return Invalidf("the Keeper is already running: call Run once")
+		return Invalidf("the Keeper is already running: call Serve once")
 	}
 	defer k.running.Store(false)
 	t := time.NewTimer(0)
