@@ -22,6 +22,11 @@ const (
 	MaxTTL = 24 * time.Hour
 )
 
+// DefaultTTL is the TTL of a Config field TTL left zero, in every package:
+// KeeperConfig.TTL, supervisor.Config.TTL (without a Keeper: with one, the
+// keeper's TTL) and shardgroup.Config.TTL.
+const DefaultTTL = 15 * time.Second
+
 // DB is what a Client, WithFence and SendFenced run their queries on. A
 // *pgxpool.Pool, a *pgxpool.Conn, a *pgx.Conn and a pgx.Tx all satisfy it.
 //

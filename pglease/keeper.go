@@ -10,10 +10,6 @@ import (
 	"github.com/pglease/pglease/internal/tenure"
 )
 
-// DefaultKeeperTTL is the TTL a Keeper renews to when KeeperConfig.TTL is
-// zero.
-const DefaultKeeperTTL = 15 * time.Second
-
 // KeeperConfig configures a Keeper. The zero value is usable: zero fields
 // mean their defaults. NewKeeper refuses an invalid KeeperConfig with an
 // error that names the field.
@@ -26,7 +22,7 @@ type KeeperConfig struct {
 	// TTL is what each round renews every tenure of the holder to.
 	// Acquire and claim with the same TTL: the TTL passed to them holds
 	// only until the first round after the grant, and a longer one is
-	// refused (ErrInvalidArgument). Defaults to DefaultKeeperTTL (15s).
+	// refused (ErrInvalidArgument). Defaults to DefaultTTL (15s).
 	TTL time.Duration
 
 	// Interval is the time between rounds. Defaults to a third of TTL.

@@ -155,7 +155,7 @@ func ExampleReadMetrics() {
 	}
 	defer lease.Release(ctx)
 
-	m, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.MetricsOptions{Names: "^metrics/"})
+	m, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.Filter{Names: "^metrics/"})
 	if err != nil {
 		log.Fatal(err)
 	}

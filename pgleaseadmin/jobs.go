@@ -70,13 +70,15 @@ type JobSummary struct {
 }
 
 // Jobs returns the summary of every job in the run ledger of database
-// whose name matches names (a POSIX regular expression, "" for all), the
-// first maxNames by name (`pglease status`, the exporter).
-func Jobs(ctx context.Context, database pglease.DB, names string, maxNames int) ([]JobSummary, error) {
-	if maxNames < 0 || maxNames > maxMaxNames {
-		return nil, tenure.Invalidf("maxNames must be from 0 to %d, got %d", maxMaxNames, maxNames)
+// that f selects, by name (`pglease status`, the exporter). A Names that is
+// not a valid regular expression, or out-of-range options, are
+// pglease.ErrInvalidArgument.
+func Jobs(ctx context.Context, database pglease.DB, f Filter) ([]JobSummary, error) {
+	names, maxNames, err := f.check()
+	if err != nil {
+		return nil, err
 	}
-	r, err := db.New(database).RunSummary(ctx, db.RunSummaryParams{Names: names, MaxNames: int32(maxNames)})
+	r, err := db.New(database).RunSummary(ctx, db.RunSummaryParams{Names: names, MaxNames: maxNames})
 	if err != nil {
 		return nil, interpret(ctx, err)
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/pglease/pglease/internal/notify"
 )
 
-// DefaultKeeperTTL is the TTL a Keeper renews to when its config leaves it
-// zero.
-const DefaultKeeperTTL = 15 * time.Second
+// DefaultTTL is the TTL a Keeper renews to when its config leaves it zero
+// (pglease.DefaultTTL, the default of every Config's TTL).
+const DefaultTTL = 15 * time.Second
 
 // KeeperConfig configures a Keeper (pglease.KeeperConfig documents each
 // field).
@@ -97,7 +97,7 @@ func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
 	if err := CheckText("Holder", cfg.Holder); err != nil {
 		return nil, err
 	}
-	cfg.TTL = cmp.Or(cfg.TTL, DefaultKeeperTTL)
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
 	if cfg.TTL < time.Millisecond || cfg.TTL > MaxTTL {
 		return nil, Invalidf("TTL must be from 1ms to %s, got %s", MaxTTL, cfg.TTL)
 	}
