@@ -670,8 +670,8 @@ func TestDone(t *testing.T) {
 	awaitDone(t, released, "after Release")
 
 	refused := mustAcquire(t, c, "refused", time.Minute)
-	if r, err := pgleaseadmin.ForceRelease(ctx, pool, "refused"); err != nil || !r.Released {
-		t.Fatalf("ForceRelease = %+v, %v", r, err)
+	if _, released, err := pgleaseadmin.ForceRelease(ctx, pool, "refused"); err != nil || !released {
+		t.Fatalf("ForceRelease: released %t, %v", released, err)
 	}
 	if err := refused.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("Renew after a force release = %v, want ErrLeaseLost", err)
@@ -706,8 +706,8 @@ func TestLeaseRun(t *testing.T) {
 	l = mustAcquire(t, c, "lost", 900*time.Millisecond)
 	var cause error
 	err := l.Run(ctx, func(fctx context.Context) error {
-		if r, err := pgleaseadmin.ForceRelease(ctx, pool, "lost"); err != nil || !r.Released {
-			t.Errorf("ForceRelease = %+v, %v", r, err)
+		if _, released, err := pgleaseadmin.ForceRelease(ctx, pool, "lost"); err != nil || !released {
+			t.Errorf("ForceRelease: released %t, %v", released, err)
 		}
 		select {
 		case <-fctx.Done():

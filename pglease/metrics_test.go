@@ -80,7 +80,7 @@ func TestMetricsAgainstServer(t *testing.T) {
 		t.Errorf("pglease.renew.margin: count %d sum %g, want one margin from %g (the deadline's distance now) to 9 s", h.Count, h.Sum, left)
 	}
 
-	if _, err := pgleaseadmin.ForceRelease(ctx, pool, "order:1"); err != nil {
+	if _, _, err := pgleaseadmin.ForceRelease(ctx, pool, "order:1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {

@@ -66,13 +66,12 @@ func Leases(ctx context.Context, database pglease.DB) ([]LeaseStatus, error) {
 	})
 }
 
-// ForcedRelease reports what ForceRelease ended.
-type ForcedRelease struct {
-	// Released is false when the lease was already free or unknown.
-	Released bool
-	// Holder is the holder of the tenure that was ended.
+// Tenure is one tenure of a lease, named by its holder and fence: the one
+// ForceRelease ended, or the one RequestRelease asked to hand over.
+type Tenure struct {
+	// Holder is the tenure's holder.
 	Holder string
-	// Fence is the fence of the tenure that was ended.
+	// Fence is the tenure's fence.
 	Fence int64
 }
 
@@ -83,15 +82,19 @@ type ForcedRelease struct {
 // stopped. The old holder learns of it at its next renewal, which is
 // refused (pglease.ErrLeaseLost). It needs the schema owner's privileges
 // (pglease_client is not granted it), and no holder.
-func ForceRelease(ctx context.Context, database pglease.DB, name string) (ForcedRelease, error) {
+//
+// It returns the tenure it ended, and released true. released is false
+// when the lease was already free (ended then has no holder, and the last
+// tenure's fence) or unknown (ended is zero).
+func ForceRelease(ctx context.Context, database pglease.DB, name string) (ended Tenure, released bool, err error) {
 	if err := tenure.CheckText("name", name); err != nil {
-		return ForcedRelease{}, err
+		return Tenure{}, false, err
 	}
 	r, err := db.New(database).LeaseForceRelease(ctx, name)
 	if err != nil {
-		return ForcedRelease{}, interpret(ctx, err)
+		return Tenure{}, false, interpret(ctx, err)
 	}
-	return ForcedRelease{Released: r.Released, Holder: r.Holder.String, Fence: r.Fence.Int64}, nil
+	return Tenure{Holder: r.Holder.String, Fence: r.Fence.Int64}, r.Released, nil
 }
 
 // prefix starts the package's error messages.

@@ -81,7 +81,7 @@ func TestNoPasswordLeaks(t *testing.T) {
 				note("WithFence", pglease.WithFence(ctx, pool, "l", 1, func(pgx.Tx) error { return nil }))
 				_, err = pgleaseadmin.Leases(ctx, pool)
 				note("Leases", err)
-				_, err = pgleaseadmin.ForceRelease(ctx, pool, "l")
+				_, _, err = pgleaseadmin.ForceRelease(ctx, pool, "l")
 				note("ForceRelease", err)
 				sc, err := runslots.New(pool, runslots.Config{Logger: logger})
 				if err != nil {
