@@ -114,8 +114,9 @@ type ScopeMetric struct {
 	Capacity int
 }
 
-// StateCounts counts rows by state.
+// StateCounts counts rows by State.
 type StateCounts struct {
+	// Held, Expired and Free are the numbers of rows in each State.
 	Held, Expired, Free int64
 }
 
