@@ -77,10 +77,10 @@ type KeeperConfig struct {
 // wake-ups, not a hundred.
 //
 // renew_holder renews every live tenure of the holder taken by the
-// connecting role (session_user): run the keeper on a database that
+// connecting role (session_user): build the keeper on a database that
 // connects as the same role as its clients' (the same pool, usually).
 // Tenures of the holder that the program dropped without releasing are
-// renewed too, as long as the keeper runs; release what you no longer use.
+// renewed too, as long as Serve runs; release what you no longer use.
 // A tenure whose Deadline passed although the server still had it (the
 // keeper could not reach the server in time) is released by the first
 // round that renews it again.
