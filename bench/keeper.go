@@ -139,7 +139,7 @@ func benchKeeper(ctx context.Context, url string, n int, mode string) (KeeperRow
 		}
 		ccfg.Keeper = k
 		keeperDone = make(chan error, 1)
-		go func() { keeperDone <- k.Run(ctx) }()
+		go func() { keeperDone <- k.Serve(ctx) }()
 	}
 	client, err := pglease.New(db, ccfg)
 	if err != nil {

@@ -146,7 +146,7 @@ func handoverOnRequest(ctx context.Context, pool *pgxpool.Pool, n int) (*handove
 			return nil, err
 		}
 		t0 := time.Now()
-		if _, err := pgleaseadmin.RequestRelease(ctx, pool, "bench/lead", pgleaseadmin.ReleaseRequest{To: other}); err != nil {
+		if _, _, err := pgleaseadmin.RequestRelease(ctx, pool, "bench/lead", pgleaseadmin.ReleaseRequest{To: other}); err != nil {
 			return nil, err
 		}
 		if err := awaitHolder(ctx, started, other); err != nil {

@@ -247,7 +247,7 @@ func TestBatchCallerLeaves(t *testing.T) {
 	if name := h.left.Await(t, "the abandoned grant's release"); name != "abandoned" {
 		t.Fatalf("released %q for a caller who left, want abandoned", name)
 	}
-	if s := leaseState(t, pool, "abandoned"); s != pgleaseadmin.LeaseFree {
+	if s := leaseState(t, pool, "abandoned"); s != pgleaseadmin.Free {
 		t.Fatalf("abandoned lease is %v, want free (released for the caller who left)", s)
 	}
 }

@@ -22,6 +22,11 @@ const (
 	MaxTTL = 24 * time.Hour
 )
 
+// DefaultTTL is the TTL of a Config field TTL left zero, in every package:
+// KeeperConfig.TTL, supervisor.Config.TTL (without a Keeper: with one, the
+// keeper's TTL) and shardgroup.Config.TTL.
+const DefaultTTL = 15 * time.Second
+
 // DB is what a Client, WithFence and SendFenced run their queries on. A
 // *pgxpool.Pool, a *pgxpool.Conn, a *pgx.Conn and a pgx.Tx all satisfy it.
 //
@@ -154,7 +159,7 @@ func (cfg Config) core() tenure.Config {
 	return tenure.Config{
 		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
-		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
+		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: cfg.Keeper.tenureKeeper(),
 		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName,
 	}
 }

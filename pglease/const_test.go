@@ -18,7 +18,7 @@ func TestConstantsMatchTheCore(t *testing.T) {
 		{"MaxTTL", MaxTTL, tenure.MaxTTL},
 		{"DefaultNotifyLinger", DefaultNotifyLinger, notify.DefaultLinger},
 		{"NotifyChannel", NotifyChannel, notify.Channel},
-		{"DefaultKeeperTTL", DefaultKeeperTTL, tenure.DefaultKeeperTTL},
+		{"DefaultTTL", DefaultTTL, tenure.DefaultTTL},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want the core's %v", c.name, c.got, c.want)

@@ -10,10 +10,6 @@ import (
 	"github.com/pglease/pglease/internal/tenure"
 )
 
-// DefaultKeeperTTL is the TTL a Keeper renews to when KeeperConfig.TTL is
-// zero.
-const DefaultKeeperTTL = 15 * time.Second
-
 // KeeperConfig configures a Keeper. The zero value is usable: zero fields
 // mean their defaults. NewKeeper refuses an invalid KeeperConfig with an
 // error that names the field.
@@ -26,7 +22,7 @@ type KeeperConfig struct {
 	// TTL is what each round renews every tenure of the holder to.
 	// Acquire and claim with the same TTL: the TTL passed to them holds
 	// only until the first round after the grant, and a longer one is
-	// refused (ErrInvalidArgument). Defaults to DefaultKeeperTTL (15s).
+	// refused (ErrInvalidArgument). Defaults to DefaultTTL (15s).
 	TTL time.Duration
 
 	// Interval is the time between rounds. Defaults to a third of TTL.
@@ -55,7 +51,7 @@ type KeeperConfig struct {
 // interval (the SQL function pglease.renew_holder), instead of one renewal
 // per tenure: a process holding 10,000 leases makes one call every
 // Interval, not 10,000. Build it with NewKeeper, pass it to pglease.New and
-// runslots.New in Config.Keeper, and call Run for as long as those clients'
+// runslots.New in Config.Keeper, and call Serve for as long as those clients'
 // tenures should be kept. It is safe for concurrent use.
 //
 // Every tenure such a client grants registers with the keeper. Each round
@@ -81,39 +77,60 @@ type KeeperConfig struct {
 // wake-ups, not a hundred.
 //
 // renew_holder renews every live tenure of the holder taken by the
-// connecting role (session_user): run the keeper on a database that
+// connecting role (session_user): build the keeper on a database that
 // connects as the same role as its clients' (the same pool, usually).
 // Tenures of the holder that the program dropped without releasing are
-// renewed too, as long as the keeper runs; release what you no longer use.
+// renewed too, as long as Serve runs; release what you no longer use.
 // A tenure whose Deadline passed although the server still had it (the
 // keeper could not reach the server in time) is released by the first
 // round that renews it again.
-type Keeper tenure.Keeper
+type Keeper struct {
+	core *tenure.Keeper
+}
+
+func init() {
+	// runslots and supervisor take a *Keeper in their Config and hand its
+	// core to theirs, through this hook rather than an exported accessor.
+	tenure.KeeperOf = func(public any) *tenure.Keeper {
+		k, _ := public.(*Keeper)
+		return k.tenureKeeper()
+	}
+}
+
+// tenureKeeper returns k's core, nil for a nil k.
+func (k *Keeper) tenureKeeper() *tenure.Keeper {
+	if k == nil {
+		return nil
+	}
+	return k.core
+}
 
 // NewKeeper returns a Keeper that renews on database. It does not take
 // ownership: closing database stays the caller's job. It returns an error
 // matching ErrInvalidArgument, naming the field, when cfg is invalid.
 func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
 	k, err := tenure.NewKeeper(database, tenure.KeeperConfig(cfg))
-	return (*Keeper)(k), err
+	if err != nil {
+		return nil, err
+	}
+	return &Keeper{core: k}, nil
 }
 
-// Holder returns the holder the keeper renews.
-func (k *Keeper) Holder() string { return k.core().Holder() }
+// Holder returns the holder the keeper renews: KeeperConfig.Holder, or the
+// one NewKeeper chose.
+func (k *Keeper) Holder() string { return k.core.Holder() }
 
-// TTL returns the TTL each round renews to.
-func (k *Keeper) TTL() time.Duration { return k.core().TTL() }
+// TTL returns the TTL each round renews to: KeeperConfig.TTL, or its
+// default.
+func (k *Keeper) TTL() time.Duration { return k.core.TTL() }
 
 // Len returns how many tenures the keeper keeps: granted by its clients and
 // neither released nor settled as ended.
-func (k *Keeper) Len() int { return k.core().Len() }
+func (k *Keeper) Len() int { return k.core.Len() }
 
-// Run renews every Interval until ctx ends, then returns ctx.Err(). It
+// Serve renews every Interval until ctx ends, then returns ctx.Err(). It
 // renews at once when it starts. A round whose outcome is unknown is logged
-// and retried after RetryDelay. Tenures are not renewed while Run is not
-// running: they end at their Deadline. Run refuses to start while another
-// Run of the same keeper runs.
-func (k *Keeper) Run(ctx context.Context) error { return k.core().Run(ctx) }
-
-// core returns k as the core's keeper.
-func (k *Keeper) core() *tenure.Keeper { return (*tenure.Keeper)(k) }
+// and retried after RetryDelay. Tenures are not renewed while Serve is not
+// running: they end at their Deadline. Serve refuses to start while another
+// Serve of the same keeper runs.
+func (k *Keeper) Serve(ctx context.Context) error { return k.core.Serve(ctx) }

@@ -28,7 +28,7 @@ func ExampleKeeper() {
 	}
 	kctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { _ = keeper.Run(kctx) })
+	wg.Go(func() { _ = keeper.Serve(kctx) })
 	defer wg.Wait()
 	defer stop()
 

@@ -54,11 +54,11 @@ func startKeeper(t *testing.T, database pglease.DB, ttl time.Duration) (*pglease
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
+	go func() { done <- k.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Keeper.Run = %v, want context.Canceled", err)
+			t.Errorf("Keeper.Serve = %v, want context.Canceled", err)
 		}
 	})
 	return k, leases, slots
@@ -173,8 +173,8 @@ func TestKeeperForceRelease(t *testing.T) {
 	}()
 	<-started
 	for _, name := range []string{"a", "c"} {
-		if r, err := pgleaseadmin.ForceRelease(ctx, pool, name); err != nil || !r.Released {
-			t.Fatalf("ForceRelease(%s) = %+v, %v", name, r, err)
+		if _, released, err := pgleaseadmin.ForceRelease(ctx, pool, name); err != nil || !released {
+			t.Fatalf("ForceRelease(%s): released %t, %v", name, released, err)
 		}
 	}
 	if _, err := pool.Exec(ctx, "SELECT pglease.release_slot($1, $2, $3, $4)", "s", s.Number(), s.Holder(), s.Fence()); err != nil {

@@ -99,7 +99,7 @@ func TestObserveHandovers(t *testing.T) {
 				t.Fatal(err)
 			}
 			next("a new value after the LISTEN connection died", pglease.LeaseState{Holder: c.Holder(), Fence: l.Fence(), Value: value + "+"})
-			if _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{}); err != nil {
+			if _, _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{}); err != nil {
 				t.Fatal(err)
 			}
 			next("a release request", pglease.LeaseState{Holder: c.Holder(), Fence: l.Fence(), Value: value + "+", ReleaseRequested: true})
@@ -167,19 +167,19 @@ func TestReleaseRequested(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	a, b := newClient(t, pool, "a"), newClient(t, pool, "b")
-	if _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{}); !errors.Is(err, pgleaseadmin.ErrNotHeld) {
+	if _, _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{}); !errors.Is(err, pgleaseadmin.ErrNotHeld) {
 		t.Fatalf("RequestRelease of a free lease: got %v, want ErrNotHeld", err)
 	}
 	l := mustAcquire(t, a, "lead", time.Minute)
-	if _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{To: "b"}); !errors.Is(err, pgleaseadmin.ErrNotCandidate) {
+	if _, _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{To: "b"}); !errors.Is(err, pgleaseadmin.ErrNotCandidate) {
 		t.Fatalf("RequestRelease to a holder that never asked: got %v, want ErrNotCandidate", err)
 	}
 	if _, err := b.TryAcquire(ctx, "lead", time.Minute); !errors.Is(err, pglease.ErrLeaseHeld) {
 		t.Fatalf("b's TryAcquire: got %v, want ErrLeaseHeld", err)
 	}
-	r, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{To: "b"})
-	if err != nil || !r.Requested || r.Holder != "a" || r.Fence != l.Fence() {
-		t.Fatalf("RequestRelease: got %+v, %v", r, err)
+	r, requested, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{To: "b"})
+	if err != nil || !requested || r.Holder != "a" || r.Fence != l.Fence() {
+		t.Fatalf("RequestRelease: got %+v (requested %t), %v", r, requested, err)
 	}
 	select {
 	case <-l.ReleaseRequested():
@@ -244,7 +244,7 @@ func TestWatchReleaseRequests(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			if _, err := pgleaseadmin.RequestRelease(ctx, pool, name, pgleaseadmin.ReleaseRequest{}); err != nil {
+			if _, _, err := pgleaseadmin.RequestRelease(ctx, pool, name, pgleaseadmin.ReleaseRequest{}); err != nil {
 				t.Fatal(err)
 			}
 			if !tc.learns {
@@ -349,7 +349,7 @@ func TestWatchForgedNotification(t *testing.T) {
 		t.Fatal("ReleaseRequested closed by a forged notification")
 	default:
 	}
-	if _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{}); err != nil {
+	if _, _, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	if !next("the request") {

@@ -66,7 +66,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Leases: %v", err)
 	}
-	if len(statuses) != 1 || statuses[0].State != pgleaseadmin.LeaseFree || statuses[0].Fence != 1 {
+	if len(statuses) != 1 || statuses[0].State != pgleaseadmin.Free || statuses[0].Fence != 1 {
 		t.Fatalf("Leases = %+v, want one free lease with fence 1", statuses)
 	}
 }
@@ -132,7 +132,7 @@ func TestFenceMonotonic(t *testing.T) {
 	}
 	l = mustAcquire(t, b, "jobs", 200*time.Millisecond)
 	check(l)
-	waitState(t, pool, "jobs", pgleaseadmin.LeaseExpired)
+	waitState(t, pool, "jobs", pgleaseadmin.Expired)
 	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("Renew of expired lease = %v, want ErrLeaseLost", err)
 	}
@@ -146,7 +146,7 @@ func TestFenceMonotonic(t *testing.T) {
 
 // waitState polls the server until lease name is in state; time passing is
 // the subject here, so polling with a deadline is the honest wait.
-func waitState(t *testing.T, db pglease.DB, name string, state pgleaseadmin.LeaseState) {
+func waitState(t *testing.T, db pglease.DB, name string, state pgleaseadmin.State) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -670,8 +670,8 @@ func TestDone(t *testing.T) {
 	awaitDone(t, released, "after Release")
 
 	refused := mustAcquire(t, c, "refused", time.Minute)
-	if r, err := pgleaseadmin.ForceRelease(ctx, pool, "refused"); err != nil || !r.Released {
-		t.Fatalf("ForceRelease = %+v, %v", r, err)
+	if _, released, err := pgleaseadmin.ForceRelease(ctx, pool, "refused"); err != nil || !released {
+		t.Fatalf("ForceRelease: released %t, %v", released, err)
 	}
 	if err := refused.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
 		t.Fatalf("Renew after a force release = %v, want ErrLeaseLost", err)
@@ -699,15 +699,15 @@ func TestLeaseRun(t *testing.T) {
 	if err := l.Run(ctx, func(context.Context) error { return errBoom }); err != errBoom {
 		t.Fatalf("Run = %v, want fn's error unchanged", err)
 	}
-	if st := leaseState(t, pool, "run"); st != pgleaseadmin.LeaseFree {
+	if st := leaseState(t, pool, "run"); st != pgleaseadmin.Free {
 		t.Fatalf("lease after Run is %s, want free (released)", st)
 	}
 
 	l = mustAcquire(t, c, "lost", 900*time.Millisecond)
 	var cause error
 	err := l.Run(ctx, func(fctx context.Context) error {
-		if r, err := pgleaseadmin.ForceRelease(ctx, pool, "lost"); err != nil || !r.Released {
-			t.Errorf("ForceRelease = %+v, %v", r, err)
+		if _, released, err := pgleaseadmin.ForceRelease(ctx, pool, "lost"); err != nil || !released {
+			t.Errorf("ForceRelease: released %t, %v", released, err)
 		}
 		select {
 		case <-fctx.Done():
@@ -730,7 +730,7 @@ func TestLeaseRun(t *testing.T) {
 }
 
 // leaseState returns the server's state of lease name.
-func leaseState(t *testing.T, pool pglease.DB, name string) pgleaseadmin.LeaseState {
+func leaseState(t *testing.T, pool pglease.DB, name string) pgleaseadmin.State {
 	t.Helper()
 	leases, err := pgleaseadmin.Leases(context.Background(), pool)
 	if err != nil {

@@ -80,7 +80,7 @@ func TestMetricsAgainstServer(t *testing.T) {
 		t.Errorf("pglease.renew.margin: count %d sum %g, want one margin from %g (the deadline's distance now) to 9 s", h.Count, h.Sum, left)
 	}
 
-	if _, err := pgleaseadmin.ForceRelease(ctx, pool, "order:1"); err != nil {
+	if _, _, err := pgleaseadmin.ForceRelease(ctx, pool, "order:1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Renew(ctx); !errors.Is(err, pglease.ErrLeaseLost) {
@@ -153,7 +153,7 @@ func TestMetricsKeeper(t *testing.T) {
 	l := leases[2]
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
+	go func() { done <- k.Serve(ctx) }()
 	// A kept Renew returns once a round has renewed the lease.
 	if err := l.Renew(context.Background()); err != nil {
 		t.Fatal(err)

@@ -29,21 +29,21 @@ func TestErrors(t *testing.T) {
 		{"Slots", func() error { _, err := pgleaseadmin.Slots(ctx, bare); return err }, pglease.ErrNotMigrated, "apply the migrations"},
 		{"Scopes", func() error { _, err := pgleaseadmin.Scopes(ctx, bare); return err }, pglease.ErrNotMigrated, "apply the migrations"},
 		{"Purge", func() error { _, err := pgleaseadmin.Purge(ctx, bare, time.Hour); return err }, pglease.ErrNotMigrated, "apply the migrations"},
-		{"ForceRelease", func() error { _, err := pgleaseadmin.ForceRelease(ctx, bare, "x"); return err }, pglease.ErrNotMigrated, "apply the migrations"},
+		{"ForceRelease", func() error { _, _, err := pgleaseadmin.ForceRelease(ctx, bare, "x"); return err }, pglease.ErrNotMigrated, "apply the migrations"},
 		{"Purge negative", func() error { _, err := pgleaseadmin.Purge(ctx, bare, -time.Second); return err },
 			pglease.ErrInvalidArgument, "freeFor must not be negative"},
-		{"ForceRelease empty name", func() error { _, err := pgleaseadmin.ForceRelease(ctx, bare, ""); return err },
+		{"ForceRelease empty name", func() error { _, _, err := pgleaseadmin.ForceRelease(ctx, bare, ""); return err },
 			pglease.ErrInvalidArgument, "name must be 1 to 256 bytes"},
 		{"PartitionOf empty key", func() error { _, err := pgleaseadmin.PartitionOf(ctx, bare, ""); return err },
 			pglease.ErrInvalidArgument, "key must be 1 to 256 bytes"},
-		{"ReadMetrics", func() error { _, err := pgleaseadmin.ReadMetrics(ctx, bare, pgleaseadmin.MetricsOptions{}); return err },
+		{"ReadMetrics", func() error { _, err := pgleaseadmin.ReadMetrics(ctx, bare, pgleaseadmin.Filter{}); return err },
 			pglease.ErrNotMigrated, "apply the migrations"},
 		{"ReadMetrics long Names", func() error {
-			_, err := pgleaseadmin.ReadMetrics(ctx, bare, pgleaseadmin.MetricsOptions{Names: strings.Repeat("x", 1025)})
+			_, err := pgleaseadmin.ReadMetrics(ctx, bare, pgleaseadmin.Filter{Names: strings.Repeat("x", 1025)})
 			return err
 		}, pglease.ErrInvalidArgument, "Names must be at most 1024 bytes"},
 		{"ReadMetrics MaxNames", func() error {
-			_, err := pgleaseadmin.ReadMetrics(ctx, bare, pgleaseadmin.MetricsOptions{MaxNames: 1_000_001})
+			_, err := pgleaseadmin.ReadMetrics(ctx, bare, pgleaseadmin.Filter{MaxNames: 1_000_001})
 			return err
 		}, pglease.ErrInvalidArgument, "MaxNames must be at most 1000000"},
 	} {
@@ -89,7 +89,7 @@ func TestReadMetrics(t *testing.T) {
 			}
 		}
 	}
-	m, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.MetricsOptions{Names: "^m/", MaxNames: 2})
+	m, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.Filter{Names: "^m/", MaxNames: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,12 +102,12 @@ func TestReadMetrics(t *testing.T) {
 		t.Fatalf("ReadMetrics: states %+v, version %q, tables %+v; want 2 held and 1 free, a version, 14 tables with leases first (3 rows)",
 			m.LeaseStates, m.Version, m.Tables)
 	}
-	all, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.MetricsOptions{MaxNames: -1})
+	all, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.Filter{MaxNames: -1})
 	if err != nil || len(all.Leases) != 0 || all.LeasesDropped != 3 || all.LeaseStates.Held != 2 {
 		t.Fatalf("ReadMetrics(MaxNames -1): got %d leases, %d dropped, states %+v (%v); want totals only, every name dropped",
 			len(all.Leases), all.LeasesDropped, all.LeaseStates, err)
 	}
-	_, err = pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.MetricsOptions{Names: "("})
+	_, err = pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.Filter{Names: "("})
 	if !errors.Is(err, pglease.ErrInvalidArgument) || !strings.Contains(err.Error(), "not a valid regular expression") {
 		t.Fatalf("ReadMetrics with Names %q: got %v, want ErrInvalidArgument saying it is not a valid regular expression", "(", err)
 	}

@@ -64,11 +64,11 @@ func ExampleForceRelease() {
 		log.Fatal(err)
 	}
 
-	r, err := pgleaseadmin.ForceRelease(ctx, pool, "force/nightly")
+	ended, released, err := pgleaseadmin.ForceRelease(ctx, pool, "force/nightly")
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("released:", r.Released, "holder", r.Holder, "fence", r.Fence)
+	fmt.Println("released:", released, "holder", ended.Holder, "fence", ended.Fence)
 
 	next, err := pglease.New(pool, pglease.Config{Holder: "replacement"})
 	if err != nil {
@@ -155,7 +155,7 @@ func ExampleReadMetrics() {
 	}
 	defer lease.Release(ctx)
 
-	m, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.MetricsOptions{Names: "^metrics/"})
+	m, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.Filter{Names: "^metrics/"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -189,11 +189,11 @@ func ExampleRequestRelease() {
 		log.Fatal(err)
 	}
 
-	r, err := pgleaseadmin.RequestRelease(ctx, pool, "example/handover", pgleaseadmin.ReleaseRequest{To: "node-2"})
+	asked, _, err := pgleaseadmin.RequestRelease(ctx, pool, "example/handover", pgleaseadmin.ReleaseRequest{To: "node-2"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("asked", r.Holder, "to hand over")
+	fmt.Println("asked", asked.Holder, "to hand over")
 
 	// The leader's next renewal tells it; it stops its work and releases.
 	if err := lease.Renew(ctx); err != nil {

@@ -11,6 +11,7 @@ import (
 // Group is one shard group as pglease.group_list and pglease.group_status
 // show it (docs/groups.md).
 type Group struct {
+	// Name is the group's name.
 	Name string
 	// Role is the database role the group belongs to.
 	Role string
@@ -24,6 +25,7 @@ type Group struct {
 
 // GroupMember is one live member of a group.
 type GroupMember struct {
+	// Name is the member's name (shardgroup.Config.Member).
 	Name string
 	// MaxShards is the member's maximum; 0 for none.
 	MaxShards int

@@ -9,14 +9,15 @@ import (
 	"github.com/pglease/pglease/pglease"
 )
 
-// LeaseState is the state of a lease as seen by the server.
-type LeaseState string
+// State is the state of a lease or of a slot as seen by the server, as
+// the views pglease.lease_status and pglease.slot_status report it.
+type State string
 
-// Lease states reported by the pglease.lease_status view.
+// The states of a lease or slot.
 const (
-	LeaseHeld    LeaseState = "held"    // a live tenure
-	LeaseExpired LeaseState = "expired" // the tenure ran out; anyone may acquire
-	LeaseFree    LeaseState = "free"    // released; anyone may acquire
+	Held    State = "held"    // a live tenure
+	Expired State = "expired" // the tenure ran out; anyone may acquire or claim it
+	Free    State = "free"    // released; anyone may acquire or claim it
 )
 
 // LeaseStatus describes one lease, as computed by the server when read.
@@ -28,7 +29,7 @@ type LeaseStatus struct {
 	// Fence is the current or last tenure's fence.
 	Fence int64
 	// State is held, expired or free.
-	State LeaseState
+	State State
 	// ExpiresAt is when the tenure ends or ended, by the server's clock (for
 	// a free lease: when it was released). For display; compare nothing
 	// with the local clock, use ExpiresIn.
@@ -58,20 +59,19 @@ func Leases(ctx context.Context, database pglease.DB) ([]LeaseStatus, error) {
 	return tenure.List(ctx, prefix, rows, err, func(r db.LeaseStatusListRow) LeaseStatus {
 		return LeaseStatus{
 			Name: r.Name, Holder: r.Holder.String, Fence: r.Fence,
-			State: LeaseState(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
+			State: State(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
 			Value: r.Value, ReleaseRequested: r.ReleaseRequested, PreferredHolder: r.PreferredHolder,
 			Owner: r.OwnerRole,
 		}
 	})
 }
 
-// ForcedRelease reports what ForceRelease ended.
-type ForcedRelease struct {
-	// Released is false when the lease was already free or unknown.
-	Released bool
-	// Holder is the holder of the tenure that was ended.
+// Tenure is one tenure of a lease, named by its holder and fence: the one
+// ForceRelease ended, or the one RequestRelease asked to hand over.
+type Tenure struct {
+	// Holder is the tenure's holder.
 	Holder string
-	// Fence is the fence of the tenure that was ended.
+	// Fence is the tenure's fence.
 	Fence int64
 }
 
@@ -82,15 +82,19 @@ type ForcedRelease struct {
 // stopped. The old holder learns of it at its next renewal, which is
 // refused (pglease.ErrLeaseLost). It needs the schema owner's privileges
 // (pglease_client is not granted it), and no holder.
-func ForceRelease(ctx context.Context, database pglease.DB, name string) (ForcedRelease, error) {
+//
+// It returns the tenure it ended, and released true. released is false
+// when the lease was already free (ended then has no holder, and the last
+// tenure's fence) or unknown (ended is zero).
+func ForceRelease(ctx context.Context, database pglease.DB, name string) (ended Tenure, released bool, err error) {
 	if err := tenure.CheckText("name", name); err != nil {
-		return ForcedRelease{}, err
+		return Tenure{}, false, err
 	}
 	r, err := db.New(database).LeaseForceRelease(ctx, name)
 	if err != nil {
-		return ForcedRelease{}, interpret(ctx, err)
+		return Tenure{}, false, interpret(ctx, err)
 	}
-	return ForcedRelease{Released: r.Released, Holder: r.Holder.String, Fence: r.Fence.Int64}, nil
+	return Tenure{Holder: r.Holder.String, Fence: r.Fence.Int64}, r.Released, nil
 }
 
 // prefix starts the package's error messages.

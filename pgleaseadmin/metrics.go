@@ -11,8 +11,8 @@ import (
 	"github.com/pglease/pglease/pglease"
 )
 
-// DefaultMaxNames is how many lease names, and how many slot scope names,
-// Metrics reports at most when MetricsOptions.MaxNames is zero.
+// DefaultMaxNames is how many names of each kind ReadMetrics and Jobs
+// report at most when Filter.MaxNames is zero.
 const DefaultMaxNames = 1000
 
 // maxMaxNames and maxNamesPattern are the bounds pglease.metrics accepts.
@@ -21,20 +21,33 @@ const (
 	maxNamesPattern = 1024
 )
 
-// MetricsOptions selects the per-name figures of Metrics. The totals count
-// every row whatever it says.
-type MetricsOptions struct {
+// Filter selects the names reported one by one: the leases and slot
+// scopes of ReadMetrics (whose totals count every row whatever it says),
+// the jobs of Jobs.
+type Filter struct {
 	// Names is a POSIX regular expression (PostgreSQL's ~ operator,
-	// unanchored: "^orders/" for a prefix) that lease and scope names must
-	// match to be reported one by one. Empty: every name. At most 1,024
-	// bytes.
+	// unanchored: "^orders/" for a prefix) that names must match to be
+	// reported. Empty: every name. At most 1,024 bytes.
 	Names string
-	// MaxNames is how many lease names, and how many scope names, are
+	// MaxNames is how many names of each kind (leases, scopes, jobs) are
 	// reported at most: the first that match, in the order of the tables'
-	// primary keys (the database's collation); the others are counted in
-	// LeasesDropped and ScopesDropped. Defaults to DefaultMaxNames;
-	// negative: none (totals only). At most 1,000,000.
+	// primary keys (the database's collation); ReadMetrics counts the
+	// others in LeasesDropped and ScopesDropped. Defaults to
+	// DefaultMaxNames; negative: none. At most 1,000,000.
 	MaxNames int
+}
+
+// check applies f's defaults and bounds, and returns its arguments for the
+// SQL functions, or an error matching pglease.ErrInvalidArgument.
+func (f Filter) check() (names string, maxNames int32, err error) {
+	n := cmp.Or(f.MaxNames, DefaultMaxNames)
+	switch {
+	case len(f.Names) > maxNamesPattern:
+		return "", 0, tenure.Invalidf("Names must be at most %d bytes long, got %d bytes", maxNamesPattern, len(f.Names))
+	case n > maxMaxNames:
+		return "", 0, tenure.Invalidf("MaxNames must be at most %d, got %d", maxMaxNames, n)
+	}
+	return f.Names, int32(max(n, 0)), nil
 }
 
 // Metrics is what the server sees of a pglease database at one moment, read
@@ -42,7 +55,7 @@ type MetricsOptions struct {
 type Metrics struct {
 	// Version is the schema version (pglease.version()).
 	Version string
-	// Leases are the leases whose name matches MetricsOptions.Names, the
+	// Leases are the leases whose name matches Filter.Names, the
 	// first MaxNames of them in the order of the primary key; LeasesDropped
 	// counts those that matched beyond.
 	Leases        []LeaseMetric
@@ -101,8 +114,9 @@ type ScopeMetric struct {
 	Capacity int
 }
 
-// StateCounts counts rows by state.
+// StateCounts counts rows by State.
 type StateCounts struct {
+	// Held, Expired and Free are the numbers of rows in each State.
 	Held, Expired, Free int64
 }
 
@@ -117,23 +131,18 @@ type TableMetric struct {
 }
 
 // ReadMetrics reads in one call what the server sees of database now:
-// each lease and slot scope selected by opts, and totals over every row.
+// each lease and slot scope selected by f, and totals over every row.
 // It reads only, takes no lock a holder waits for, and needs role
 // pglease_client (pglease.ErrPermissionDenied without it) and schema
 // 0.3.0 or later (pglease.ErrNotMigrated before). A Names that is not a
 // valid regular expression, or out-of-range options, are
 // pglease.ErrInvalidArgument.
-func ReadMetrics(ctx context.Context, database pglease.DB, opts MetricsOptions) (Metrics, error) {
-	maxNames := cmp.Or(opts.MaxNames, DefaultMaxNames)
-	switch {
-	case len(opts.Names) > maxNamesPattern:
-		return Metrics{}, tenure.Invalidf("Names must be at most %d bytes long, got %d bytes", maxNamesPattern, len(opts.Names))
-	case maxNames > maxMaxNames:
-		return Metrics{}, tenure.Invalidf("MaxNames must be at most %d, got %d", maxMaxNames, maxNames)
-	case maxNames < 0:
-		maxNames = 0
+func ReadMetrics(ctx context.Context, database pglease.DB, f Filter) (Metrics, error) {
+	names, maxNames, err := f.check()
+	if err != nil {
+		return Metrics{}, err
 	}
-	r, err := db.New(database).Metrics(ctx, db.MetricsParams{Names: opts.Names, MaxNames: int32(maxNames)})
+	r, err := db.New(database).Metrics(ctx, db.MetricsParams{Names: names, MaxNames: maxNames})
 	if err != nil {
 		return Metrics{}, interpret(ctx, err)
 	}

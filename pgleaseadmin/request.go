@@ -49,16 +49,6 @@ type ReleaseRequest struct {
 	Reserve time.Duration
 }
 
-// RequestedRelease reports what RequestRelease asked.
-type RequestedRelease struct {
-	// Requested is false when a release of this tenure had been requested
-	// already: the first request (and its preferred holder) stands.
-	Requested bool
-	// Holder and Fence are the tenure asked to hand over.
-	Holder string
-	Fence  int64
-}
-
 // RequestRelease asks the holder of lease name to hand over
 // (`pglease release --request`): the holder learns it at its next renewal,
 // or at once when it observes the lease (a supervisor does), stops its
@@ -69,17 +59,21 @@ type RequestedRelease struct {
 // nobody holds the lease, ErrNotCandidate for a preferred holder that is
 // not waiting for it, an error matching ErrInvalidArgument for a bad name,
 // To or Reserve; nothing is changed then.
-func RequestRelease(ctx context.Context, database pglease.DB, name string, req ReleaseRequest) (RequestedRelease, error) {
+//
+// It returns the tenure asked to hand over, and requested true; requested
+// is false when a release of this tenure had been requested already: the
+// first request (and its preferred holder) stands.
+func RequestRelease(ctx context.Context, database pglease.DB, name string, req ReleaseRequest) (asked Tenure, requested bool, err error) {
 	if err := tenure.CheckText("name", name); err != nil {
-		return RequestedRelease{}, err
+		return Tenure{}, false, err
 	}
 	if req.To != "" {
 		if err := tenure.CheckText("ReleaseRequest.To", req.To); err != nil {
-			return RequestedRelease{}, err
+			return Tenure{}, false, err
 		}
 	}
 	if req.Reserve < 0 || req.Reserve > MaxReserve || (req.Reserve > 0 && req.To == "") {
-		return RequestedRelease{}, tenure.Invalidf("ReleaseRequest.Reserve must be from 0 to %s, and only with To, got %s", MaxReserve, req.Reserve)
+		return Tenure{}, false, tenure.Invalidf("ReleaseRequest.Reserve must be from 0 to %s, and only with To, got %s", MaxReserve, req.Reserve)
 	}
 	r, err := db.New(database).LeaseRequestRelease(ctx, db.LeaseRequestReleaseParams{
 		Name:      name,
@@ -90,16 +84,16 @@ func RequestRelease(ctx context.Context, database pglease.DB, name string, req R
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && ctx.Err() == nil {
 			switch pgErr.Code {
 			case "PGL04":
-				return RequestedRelease{}, fmt.Errorf("%w: %w", ErrNotHeld, sqlerr.Trim(pgErr))
+				return Tenure{}, false, fmt.Errorf("%w: %w", ErrNotHeld, sqlerr.Trim(pgErr))
 			case "PGL05":
-				return RequestedRelease{}, fmt.Errorf("%w: %w", ErrNotCandidate, sqlerr.Trim(pgErr))
+				return Tenure{}, false, fmt.Errorf("%w: %w", ErrNotCandidate, sqlerr.Trim(pgErr))
 			case insufficientPriv:
-				return RequestedRelease{}, &operatorOnlyError{err: pgErr}
+				return Tenure{}, false, &operatorOnlyError{err: pgErr}
 			}
 		}
-		return RequestedRelease{}, interpret(ctx, err)
+		return Tenure{}, false, interpret(ctx, err)
 	}
-	return RequestedRelease{Requested: r.Requested, Holder: r.Holder, Fence: r.Fence}, nil
+	return Tenure{Holder: r.Holder, Fence: r.Fence}, r.Requested, nil
 }
 
 // operatorOnlyError is a refusal of RequestRelease for want of role

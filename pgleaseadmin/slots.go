@@ -9,16 +9,6 @@ import (
 	"github.com/pglease/pglease/pglease"
 )
 
-// SlotState is the state of a slot as seen by the server.
-type SlotState string
-
-// Slot states reported by the pglease.slot_status view.
-const (
-	SlotHeld    SlotState = "held"    // a live tenure
-	SlotExpired SlotState = "expired" // the tenure ran out; the slot is free to claim
-	SlotFree    SlotState = "free"    // released; free to claim
-)
-
 // SlotStatus describes one slot, as computed by the server when read.
 type SlotStatus struct {
 	// Scope is the scope the slot belongs to.
@@ -30,7 +20,7 @@ type SlotStatus struct {
 	// Fence is the current or last tenure's fence.
 	Fence int64
 	// State is held, expired or free.
-	State SlotState
+	State State
 	// ExpiresAt is when the tenure ends or ended, by the server's clock
 	// (for a free slot: when it was released). For display; compare nothing
 	// with the local clock, use ExpiresIn.
@@ -60,7 +50,7 @@ func Slots(ctx context.Context, database pglease.DB) ([]SlotStatus, error) {
 	return tenure.List(ctx, prefix, rows, err, func(r db.SlotStatusListRow) SlotStatus {
 		return SlotStatus{
 			Scope: r.Scope, Slot: int(r.Slot), Holder: r.Holder.String, Fence: r.Fence,
-			State: SlotState(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
+			State: State(r.State), ExpiresAt: r.ExpiresAt, ExpiresIn: r.ExpiresIn,
 		}
 	})
 }

@@ -133,7 +133,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("slot = (%q, %d, fence %d, %q, %s), want (gpu, 1, fence 1, %q, 10s)",
 			s.Scope(), s.Number(), s.Fence(), s.Holder(), s.TTL(), c.Holder())
 	}
-	if st := slotStatus(t, pool, "gpu", 1); st.State != pgleaseadmin.SlotHeld || st.Holder != c.Holder() || st.Fence != 1 {
+	if st := slotStatus(t, pool, "gpu", 1); st.State != pgleaseadmin.Held || st.Holder != c.Holder() || st.Fence != 1 {
 		t.Fatalf("Slots: got %+v, want held by %q with fence 1", st, c.Holder())
 	}
 	before := s.Deadline()
@@ -152,7 +152,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("%s after Release = %v, want ErrSlotLost matching pglease.ErrLeaseLost", name, err)
 		}
 	}
-	if st := slotStatus(t, pool, "gpu", 1); st.State != pgleaseadmin.SlotFree || st.Holder != "" || st.Fence != 1 {
+	if st := slotStatus(t, pool, "gpu", 1); st.State != pgleaseadmin.Free || st.Holder != "" || st.Fence != 1 {
 		t.Fatalf("Slots after Release: got %+v, want free with fence 1", st)
 	}
 	scopes, err := pgleaseadmin.Scopes(ctx, pool)

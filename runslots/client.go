@@ -105,7 +105,7 @@ func (cfg Config) core() tenure.Config {
 	return tenure.Config{
 		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
-		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: (*tenure.Keeper)(cfg.Keeper),
+		OnStuck: cfg.OnStuck, OnRelease: cfg.OnRelease, OnWait: cfg.OnWait, Keeper: tenure.KeeperOf(cfg.Keeper),
 		MeterProvider: cfg.MeterProvider, MetricsByName: cfg.MetricsByName,
 	}
 }

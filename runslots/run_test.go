@@ -46,7 +46,7 @@ func TestRunReleases(t *testing.T) {
 		if number != 1 || fence != int64(i+1) {
 			t.Fatalf("run %d: fn had slot %d fence %d, want slot 1 fence %d", i, number, fence, i+1)
 		}
-		if st := slotStatus(t, pool, "jobs", 1); st.State != pgleaseadmin.SlotFree {
+		if st := slotStatus(t, pool, "jobs", 1); st.State != pgleaseadmin.Free {
 			t.Fatalf("slot after Run = %+v, want free (released)", st)
 		}
 	}
@@ -82,7 +82,7 @@ func TestRunRenews(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if st.State != pgleaseadmin.SlotHeld || st.Fence != s.Fence() {
+		if st.State != pgleaseadmin.Held || st.Fence != s.Fence() {
 			return fmt.Errorf("slot after several TTLs = %+v, want held with fence %d", st, s.Fence())
 		}
 		return nil
@@ -226,7 +226,7 @@ func TestRunParentCancel(t *testing.T) {
 			case <-time.After(fnTimeout):
 				return errors.New("fn's context was not cancelled")
 			}
-			if st, err := findSlot(pool, "stop", 1); err != nil || st.State != pgleaseadmin.SlotHeld {
+			if st, err := findSlot(pool, "stop", 1); err != nil || st.State != pgleaseadmin.Held {
 				t.Errorf("slot while fn winds down = %+v (%v), want held", st, err)
 			}
 			return fctx.Err()
@@ -238,7 +238,7 @@ func TestRunParentCancel(t *testing.T) {
 	if err != context.Canceled || cause != context.Canceled {
 		t.Fatalf("Run = %v, cause %v; want fn's context.Canceled and cause context.Canceled", err, cause)
 	}
-	if st := slotStatus(t, pool, "stop", 1); st.State != pgleaseadmin.SlotFree {
+	if st := slotStatus(t, pool, "stop", 1); st.State != pgleaseadmin.Free {
 		t.Fatalf("slot after Run = %+v, want free (released on a detached context)", st)
 	}
 }

@@ -14,9 +14,6 @@ import (
 // functions refuse more).
 const MaxShards = 100000
 
-// DefaultTTL is the TTL of a member and its shards when Config.TTL is zero.
-const DefaultTTL = 15 * time.Second
-
 // Config configures a Worker. Zero fields mean their defaults; New refuses
 // an invalid Config with an error naming the field (matching
 // pglease.ErrInvalidArgument).
@@ -43,7 +40,8 @@ type Config struct {
 	MaxShards int
 
 	// TTL is how long the worker's membership and shards last after each
-	// sync. Defaults to DefaultTTL (15s); at most 24 hours.
+	// sync. Defaults to pglease.DefaultTTL (15s); at most pglease.MaxTTL
+	// (24h).
 	TTL time.Duration
 
 	// Interval is the time between syncs. Defaults to a third of TTL; must
@@ -96,9 +94,9 @@ func (cfg Config) normalize() (Config, error) {
 	if cfg.MaxShards < 0 || cfg.MaxShards > MaxShards {
 		return cfg, invalid("Config.MaxShards must be from 1 to %d, or 0 for no maximum, got %d", MaxShards, cfg.MaxShards)
 	}
-	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
-	if cfg.TTL < 0 || cfg.TTL > 24*time.Hour {
-		return cfg, invalid("Config.TTL must be more than 0 and at most 24h, got %s", cfg.TTL)
+	cfg.TTL = cmp.Or(cfg.TTL, pglease.DefaultTTL)
+	if cfg.TTL < 0 || cfg.TTL > pglease.MaxTTL {
+		return cfg, invalid("Config.TTL must be more than 0 and at most %s, got %s", pglease.MaxTTL, cfg.TTL)
 	}
 	cfg.SafetyMargin = cmp.Or(cfg.SafetyMargin, cfg.TTL/10)
 	if cfg.SafetyMargin < 0 || cfg.SafetyMargin >= cfg.TTL {

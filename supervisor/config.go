@@ -41,12 +41,13 @@ func (p ExitPolicy) String() string {
 	return fmt.Sprintf("ExitPolicy(%d)", int(p))
 }
 
-// Defaults applied to zero Config fields.
+// DefaultRestartDelay is the pause of Config.RestartDelay left zero.
+const DefaultRestartDelay = time.Second
+
+// The backoff of a standby whose acquire failed.
 const (
-	DefaultTTL          = 15 * time.Second
-	DefaultRestartDelay = time.Second
-	maxBackoff          = 5 * time.Second
-	minBackoff          = 100 * time.Millisecond
+	maxBackoff = 5 * time.Second
+	minBackoff = 100 * time.Millisecond
 )
 
 // Config configures a Supervisor of a lease (NewLease) or of a slot
@@ -56,8 +57,9 @@ const (
 // rules, applied by the same code; NewLease and NewSlot refuse an invalid
 // Config with an error that names the field.
 type Config struct {
-	// TTL is the lease's time to live on the server. Defaults to 15s; with
-	// a Keeper, to the keeper's TTL, and must not exceed it.
+	// TTL is the lease's time to live on the server. Defaults to
+	// pglease.DefaultTTL (15s); with a Keeper, to the keeper's TTL, and
+	// must not exceed it. At most pglease.MaxTTL.
 	TTL time.Duration
 
 	// RenewInterval is the time between renewals. Defaults to TTL/3. Must
@@ -76,7 +78,7 @@ type Config struct {
 	// with every other tenure of the keeper's holder, in one round trip per
 	// keeper interval (see pglease.Keeper): a process running a supervisor
 	// per shard or tenant makes one renewal call per interval, not one per
-	// supervisor. Run the keeper (Keeper.Run) for as long as its
+	// supervisor. Serve the keeper (Keeper.Serve) for as long as its
 	// supervisors run: without its rounds, a leader's workload is cancelled
 	// at its deadline. Holder defaults to the keeper's and must equal it.
 	// Every supervisor of a keeper shares its holder, and tenures are
@@ -114,7 +116,7 @@ type Config struct {
 	OnExit ExitPolicy
 
 	// RestartDelay is the pause before restarting a workload (Restart) or
-	// standing by again (Handover). Defaults to 1s.
+	// standing by again (Handover). Defaults to DefaultRestartDelay (1s).
 	RestartDelay time.Duration
 
 	// Value is published with each tenure this supervisor takes (NewLease
@@ -175,7 +177,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if k := cfg.Keeper; k != nil {
 		cfg.TTL = cmp.Or(cfg.TTL, k.TTL())
 	}
-	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
+	cfg.TTL = cmp.Or(cfg.TTL, pglease.DefaultTTL)
 	core, err := cfg.core().WithDefaults()
 	if err != nil {
 		return cfg, err
@@ -204,7 +206,7 @@ func (cfg Config) core() tenure.Config {
 	return tenure.Config{
 		Holder: cfg.Holder, SafetyMargin: cfg.SafetyMargin, Logger: cfg.Logger,
 		RenewInterval: cfg.RenewInterval, RetryDelay: cfg.RetryDelay, StopTimeout: cfg.StopTimeout,
-		Keeper: (*tenure.Keeper)(cfg.Keeper), MeterProvider: cfg.MeterProvider,
+		Keeper: tenure.KeeperOf(cfg.Keeper), MeterProvider: cfg.MeterProvider,
 	}
 }
 

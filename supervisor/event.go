@@ -64,6 +64,7 @@ func (k EventKind) String() string {
 
 // Event is passed to Config.Observer.
 type Event struct {
+	// Kind is what happened.
 	Kind EventKind
 	// Name is the lease name, or the slot scope.
 	Name string

@@ -57,7 +57,7 @@ func Example_keeper() {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { _ = keeper.Run(ctx) })
+	wg.Go(func() { _ = keeper.Serve(ctx) })
 
 	var leading sync.WaitGroup
 	for i := range 8 {

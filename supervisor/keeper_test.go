@@ -77,11 +77,11 @@ func startKeeper(t *testing.T, database pglease.DB, ttl time.Duration) *pglease.
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
+	go func() { done <- k.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Keeper.Run = %v, want context.Canceled", err)
+			t.Errorf("Keeper.Serve = %v, want context.Canceled", err)
 		}
 	})
 	return k
@@ -222,8 +222,8 @@ func TestKeeperSupervisorLost(t *testing.T) {
 	first := recvFence("lost")
 	recvFence("kept")
 	forced := time.Now()
-	if r, err := pgleaseadmin.ForceRelease(context.Background(), pool, "lost"); err != nil || !r.Released {
-		t.Fatalf("ForceRelease = %+v, %v", r, err)
+	if _, released, err := pgleaseadmin.ForceRelease(context.Background(), pool, "lost"); err != nil || !released {
+		t.Fatalf("ForceRelease: released %t, %v", released, err)
 	}
 	select {
 	case r := <-runs["lost"]:
@@ -386,7 +386,7 @@ func TestKeeperStoppedCancelsBeforeExpiry(t *testing.T) {
 	}
 	kctx, stopKeeper := context.WithCancel(context.Background())
 	kept := make(chan error, 1)
-	go func() { kept <- k.Run(kctx) }()
+	go func() { kept <- k.Serve(kctx) }()
 	defer stopKeeper()
 	// A wide margin: the check reads the server's clock after the
 	// cancellation, so a slow scheduler must not eat it.
@@ -422,7 +422,7 @@ func TestKeeperStoppedCancelsBeforeExpiry(t *testing.T) {
 	<-leading
 	stopKeeper()
 	if err := <-kept; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Keeper.Run = %v, want context.Canceled", err)
+		t.Fatalf("Keeper.Serve = %v, want context.Canceled", err)
 	}
 	v := <-got
 	t.Logf("cancelled with %s left on the server: %v", v.left, v.cause)

@@ -127,9 +127,9 @@ func TestRollingHandover(t *testing.T) {
 		next := (k + 1) % 3
 		old, to := holder(k, gens[k]), holder(next, gens[next])
 		requested := time.Now()
-		r, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{To: to})
-		if err != nil || !r.Requested || r.Holder != old || r.Fence != fence {
-			t.Fatalf("step %d: RequestRelease to %s: got %+v, %v; want %s's fence %d", k, to, r, err, old, fence)
+		r, asked, err := pgleaseadmin.RequestRelease(ctx, pool, "lead", pgleaseadmin.ReleaseRequest{To: to})
+		if err != nil || !asked || r.Holder != old || r.Fence != fence {
+			t.Fatalf("step %d: RequestRelease to %s: got %+v (requested %t), %v; want %s's fence %d", k, to, r, asked, err, old, fence)
 		}
 		f.await(old+" to be asked", func(e supervisor.Event) bool {
 			return e.Kind == supervisor.EventReleaseRequested && e.Holder == old

@@ -47,7 +47,7 @@ func TestMetrics(t *testing.T) {
 	want(1, "pglease.supervisor.transitions", transition("acquired"))
 	want(1, "pglease.tenure.held")
 
-	if _, err := pgleaseadmin.ForceRelease(context.Background(), pool, "dispatcher"); err != nil {
+	if _, _, err := pgleaseadmin.ForceRelease(context.Background(), pool, "dispatcher"); err != nil {
 		t.Fatal(err)
 	}
 	<-started // lost at the next renewal, then acquired again

@@ -392,8 +392,8 @@ func TestRefusedRenewalCancels(t *testing.T) {
 	}()
 	<-leading
 	forced := time.Now()
-	if r, err := pgleaseadmin.ForceRelease(context.Background(), pool, "refused"); err != nil || !r.Released {
-		t.Fatalf("ForceRelease = %+v, %v", r, err)
+	if _, released, err := pgleaseadmin.ForceRelease(context.Background(), pool, "refused"); err != nil || !released {
+		t.Fatalf("ForceRelease: released %t, %v", released, err)
 	}
 	select {
 	case err := <-cause:
@@ -540,7 +540,7 @@ func TestHardStop(t *testing.T) {
 		})
 	}()
 	<-leading
-	if _, err := pgleaseadmin.ForceRelease(context.Background(), pool, "hard-stop"); err != nil {
+	if _, _, err := pgleaseadmin.ForceRelease(context.Background(), pool, "hard-stop"); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
 	}
 	select {

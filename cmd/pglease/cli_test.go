@@ -486,8 +486,8 @@ func testRunNoWaitAndWait(t *testing.T, c cli) {
 // forceRelease ends the tenure of lease name as an operator would.
 func forceRelease(t *testing.T, pool *pgxpool.Pool, name string) {
 	t.Helper()
-	r, err := pgleaseadmin.ForceRelease(t.Context(), pool, name)
-	if err != nil || !r.Released {
+	r, released, err := pgleaseadmin.ForceRelease(t.Context(), pool, name)
+	if err != nil || !released {
 		t.Fatalf("force release %q: got %+v, %v, want released", name, r, err)
 	}
 }

@@ -133,7 +133,7 @@ func (a *app) exporter(ctx context.Context, db *dbFlag, opts exporterOptions) er
 	// One read at start: the grant, the schema version and --names are
 	// checked before serving.
 	cctx, cancel := context.WithTimeout(ctx, checkTimeout)
-	_, err = pgleaseadmin.ReadMetrics(cctx, pool, pgleaseadmin.MetricsOptions{Names: opts.names, MaxNames: maxNamesOf(opts.maxSeries)})
+	_, err = pgleaseadmin.ReadMetrics(cctx, pool, pgleaseadmin.Filter{Names: opts.names, MaxNames: maxNamesOf(opts.maxSeries)})
 	cancel()
 	switch {
 	case errors.Is(err, pglease.ErrInvalidArgument):
@@ -187,7 +187,7 @@ func (a *app) exporter(ctx context.Context, db *dbFlag, opts exporterOptions) er
 	return nil
 }
 
-// maxNamesOf maps --max-series to pgleaseadmin.MetricsOptions.MaxNames,
+// maxNamesOf maps --max-series to pgleaseadmin.Filter.MaxNames,
 // whose zero means the default: 0 is "none" there as -1.
 func maxNamesOf(maxSeries int) int {
 	if maxSeries == 0 {

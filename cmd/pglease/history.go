@@ -48,8 +48,8 @@ exit_status is null when none was recorded.`,
 			if len(args) != 1 || args[0] == "" {
 				return usagef("history", "give the job's NAME, one argument")
 			}
-			if limit < 1 || limit > pgleaseadmin.MaxRunHistory {
-				return usagef("history", "--limit must be from 1 to %d, got %d", pgleaseadmin.MaxRunHistory, limit)
+			if limit < 1 || limit > pgleaseadmin.MaxJobHistory {
+				return usagef("history", "--limit must be from 1 to %d, got %d", pgleaseadmin.MaxJobHistory, limit)
 			}
 			return a.history(ctx, &db, args[0], limit, asJSON)
 		}
@@ -75,7 +75,7 @@ type runJSON struct {
 }
 
 // newRunJSON converts a run of the ledger.
-func newRunJSON(r pgleaseadmin.Run) runJSON {
+func newRunJSON(r pgleaseadmin.JobRun) runJSON {
 	j := runJSON{Fence: r.Fence, Holder: r.Holder, StartedAt: r.StartedAt.UTC(), Outcome: r.Outcome}
 	if !r.Window.IsZero() {
 		w := r.Window.UTC()
@@ -101,7 +101,7 @@ func (a *app) history(ctx context.Context, db *dbFlag, name string, limit int, a
 	defer pool.Close()
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	runs, err := pgleaseadmin.RunHistory(ctx, pool, name, limit)
+	runs, err := pgleaseadmin.JobHistory(ctx, pool, name, limit)
 	if err != nil {
 		return a.queryError(ctx, fmt.Sprintf("read the run history of %s", quoteName(name)), err)
 	}

@@ -111,19 +111,19 @@ func (a *app) release(ctx context.Context, db *dbFlag, name string, yes bool) er
 			name, *holder, fence, state, expiresIn.Round(time.Millisecond), fence+1)}
 	}
 
-	r, err := pgleaseadmin.ForceRelease(ctx, pool, name)
+	ended, released, err := pgleaseadmin.ForceRelease(ctx, pool, name)
 	if errors.Is(err, pglease.ErrInvalidArgument) {
 		return usagef("release", "%s", detail(err))
 	}
 	if err != nil {
 		return a.queryError(ctx, fmt.Sprintf("force release lease %q", name), err)
 	}
-	if !r.Released {
+	if !released {
 		fmt.Fprintf(a.stdout, "lease %q was not held (free or unknown): nothing to do\n", name)
 		return nil
 	}
 	fmt.Fprintf(a.stdout, "released lease %q: ended the tenure of %q (fence %d); the next holder gets fence %d\n",
-		name, r.Holder, r.Fence, r.Fence+1)
+		name, ended.Holder, ended.Fence, ended.Fence+1)
 	return nil
 }
 
@@ -136,7 +136,7 @@ func (a *app) requestRelease(ctx context.Context, db *dbFlag, name string, req p
 	defer pool.Close()
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
-	r, err := pgleaseadmin.RequestRelease(ctx, pool, name, req)
+	asked, requested, err := pgleaseadmin.RequestRelease(ctx, pool, name, req)
 	switch {
 	case errors.Is(err, pglease.ErrInvalidArgument):
 		return usagef("release", "%s", detail(err))
@@ -147,13 +147,13 @@ func (a *app) requestRelease(ctx context.Context, db *dbFlag, name string, req p
 		return failf("request the release of lease %q: %s", name, detail(err))
 	case err != nil:
 		return a.queryError(ctx, fmt.Sprintf("request the release of lease %q", name), err)
-	case !r.Requested:
+	case !requested:
 		fmt.Fprintf(a.stdout, "lease %q: a release of the tenure of %q (fence %d) was already requested; the first request stands\n",
-			name, r.Holder, r.Fence)
+			name, asked.Holder, asked.Fence)
 	case req.To != "":
-		fmt.Fprintf(a.stdout, "lease %q: asked %q (fence %d) to hand over to %q\n", name, r.Holder, r.Fence, req.To)
+		fmt.Fprintf(a.stdout, "lease %q: asked %q (fence %d) to hand over to %q\n", name, asked.Holder, asked.Fence, req.To)
 	default:
-		fmt.Fprintf(a.stdout, "lease %q: asked %q (fence %d) to hand over\n", name, r.Holder, r.Fence)
+		fmt.Fprintf(a.stdout, "lease %q: asked %q (fence %d) to hand over\n", name, asked.Holder, asked.Fence)
 	}
 	return nil
 }

@@ -445,7 +445,7 @@ func (r *runner) scopeFull(ctx context.Context, full *runslots.FullError) string
 func (r *runner) scopeCapacity(ctx context.Context, scope string) int {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	m, err := pgleaseadmin.ReadMetrics(ctx, r.pool, pgleaseadmin.MetricsOptions{Names: "^" + regexp.QuoteMeta(scope) + "$", MaxNames: 1})
+	m, err := pgleaseadmin.ReadMetrics(ctx, r.pool, pgleaseadmin.Filter{Names: "^" + regexp.QuoteMeta(scope) + "$", MaxNames: 1})
 	if err != nil {
 		r.log.Debug("read the capacity in force", "scope", scope, "error", err)
 		return 0

@@ -169,7 +169,7 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 	if err != nil {
 		return a.queryError(ctx, "list slot scopes", err)
 	}
-	jobs, err := pgleaseadmin.Jobs(ctx, pool, "", maxStatusJobs)
+	jobs, err := pgleaseadmin.Jobs(ctx, pool, pgleaseadmin.Filter{MaxNames: maxStatusJobs})
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == undefinedFunction {
 		jobs, err = nil, nil // a schema before 0.3.0 has no run ledger
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/pglease/pglease/internal/notify"
 )
 
-// DefaultKeeperTTL is the TTL a Keeper renews to when its config leaves it
-// zero.
-const DefaultKeeperTTL = 15 * time.Second
+// DefaultTTL is the TTL a Keeper renews to when its config leaves it zero
+// (pglease.DefaultTTL, the default of every Config's TTL).
+const DefaultTTL = 15 * time.Second
 
 // KeeperConfig configures a Keeper (pglease.KeeperConfig documents each
 // field).
@@ -80,6 +80,13 @@ type zombie struct {
 	released bool
 }
 
+// KeeperOf returns the Keeper inside public, a *pglease.Keeper: nil for a
+// nil one (or anything else). Package pglease sets it when it is
+// initialised, before any package importing it runs, so that runslots and
+// supervisor reach the core of the keeper in their Config without pglease
+// exporting it.
+var KeeperOf func(public any) *Keeper
+
 // NewKeeper returns a keeper on database, or an error naming the invalid
 // setting.
 func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
@@ -90,7 +97,7 @@ func NewKeeper(database DB, cfg KeeperConfig) (*Keeper, error) {
 	if err := CheckText("Holder", cfg.Holder); err != nil {
 		return nil, err
 	}
-	cfg.TTL = cmp.Or(cfg.TTL, DefaultKeeperTTL)
+	cfg.TTL = cmp.Or(cfg.TTL, DefaultTTL)
 	if cfg.TTL < time.Millisecond || cfg.TTL > MaxTTL {
 		return nil, Invalidf("TTL must be from 1ms to %s, got %s", MaxTTL, cfg.TTL)
 	}
@@ -145,13 +152,13 @@ func (k *Keeper) Len() int {
 	return n
 }
 
-// Run renews until ctx ends, then returns ctx.Err(). Rounds are sent
+// Serve renews until ctx ends, then returns ctx.Err(). Rounds are sent
 // every Interval (from one send to the next, however long a call takes),
-// or RetryDelay after a failed one. It refuses to start while another Run
+// or RetryDelay after a failed one. It refuses to start while another Serve
 // of the same keeper runs.
-func (k *Keeper) Run(ctx context.Context) error {
+func (k *Keeper) Serve(ctx context.Context) error {
 	if !k.running.CompareAndSwap(false, true) {
-		return Invalidf("the Keeper is already running: call Run once")
+		return Invalidf("the Keeper is already running: call Serve once")
 	}
 	defer k.running.Store(false)
 	t := time.NewTimer(0)

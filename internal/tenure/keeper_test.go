@@ -89,7 +89,7 @@ func keptCore(t *testing.T, d DB) (*Keeper, *Core) {
 func runKeeper(t *testing.T, k *Keeper) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- k.Run(ctx) }()
+	go func() { done <- k.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {

@@ -398,7 +398,7 @@ func useLeasesAndSlots(ctx context.Context, t *testing.T, pool *pgxpool.Pool) {
 		t.Fatalf("fenced write with the old fence: got %v, want ErrLeaseLost", err)
 	}
 	st, err := pgleaseadmin.Leases(ctx, pool)
-	if err != nil || len(st) != 1 || st[0].Holder != "b" || st[0].State != pgleaseadmin.LeaseHeld {
+	if err != nil || len(st) != 1 || st[0].Holder != "b" || st[0].State != pgleaseadmin.Held {
 		t.Fatalf("lease status: got %+v, %v, want job held by b", st, err)
 	}
 

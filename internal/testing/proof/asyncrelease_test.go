@@ -64,7 +64,7 @@ func TestAsyncReleaseCrash(t *testing.T) {
 		if st.Holder != "a" || st.Fence != la.Fence() {
 			t.Fatalf("after the crash: %+v, want a's tenure (fence %d) back: the release was not lost, the provocation did not work", st, la.Fence())
 		}
-		if st.State != pgleaseadmin.LeaseHeld {
+		if st.State != pgleaseadmin.Held {
 			t.Fatalf("after the crash: %+v: a's restored tenure expired before the checks (the restart took longer than the TTL %s)", st, ttl)
 		}
 		t.Logf("the crash lost the release: a's tenure (fence %d) is back, %s left", st.Fence, st.ExpiresIn.Round(time.Millisecond))

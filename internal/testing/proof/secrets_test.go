@@ -31,7 +31,7 @@ const secret = "s3cr3t-Pw-9q"
 // servers that cannot be reached (127.0.0.1:1) or connection strings that
 // cannot be parsed, with a password in the URL's user information, in its
 // query, or in a keyword/value string, and checks every error string and
-// every log line the supervisor and runslots.Run write.
+// every log line the supervisor and Slot.Run write.
 func TestNoPasswordLeaks(t *testing.T) {
 	conns := map[string]string{
 		"url userinfo":    "postgres://proof:" + secret + "@127.0.0.1:1/proof?sslmode=disable&connect_timeout=1",
@@ -81,7 +81,7 @@ func TestNoPasswordLeaks(t *testing.T) {
 				note("WithFence", pglease.WithFence(ctx, pool, "l", 1, func(pgx.Tx) error { return nil }))
 				_, err = pgleaseadmin.Leases(ctx, pool)
 				note("Leases", err)
-				_, err = pgleaseadmin.ForceRelease(ctx, pool, "l")
+				_, _, err = pgleaseadmin.ForceRelease(ctx, pool, "l")
 				note("ForceRelease", err)
 				sc, err := runslots.New(pool, runslots.Config{Logger: logger})
 				if err != nil {

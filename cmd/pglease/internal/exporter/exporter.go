@@ -41,7 +41,7 @@ const (
 // Options configure an Exporter.
 type Options struct {
 	// Names and MaxNames select the leases and scopes exported one by one,
-	// as pgleaseadmin.MetricsOptions says. MaxNames also bounds the jobs
+	// as pgleaseadmin.Filter says. MaxNames also bounds the jobs
 	// (which Names selects too) and the quotas (role and kind, in that
 	// order); negative: none.
 	Names    string
@@ -123,7 +123,7 @@ func (e *Exporter) Scrape(ctx context.Context) []byte {
 // deadline): the time an error names when the database did not answer.
 func (e *Exporter) scrape(ctx context.Context, budget time.Duration) []byte {
 	start := time.Now()
-	m, err := pgleaseadmin.ReadMetrics(ctx, e.db, pgleaseadmin.MetricsOptions{Names: e.opts.Names, MaxNames: e.opts.MaxNames})
+	m, err := pgleaseadmin.ReadMetrics(ctx, e.db, pgleaseadmin.Filter{Names: e.opts.Names, MaxNames: e.opts.MaxNames})
 	took := time.Since(start)
 	if err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
@@ -233,7 +233,7 @@ func writeMetrics(w *textWriter, m pgleaseadmin.Metrics) {
 // read is logged and leaves the series out; pglease_up says the database
 // was read.
 func (e *Exporter) writeJobs(ctx context.Context, w *textWriter) {
-	jobs, err := pgleaseadmin.Jobs(ctx, e.db, e.opts.Names, e.maxNames())
+	jobs, err := pgleaseadmin.Jobs(ctx, e.db, pgleaseadmin.Filter{Names: e.opts.Names, MaxNames: e.opts.MaxNames})
 	if err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "42883" { // undefined_function: no ledger before 0.3.0
 			e.opts.Log.Warn("pglease exporter: read the run ledger", "err", err)

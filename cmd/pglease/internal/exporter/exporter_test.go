@@ -130,7 +130,7 @@ func TestScrape(t *testing.T) {
 	e := New(pool, Options{MaxNames: 4, Log: log})
 	body, _ := scrape(t, e, 0)
 	got := parseExposition(t, body)
-	m, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.MetricsOptions{MaxNames: 4})
+	m, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.Filter{MaxNames: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,10 +10,10 @@ import (
 	"github.com/pglease/pglease/pglease"
 )
 
-// Run is one row of the run ledger (pglease.runs, docs/cron.md): a run of
-// a job under one tenure of its lease, as `pglease run --once-per` records
-// it.
-type Run struct {
+// JobRun is one row of the run ledger (pglease.runs, docs/cron.md): a run
+// of a job under one tenure of its lease, as `pglease run --once-per`
+// records it.
+type JobRun struct {
 	// Fence is the tenure's fence: one run per tenure.
 	Fence int64
 	// Window is the start of the window the run counts for, on the
@@ -31,22 +31,22 @@ type Run struct {
 	Outcome string
 }
 
-// MaxRunHistory is the most rows RunHistory returns.
-const MaxRunHistory = 10000
+// MaxJobHistory is the most rows JobHistory returns.
+const MaxJobHistory = 10000
 
-// RunHistory returns the ledger of job name on database, newest first, at
-// most limit rows (1 to MaxRunHistory): every run not purged yet
+// JobHistory returns the ledger of job name on database, newest first, at
+// most limit rows (1 to MaxJobHistory): every run not purged yet
 // (`pglease history`).
-func RunHistory(ctx context.Context, database pglease.DB, name string, limit int) ([]Run, error) {
+func JobHistory(ctx context.Context, database pglease.DB, name string, limit int) ([]JobRun, error) {
 	if err := tenure.CheckText("name", name); err != nil {
 		return nil, err
 	}
-	if limit < 1 || limit > MaxRunHistory {
-		return nil, tenure.Invalidf("limit must be from 1 to %d, got %d", MaxRunHistory, limit)
+	if limit < 1 || limit > MaxJobHistory {
+		return nil, tenure.Invalidf("limit must be from 1 to %d, got %d", MaxJobHistory, limit)
 	}
 	rows, err := db.New(database).RunHistory(ctx, db.RunHistoryParams{Name: name, MaxRows: int32(limit)})
-	return tenure.List(ctx, prefix, rows, err, func(r db.RunHistoryRow) Run {
-		run := Run{Fence: r.Fence, Window: r.WindowStart, Holder: r.Holder, StartedAt: r.StartedAt,
+	return tenure.List(ctx, prefix, rows, err, func(r db.RunHistoryRow) JobRun {
+		run := JobRun{Fence: r.Fence, Window: r.WindowStart, Holder: r.Holder, StartedAt: r.StartedAt,
 			ExitStatus: int(r.ExitStatus), Outcome: r.Outcome}
 		if r.Ended {
 			run.EndedAt = r.EndedAt
@@ -61,7 +61,7 @@ type JobSummary struct {
 	// Name is the job's lease name.
 	Name string
 	// Last is the newest run (its Window and Fence are not reported: zero).
-	Last Run
+	Last JobRun
 	// LastSuccess is when the newest succeeded run ended, zero when none
 	// is kept.
 	LastSuccess time.Time
@@ -70,19 +70,21 @@ type JobSummary struct {
 }
 
 // Jobs returns the summary of every job in the run ledger of database
-// whose name matches names (a POSIX regular expression, "" for all), the
-// first maxNames by name (`pglease status`, the exporter).
-func Jobs(ctx context.Context, database pglease.DB, names string, maxNames int) ([]JobSummary, error) {
-	if maxNames < 0 || maxNames > maxMaxNames {
-		return nil, tenure.Invalidf("maxNames must be from 0 to %d, got %d", maxMaxNames, maxNames)
+// that f selects, by name (`pglease status`, the exporter). A Names that is
+// not a valid regular expression, or out-of-range options, are
+// pglease.ErrInvalidArgument.
+func Jobs(ctx context.Context, database pglease.DB, f Filter) ([]JobSummary, error) {
+	names, maxNames, err := f.check()
+	if err != nil {
+		return nil, err
 	}
-	r, err := db.New(database).RunSummary(ctx, db.RunSummaryParams{Names: names, MaxNames: int32(maxNames)})
+	r, err := db.New(database).RunSummary(ctx, db.RunSummaryParams{Names: names, MaxNames: maxNames})
 	if err != nil {
 		return nil, interpret(ctx, err)
 	}
 	out := make([]JobSummary, len(r.JobNames))
 	for i, n := range r.JobNames {
-		out[i] = JobSummary{Name: n, LastSuccess: epoch(r.LastSuccess[i]), Window: time.Duration(r.LastWindows[i] * float64(time.Second)), Last: Run{
+		out[i] = JobSummary{Name: n, LastSuccess: epoch(r.LastSuccess[i]), Window: time.Duration(r.LastWindows[i] * float64(time.Second)), Last: JobRun{
 			Holder: r.LastHolders[i], StartedAt: epoch(r.LastStarted[i]), EndedAt: epoch(r.LastEnded[i]),
 			ExitStatus: int(r.LastExitStatuses[i]), Outcome: r.LastOutcomes[i],
 		}}

@@ -13,11 +13,11 @@ import (
 	"github.com/pglease/pglease/pgleaseadmin"
 )
 
-// ExampleRunHistory records two runs of a job in the run ledger, as
+// ExampleJobHistory records two runs of a job in the run ledger, as
 // `pglease run --once-per 1h` does from any language (run_begin and
 // run_end under the lease's tenure), and lists them as `pglease history`
 // does: the failed run left the window open, the second run closed it.
-func ExampleRunHistory() {
+func ExampleJobHistory() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -45,7 +45,7 @@ func ExampleRunHistory() {
 			log.Fatal(err)
 		}
 	}
-	runs, err := pgleaseadmin.RunHistory(ctx, pool, "hourly-export", 10)
+	runs, err := pgleaseadmin.JobHistory(ctx, pool, "hourly-export", 10)
 	if err != nil {
 		log.Fatal(err)
 	}
