@@ -21,19 +21,18 @@
  * finite without a horizon: executions of any length are checked.
  *
  * Bounds (the ones docs/reliability.md states):
- *   - N = 2 clients (holders) and one lease name; -DN3 checks 3;
- *   - TTL = 6 ticks, safety margin M = 1 tick (TTL - M = 5 ticks of the
- *     client's clock from send to deadline);
+ *   - N = 2 clients (holders) and one lease name (3 clients did not finish
+ *     in 5 minutes: more than 12 million states);
+ *   - TTL = 4 ticks, safety margin M = 2 ticks: the deadline comes TTL - M
+ *     = 2 ticks of the client's clock after the send;
  *   - clock rates: each client's monotonic clock advances 1 tick per server
- *     tick, except that at most once per K = 6 server ticks it advances 0
- *     (slow) or 2 (fast): a rate difference up to 1/6, so over one TTL at
- *     most one tick, which the margin covers;
+ *     tick, except that at most once per K = 4 server ticks it advances 0
+ *     (slow) or 2 (fast): a rate difference up to 1/4, so at most one tick
+ *     over a TTL. The margin covers it and the tick's own granularity
+ *     (M = 1 fails: the deadline and the expiry fall on the same tick);
  *   - message delay: any, in both directions (a request may be applied at
  *     any time after it was sent, or never; an answer may be read at any
- *     time after), in order per client: a request whose caller gave up
- *     (a connection error or timeout: the outcome is unknown) is applied or
- *     lost before that client's next request is applied (REORDER drops
- *     this assumption, below);
+ *     time after), in order per client (see abandon; REORDER drops this);
  *   - process pauses: a client holding the lease may stop for any time
  *     (GC, SIGSTOP, VM migration) while its clock runs on; its workload
  *     and timers take no steps meanwhile. A running process's timer fires
@@ -41,15 +40,17 @@
  *   - crashes and restarts, any number, at any time; a restarted process
  *     keeps its holder string (supervisor.Config.Holder set): its acquire
  *     re-pins the tenure it had, as a retry of a lost reply does;
- *   - G = 4 tenures (grants of a new fence) in all: after the fourth an
+ *   - G = 3 tenures (grants of a new fence) in all: after the third, an
  *     acquire that would grant a new tenure waits for ever. Renewals,
  *     re-pins, releases, expiries, pauses and crashes are not bounded.
+ * -DTTL=6 -DK=6 checks a longer TTL with the same margin (6.3 million
+ * states, 54 s of CPU, 1.1 GB).
  * Renewal and retry pacing (RenewInterval, RetryDelay, backoff) matter only
  * for liveness: a client renews or retries at any time, a superset of what
  * the pacing allows.
  *
- * Checked, in every reachable state (ltl safety) and at every grant and
- * fenced write (asserts):
+ * Checked in every reachable state (ltl safety), and at every grant
+ * (assert):
  *   ahead:   a client whose local deadline is ahead holds the server's live
  *            tenure: the deadline comes before the server's expiry, also
  *            for a paused client (its clock runs on);
@@ -59,9 +60,11 @@
  *            timer has not fired yet (late);
  *   one:     never two clients whose workloads run, never two whose
  *            deadlines are ahead;
- *   fences:  every grant's fence is larger than every earlier grant's;
- *            fenced writes commit in fence order, and only under the live
- *            tenure (a late client's are refused).
+ *   fences:  every grant's fence is larger than every earlier grant's.
+ *            A fenced write (assert_held and the write in one transaction)
+ *            commits only under live(c), the tenure the client holds: a
+ *            late client's are refused, and with increasing fences they
+ *            commit in fence order.
  *
  * Mutants (-DMUTANT_...), each of which must fail (scripts/check-model.sh):
  *   RENEW_AFTER_DEADLINE  the deadline timer waits for a renewal in flight
@@ -81,19 +84,19 @@
  *                         holder's next acquire re-pinned the same tenure.
  */
 
-#ifdef N3
-#define N 3
-#else
 #define N 2
-#endif
+#ifndef TTL
 #define TTL 4
+#endif
 #ifdef MUTANT_NO_MARGIN
 #define MARGIN 0
 #else
 #define MARGIN 2
 #endif
 #define LOCAL (TTL - MARGIN)   /* the deadline: send + TTL - margin, local ticks */
+#ifndef K
 #define K 4
+#endif
 #ifndef G
 #define G 3
 #endif
@@ -322,7 +325,7 @@ end:
     /* hold.renewed: outcome unknown; retried while the deadline allows
      * (when it does not: ErrNoTime, the workload cancelled) */
     :: atomic { cs[c] == RUN && !paused[c] && renewing[c] -> abandon(c); renewing[c] = false }
-    :: atomic { cs[c] == RUN && !paused[c] && !renewing[c] && resp[c] == NONE -> idle(c) }
+    :: atomic { cs[c] == RUN && !paused[c] && !renewing[c] && resp[c] == NONE -> idle(c) }   /* ErrNoTime */
     /* hold.Run: the deadline timer cancels the workload (ErrDeadline),
      * also while a renewal hangs; once the workload returned, the renewal
      * in flight is cancelled */
@@ -390,11 +393,7 @@ inline advance(c) {
 #else
 #define due(c) (cs[c] == RUN && !paused[c] && dleft[c] == 0)
 #endif
-#ifdef N3
-#define anydue (due(0) || due(1) || due(2))
-#else
 #define anydue (due(0) || due(1))
-#endif
 
 proctype clock() {
     byte adv, c;
@@ -410,13 +409,7 @@ end:
 }
 
 #define okc(c) ((!ahead(c) || live(c)) && (!running(c) || live(c)))
-#ifdef N3
-#define safe (okc(0) && okc(1) && okc(2) && \
-    !(running(0) && running(1)) && !(running(0) && running(2)) && !(running(1) && running(2)) && \
-    !(ahead(0) && ahead(1)) && !(ahead(0) && ahead(2)) && !(ahead(1) && ahead(2)))
-#else
 #define safe (okc(0) && okc(1) && !(running(0) && running(1)) && !(ahead(0) && ahead(1)))
-#endif
 
 init {
     byte c;
