@@ -12,7 +12,7 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 .PHONY: help demo generate freeze verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
 	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover \
 	test-clients test-sharded test-run-margins test-rules test-observability test-cron \
-	chaos-groups model
+	chaos-groups model model-core
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -112,8 +112,11 @@ stress: ## Long history-checked stress run (PGLEASE_STRESS_DURATION, default 5m)
 chaos-groups: ## History-checked chaos run of a shard group: 8 worker processes, M=64, joins, leaves, kill -9, backend kills (PGLEASE_GROUPS_DURATION, default 2m)
 	PGLEASE_GROUPS_DURATION=$${PGLEASE_GROUPS_DURATION:-2m} $(GO) test -tags proof -race -count=1 -timeout 30m -run '^TestGroupChaos$$' -v ./internal/testing/proof/
 
-model: ## Check the Promela model of shard groups with spin (model/shards.pml): safety and convergence (~1.5 min; needs make deps)
-	./scripts/check-model.sh
+model: ## Check the Promela models with spin: shard groups (model/shards.pml) and model-core's (~2 min; needs make deps)
+	./scripts/check-model.sh all
+
+model-core: ## Check the Promela model of acquire, renew, release and the local deadline (model/lease.pml), and that each mutant fails (~20 s; needs make deps)
+	./scripts/check-model.sh core
 
 fuzz: ## Fuzz every SQL function's arguments, FUZZTIME (30s) per target
 	@for f in $(FUZZ_TARGETS); do \
