@@ -14,12 +14,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"log"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -71,9 +69,12 @@ type config struct {
 	// stores are the other stores of the comparison (compare.go): etcd,
 	// redis; storeDir is where their data goes; storesOnly runs only the
 	// comparison.
-	stores     []string
-	storeDir   string
-	storesOnly bool
+	stores       []string
+	storeClients []int
+	storeDir     string
+	storesOnly   bool
+	// plot is the SVG file the comparison's plot goes to (plot.go).
+	plot string
 	// cronRuns, when more than 0, runs only the cron comparison (cron.go)
 	// with that many cycles of each kind (-cron-only).
 	cronRuns int
@@ -150,8 +151,10 @@ func parseFlags(args []string) (config, error) {
 	heldLeases := fs.String("held-leases", "", "run only the held-leases run (one holder, renew_holder against a bare UPDATE, server CPU per lease), for these lease counts (e.g. 10000,100000,1000000), and print its section")
 	scrapeLeases := fs.String("scrape-leases", "", "run only the scrape cost of pglease.metrics, for these lease counts (e.g. 10000,100000), and print its section")
 	stores := fs.String("stores", "etcd,redis", "stores compared with pglease's acquire + release, each a server the bench starts (etcd, redis; none: skip the comparison)")
+	storeClients := fs.String("store-clients", "1,2,4,8,16,32", "concurrencies of the comparison with pglock and -stores, and of its plot")
+	fs.StringVar(&cfg.plot, "plot", "../docs/img/bench-throughput.svg", "SVG file to draw the comparison's cycles/s against clients to (linked from -out)")
 	fs.StringVar(&cfg.storeDir, "store-dir", os.TempDir(), "where the compared stores keep their data: put it on the Postgres server's disk")
-	fs.BoolVar(&cfg.storesOnly, "stores-only", false, "run only the comparison with -stores, at -clients, and print its section")
+	fs.BoolVar(&cfg.storesOnly, "stores-only", false, "run only the comparison with -stores, at -store-clients, and print its section")
 	cronOnly := fs.Bool("cron-only", false, "run only the cron comparison (the run ledger's cost per run against acquire + release) and print its section")
 	cronRuns := fs.Int("cron-runs", 4000, "cycles of each kind in the cron comparison")
 	fs.BoolVar(&cfg.batchOnly, "batch-only", false, "run only the batched calls' section (8 goroutines sharing one pglease.Client, coalesced into acquire_batch/release_batch, against pglock and Redis one command at a time and pipelined; Redis started under -store-dir) and print it")
@@ -189,6 +192,9 @@ func parseFlags(args []string) (config, error) {
 	if cfg.storesOnly && len(cfg.stores) == 0 {
 		return cfg, errors.New("-stores-only needs -stores to name at least one store")
 	}
+	if cfg.storeClients, err = parseInts(*storeClients); err != nil {
+		return cfg, fmt.Errorf("-store-clients: %w", err)
+	}
 	if cfg.clients, err = parseInts(*clients); err != nil {
 		return cfg, fmt.Errorf("-clients: %w", err)
 	}
@@ -223,10 +229,10 @@ func run(ctx context.Context, cfg config) (err error) {
 	r := &Report{
 		Command: command(),
 		Date:    time.Now(),
-		Host:    Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Pglock: pglockVersion, LoadStart: loadavg()},
+		Host:    readHost(),
 		Run: RunSettings{
 			CellSeconds: cfg.cell.Seconds(), Rounds: cfg.rounds,
-			Clients: cfg.clients, SlotClients: cfg.slotClients,
+			Clients: cfg.clients, SlotClients: cfg.slotClients, StoreClients: cfg.storeClients,
 		},
 	}
 	if r.Server, err = readServer(ctx, cfg.url); err != nil {
@@ -287,6 +293,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	if err := e.createPglockTable(); err != nil {
 		return fmt.Errorf("create pglock's table: %w", err)
 	}
+	if err := e.exec(ctx, fencedTableSQL); err != nil {
+		return fmt.Errorf("create the application table: %w", err)
+	}
 
 	ws := append(e.leaseWorkloads(), e.pglockWorkloads()...)
 	for _, n := range cfg.clients {
@@ -339,6 +348,10 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	r.Handover = append(r.Handover, sup)
+
+	if r.Fenced, err = e.benchFenced(ctx, cfg, []int{targetClients}); err != nil {
+		return fmt.Errorf("fenced writes: %w", err)
+	}
 
 	if len(cfg.stores) > 0 {
 		if r.Stores, err = measureStores(ctx, e, cfg); err != nil {
@@ -423,21 +436,33 @@ func dropScratch(ctx context.Context, s *scratch) error {
 	return s.drop(dctx)
 }
 
-// write prints the markdown and writes it to cfg.out, and the JSON to
-// cfg.json. The hand-written part of the cfg.out it replaces (see
-// handWritten) is kept below the new tables.
+// write draws the plot to cfg.plot, prints the markdown and writes it to
+// cfg.out, whole, and the JSON to cfg.json.
 func (r *Report) write(cfg config) error {
-	old, err := os.ReadFile(cfg.out)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	plotLink := ""
+	if r.Stores != nil && cfg.plot != "" {
+		var svg bytes.Buffer
+		if err := r.Stores.plot().WriteSVG(&svg); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(cfg.plot), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(cfg.plot, svg.Bytes(), 0o644); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(filepath.Dir(cfg.out), cfg.plot)
+		if err != nil {
+			return err
+		}
+		plotLink = filepath.ToSlash(rel)
 	}
-	kept := handWritten(old)
 	var md bytes.Buffer
-	r.writeMarkdown(&md, kept != nil)
+	r.writeMarkdown(&md, plotLink)
 	if _, err := os.Stdout.Write(md.Bytes()); err != nil {
 		return err
 	}
-	if err := os.WriteFile(cfg.out, withHandWritten(md.Bytes(), kept), 0o644); err != nil {
+	if err := os.WriteFile(cfg.out, md.Bytes(), 0o644); err != nil {
 		return err
 	}
 	return r.writeJSON(cfg.json)
@@ -480,17 +505,6 @@ func command() string {
 		args = append(args, a)
 	}
 	return strings.TrimSpace("cd bench && go run . " + strings.Join(args, " "))
-}
-
-// loadavg returns the 1, 5 and 15 minute load averages, or "" where
-// /proc/loadavg does not exist.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if err != nil || len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // pglockVersion is the version of cirello.io/pglock built in.
