@@ -75,9 +75,13 @@ type config struct {
 	storesOnly   bool
 	// plot is the SVG file the comparison's plot goes to (plot.go).
 	plot string
-	// cronRuns, when more than 0, runs only the cron comparison (cron.go)
-	// with that many cycles of each kind (-cron-only).
+	// cronRuns is how many cycles of each kind the cron section runs
+	// (cron.go); cronOnly runs only that section.
 	cronRuns int
+	cronOnly bool
+	// fullScrapeLeases are the sizes of the scrape section in the full
+	// run.
+	fullScrapeLeases []int
 	// slotsOnly runs only the slot section (slotsonly.go).
 	slotsOnly bool
 	// leaderOnly runs only the leadership section (leader.go).
@@ -155,8 +159,9 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.plot, "plot", "../docs/img/bench-throughput.svg", "SVG file to draw the comparison's cycles/s against clients to (linked from -out)")
 	fs.StringVar(&cfg.storeDir, "store-dir", os.TempDir(), "where the compared stores keep their data: put it on the Postgres server's disk")
 	fs.BoolVar(&cfg.storesOnly, "stores-only", false, "run only the comparison with -stores, at -store-clients, and print its section")
-	cronOnly := fs.Bool("cron-only", false, "run only the cron comparison (the run ledger's cost per run against acquire + release) and print its section")
-	cronRuns := fs.Int("cron-runs", 4000, "cycles of each kind in the cron comparison")
+	fs.BoolVar(&cfg.cronOnly, "cron-only", false, "run only the cron section (the run ledger's cost per run against acquire + release) and print it")
+	fs.IntVar(&cfg.cronRuns, "cron-runs", 2000, "cycles of each kind in the cron section")
+	fullScrape := fs.String("full-scrape-leases", "10000", "lease counts of the scrape section in the full run")
 	fs.BoolVar(&cfg.batchOnly, "batch-only", false, "run only the batched calls' section (8 goroutines sharing one pglease.Client, coalesced into acquire_batch/release_batch, against pglock and Redis one command at a time and pipelined; Redis started under -store-dir) and print it")
 	fs.BoolVar(&cfg.slotsOnly, "slots-only", false, "run only the slot section (claim + release against a lease's acquire + release at -clients, weighted claims of 1, 4 and 16 units of capacity 64, each cell at least 12s in 12 turns; renew_slot's server time and HOT share) and print it")
 	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, renew_lease, acquire with a value, observing at C=8) and print it")
@@ -164,13 +169,13 @@ func parseFlags(args []string) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
-	if *cronOnly {
-		if *cronRuns < 1 {
-			return cfg, errors.New("-cron-runs must be at least 1")
-		}
-		cfg.cronRuns = *cronRuns
+	if cfg.cronRuns < 1 {
+		return cfg, errors.New("-cron-runs must be at least 1")
 	}
 	var err error
+	if cfg.fullScrapeLeases, err = parseInts(*fullScrape); err != nil {
+		return cfg, fmt.Errorf("-full-scrape-leases: %w", err)
+	}
 	if *scrapeLeases != "" {
 		if cfg.scrapeLeases, err = parseInts(*scrapeLeases); err != nil {
 			return cfg, fmt.Errorf("-scrape-leases: %w", err)
@@ -262,7 +267,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	if cfg.storesOnly {
 		return runStoresBench(ctx, cfg)
 	}
-	if cfg.cronRuns > 0 {
+	if cfg.cronOnly {
 		return runCronBench(ctx, cfg)
 	}
 	if cfg.leaderOnly {
@@ -357,6 +362,20 @@ func run(ctx context.Context, cfg config) (err error) {
 		if r.Stores, err = measureStores(ctx, e, cfg); err != nil {
 			return fmt.Errorf("against %s: %w", strings.Join(cfg.stores, " and "), err)
 		}
+	}
+
+	if r.Batch, err = measureBatch(ctx, cfg); err != nil {
+		return fmt.Errorf("batched calls: %w", err)
+	}
+	log.Printf("leadership: %d handovers on request", cfg.handovers)
+	if r.Leader, err = measureLeader(ctx, cfg); err != nil {
+		return fmt.Errorf("leadership: %w", err)
+	}
+	if r.Cron, err = measureCron(ctx, cfg, cfg.cronRuns); err != nil {
+		return fmt.Errorf("cron: %w", err)
+	}
+	if r.Scrape, err = measureScrape(ctx, cfg, cfg.fullScrapeLeases); err != nil {
+		return fmt.Errorf("scrape: %w", err)
 	}
 
 	if cfg.purgeNames > 0 {

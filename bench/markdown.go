@@ -64,6 +64,14 @@ func (r *Report) writeMarkdown(w io.Writer, plot string) {
 		p("")
 	}
 
+	if r.Leader != nil {
+		r.Leader.writeMarkdown(w, "##")
+		p("")
+	}
+	if r.Batch != nil {
+		r.Batch.writeMarkdown(w)
+		p("")
+	}
 	rh := r.RenewHolder
 	p("## Renewing every lease of a holder")
 	p("")
@@ -106,6 +114,14 @@ func (r *Report) writeMarkdown(w io.Writer, plot string) {
 		p("")
 	}
 
+	if r.Cron != nil {
+		r.Cron.writeMarkdown(w, "##")
+		p("")
+	}
+	if len(r.Scrape) > 0 {
+		writeScrapeMarkdown(w, "##", r.Scrape)
+		p("")
+	}
 	p("## Where the time goes")
 	p("")
 	p("Rows measured together at C=%d. The second row is the limit UPDATE with a pg_notify in its transaction: a notifying transaction commits under a cluster-wide lock, so such transactions commit one at a time instead of sharing WAL flushes, which is why pglease notifies only on a release that someone waits for.", targetClients)

@@ -25,6 +25,10 @@ type Report struct {
 	Purge       *PurgeResult      `json:"purge,omitempty"`
 	Stores      *StoreComparison  `json:"stores,omitempty"`
 	Fenced      *FencedWrites     `json:"fenced,omitempty"`
+	Batch       *BatchComparison  `json:"batch,omitempty"`
+	Leader      *Leadership       `json:"leadership,omitempty"`
+	Cron        *CronCost         `json:"cron,omitempty"`
+	Scrape      []ScrapeRow       `json:"scrape,omitempty"`
 	Targets     []Target          `json:"targets"`
 }
 
