@@ -10,7 +10,7 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 
 .DEFAULT_GOAL := help
 .PHONY: help demo generate freeze verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
-	install-extension test-compat test-extension bench test-matrix test-pgbouncer stress fuzz proof test-failover \
+	install-extension test-compat test-extension bench bench-quick test-matrix test-pgbouncer stress fuzz proof test-failover \
 	test-clients test-sharded test-run-margins test-rules test-observability test-cron \
 	chaos-groups model model-core
 
@@ -94,8 +94,11 @@ test-differential: ## Head's SQL functions against those of commit BASE (require
 test-extension: install-extension ## Run the SQL contract tests against CREATE EXTENSION pglease instead of the migrations
 	PGLEASE_TEST_SCHEMA=extension $(GO) test -race -count=1 ./internal/testing/contract/
 
-bench: ## Benchmark pglease against one Postgres (PGLEASE_BENCH_DATABASE_URL); writes BENCHMARKS.md and bench/results/latest.json
+bench: ## Benchmark pglease against one Postgres (PGLEASE_BENCH_DATABASE_URL); writes BENCHMARKS.md, its plot and bench/results/latest.json
 	cd bench && $(GO) run . -out ../BENCHMARKS.md
+
+bench-quick: ## make bench in less time: 1 s per row, slot sweep at C=1 only, 100,000 names in the purge run; writes the same files
+	cd bench && $(GO) run . -out ../BENCHMARKS.md -duration 1s -slot-clients 1 -purge-names 100000 -handovers 100 -crash-handovers 20 -cron-runs 800
 
 test-matrix: ## SQL contract and client suites on PostgreSQL $(PG_MAJORS), one throwaway cluster each (server binaries via npm)
 	./scripts/test-matrix.sh $(PG_MAJORS)

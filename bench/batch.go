@@ -225,21 +225,21 @@ func (e *env) redisLockPipelined(s *store) workload {
 	}
 }
 
-// runBatchBench runs only the batched calls' section (-batch-only) on a
-// scratch database, with a Redis server of its own, and prints it.
-func runBatchBench(ctx context.Context, cfg config) (err error) {
+// measureBatch measures the batched calls' section on a scratch database
+// of its own, with a Redis server of its own.
+func measureBatch(ctx context.Context, cfg config) (_ *BatchComparison, err error) {
 	sc, err := createScratch(ctx, cfg.url, scratchName("_batch"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, dropScratch(ctx, sc)) }()
 	e := &env{url: sc.url}
 	if err := e.createPglockTable(); err != nil {
-		return fmt.Errorf("create pglock's table: %w", err)
+		return nil, fmt.Errorf("create pglock's table: %w", err)
 	}
 	rs, err := startRedis(ctx, cfg.storeDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, rs.stop()) }()
 	b := &BatchComparison{RedisVersion: rs.version, LoadStart: loadavg()}
@@ -254,12 +254,23 @@ func runBatchBench(ctx context.Context, cfg config) (err error) {
 	log.Printf("batched calls at C=%d: %d rows × %s", batchClients, len(ws), cfg.cell)
 	ts, err := runGroupOn(ctx, e, ws, batchClients, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i, w := range ws {
 		b.Rows = append(b.Rows, newRow(w, batchClients, ts[i]))
 	}
 	b.LoadEnd = loadavg()
+	return b, nil
+}
+
+// runBatchBench runs only the batched calls' section (-batch-only) and
+// prints it.
+func runBatchBench(ctx context.Context, cfg config) error {
+	b, err := measureBatch(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Load average %s at the start, %s at the end; %d CPUs.\n\n", b.LoadStart, b.LoadEnd, runtime.NumCPU())
 	b.writeMarkdown(os.Stdout)
 	return nil
 }
@@ -269,8 +280,8 @@ func (b *BatchComparison) writeMarkdown(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("## Batched calls")
 	p("")
-	p("%d goroutines of one process, each cycling acquire + release on a name of its own, interleaved in turns. The batched row shares one pglease.Client, which coalesces concurrent calls into `acquire_batch` / `release_batch` (docs/go.md#batched-calls); the unbatched row gives each goroutine a Client of its own (one call per round trip). Redis %s runs with appendfsync always; its pipelined row coalesces the goroutines' commands into pipelines the same way. Load average %s at the start, %s at the end; %d CPUs.",
-		batchClients, b.RedisVersion, b.LoadStart, b.LoadEnd, runtime.NumCPU())
+	p("%d goroutines of one process, each cycling acquire + release on a name of its own, interleaved in turns. The batched row shares one pglease.Client, which coalesces concurrent calls into `acquire_batch` / `release_batch` when they would otherwise wait for a connection ([docs/go.md](docs/go.md#batched-calls)); the unbatched row gives each goroutine a Client of its own (one call per round trip). Redis %s runs with appendfsync always; its pipelined row coalesces the goroutines' commands into pipelines the same way.",
+		batchClients, b.RedisVersion)
 	p("")
 	p("The floor row bounds the batched row: the same goroutines and the same coalescing (one batch in flight per kind), each batch a bare `UPDATE` of its names' rows, with no pglease function: no more work per name than any batched acquire and release must do, so batched × pglock cannot pass floor × pglock by more than the noise between rows.")
 	p("")

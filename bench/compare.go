@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -138,7 +139,7 @@ func (e *env) pgServerTicks(ctx context.Context) (map[int]int64, error) {
 }
 
 // measureStores starts the stores of cfg, runs the comparison at every
-// concurrency of cfg.clients and stops them.
+// concurrency of cfg.storeClients and stops them.
 func measureStores(ctx context.Context, e *env, cfg config) (_ *StoreComparison, err error) {
 	ss, err := startStores(ctx, cfg.stores, cfg.storeDir)
 	if err != nil {
@@ -152,7 +153,7 @@ func measureStores(ctx context.Context, e *env, cfg config) (_ *StoreComparison,
 	for _, s := range ss {
 		c.Versions[s.name] = s.version
 	}
-	if c.Rows, err = measureAt(ctx, e, "against "+strings.Join(cfg.stores, " and "), e.storeWorkloads(ss), cfg.clients, cfg); err != nil {
+	if c.Rows, err = measureAt(ctx, e, "against "+strings.Join(cfg.stores, " and "), e.storeWorkloads(ss), cfg.storeClients, cfg); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -197,7 +198,7 @@ func runStoresBench(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	fmt.Printf("Load average %s at the start, %s at the end; %d CPUs.\n\n", load, loadavg(), runtime.NumCPU())
-	c.writeMarkdown(os.Stdout, cfg.clients)
+	c.writeMarkdown(os.Stdout, cfg.storeClients, "")
 	return nil
 }
 
@@ -210,10 +211,37 @@ var durableWrites = map[string]string{
 	redisKey:                  "2 AOF appends (SET, the script's DEL), fsynced before the reply (appendfsync always; one fsync per event-loop iteration)",
 }
 
-// writeMarkdown renders the comparison at each concurrency of clients.
-func (c *StoreComparison) writeMarkdown(w io.Writer, clients []int) {
+// storeNames are the plot's names of the comparison's rows, by key.
+var storeNames = map[string]string{
+	"acquire-release/pkg-try": "pglease",
+	"acquire-release/pglock":  "pglock",
+	etcdKey:                   "etcd",
+	redisKey:                  "Redis",
+}
+
+// plot returns the cycles/s of every row against clients, one series per
+// lock, in the order the rows were measured.
+func (c *StoreComparison) plot() Plot {
+	p := Plot{Title: "Lock taken and given back: cycles/s against clients", XLabel: "clients (C), each on a key of its own", YLabel: "acquire + release cycles/s"}
+	idx := map[string]int{}
+	for _, r := range c.Rows {
+		i, ok := idx[r.Key]
+		if !ok {
+			i = len(p.Series)
+			idx[r.Key] = i
+			p.Series = append(p.Series, Series{Name: cmp.Or(storeNames[r.Key], r.Name)})
+		}
+		p.Series[i].X = append(p.Series[i].X, float64(r.Clients))
+		p.Series[i].Y = append(p.Series[i].Y, r.CyclesPerSec)
+	}
+	return p
+}
+
+// writeMarkdown renders the comparison at each concurrency of clients,
+// with the plot at the path plot when it is not empty.
+func (c *StoreComparison) writeMarkdown(w io.Writer, clients []int, plot string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("## Against etcd and Redis")
+	p("## Against pglock, etcd and Redis")
 	p("")
 	var vs []string
 	for _, name := range knownStores {
@@ -221,9 +249,13 @@ func (c *StoreComparison) writeMarkdown(w io.Writer, clients []int) {
 			vs = append(vs, name+" "+v)
 		}
 	}
-	p("Each store is a server of its own that the bench starts (%s), with its data on the same disk as Postgres's (same device: %s), every write durable before its reply. Each row is a lock taken and given back by C clients on keys of their own, with the store's idiomatic client, interleaved in turns like the tables above. Ratios are cycles/s over pglease's at the same C; server CPU is the server's processes' utime + stime per cycle (for Postgres: the WAL writer, checkpointer and other background processes, and the scratch database's backends).",
+	p("A lock taken and given back (one acquire + release cycle) by C clients, each on a key of its own, with each store's usual Go client: pglease's Go package (TryAcquire + Release), cirello.io/pglock on the same Postgres, an etcd concurrency.Mutex and a Redis SET NX with a compare-and-delete. etcd and Redis are servers the bench starts (%s), with their data on the same disk as Postgres's (same device: %s) and every write made durable before its reply (etcd's WAL fsync, Redis' appendfsync always). Server CPU is the server processes' CPU time per cycle.",
 		strings.Join(vs, ", "), c.SameDisk)
 	p("")
+	if plot != "" {
+		p("![Cycles per second against clients for pglease, pglock, etcd and Redis](%s)", plot)
+		p("")
+	}
 	p("| Lock | C | cycles/s | × pglease | p50 ms | p99 ms | Server CPU per cycle | Durably written per cycle |")
 	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, n := range clients {

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
+	"os"
 	"runtime"
 	"slices"
 	"time"
@@ -27,14 +29,28 @@ const (
 // alternating, so that a change of load hits both alike.
 const cronTurns = 8
 
-// runCronBench measures the cost of the run ledger per run (-cron-only):
-// cfg.cronRuns cycles of each kind on one connection, and prints the
-// section.
-func runCronBench(ctx context.Context, cfg config) error {
-	load := loadavg()
+// CronCost is the cron section: plain cycles against cycles with the run
+// ledger, on one connection.
+type CronCost struct {
+	Rows []CronRow `json:"rows"`
+}
+
+// CronRow is one kind of cycle of the cron section.
+type CronRow struct {
+	Name         string  `json:"name"`
+	RoundTrips   int     `json:"round_trips"`
+	Cycles       int     `json:"cycles"`
+	P50Ms        float64 `json:"p50_ms"`
+	P99Ms        float64 `json:"p99_ms"`
+	CyclesPerSec float64 `json:"cycles_per_sec"`
+}
+
+// measureCron measures the cost of the run ledger per run: runs cycles of
+// each kind on one connection of a scratch database, in turns.
+func measureCron(ctx context.Context, cfg config, runs int) (*CronCost, error) {
 	var plain, cron []time.Duration
 	err := withScratchConn(ctx, cfg.url, "_cron", func(conn *pgx.Conn) error {
-		per := max(cfg.cronRuns/cronTurns, 1)
+		per := max(runs/cronTurns, 1)
 		for turn := range cronTurns {
 			log.Printf("cron: turn %d of %d, %d cycles of each kind", turn+1, cronTurns, per)
 			for range per {
@@ -52,35 +68,51 @@ func runCronBench(ctx context.Context, cfg config) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	slices.Sort(plain)
-	slices.Sort(cron)
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	fmt.Printf("## Cron: the run ledger's cost per run (%d cycles of each, one connection)\n\n", len(plain))
-	fmt.Printf("Load average %s at the start, %s at the end; %d CPUs. Every statement commits on its own (fsync on).\n\n",
-		load, loadavg(), runtime.NumCPU())
-	fmt.Println("| Cycle | Round trips | p50 (ms) | p99 (ms) | Cycles/s | p50 / plain |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|")
-	total := func(ds []time.Duration) time.Duration {
-		var t time.Duration
-		for _, d := range ds {
-			t += d
-		}
-		return t
-	}
+	c := &CronCost{}
 	for _, row := range []struct {
 		name  string
 		trips int
 		ds    []time.Duration
 	}{
 		{"acquire + release", 2, plain},
-		{"acquire + run_begin + run_end + release (--once-per)", 4, cron},
+		{"acquire + run_begin + run_end + release (pglease run --once-per)", 4, cron},
 	} {
-		fmt.Printf("| %s | %d | %.3f | %.3f | %s | %.2f× |\n", row.name, row.trips, ms(median(row.ds)),
-			ms(percentile(row.ds, 99)), count(float64(len(row.ds))/total(row.ds).Seconds()),
-			float64(median(row.ds))/float64(median(plain)))
+		slices.Sort(row.ds)
+		var total time.Duration
+		for _, d := range row.ds {
+			total += d
+		}
+		c.Rows = append(c.Rows, CronRow{Name: row.name, RoundTrips: row.trips, Cycles: len(row.ds),
+			P50Ms: ms(median(row.ds)), P99Ms: ms(percentile(row.ds, 99)), CyclesPerSec: float64(len(row.ds)) / total.Seconds()})
 	}
+	return c, nil
+}
+
+// writeMarkdown writes the section under a heading of level h.
+func (c *CronCost) writeMarkdown(w io.Writer, h string) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("%s Cron: what the run ledger costs per run", h)
+	p("")
+	p("`pglease run --once-per` records each run in a ledger: two more statements, each its own commit, around the command. One connection alternates plain acquire + release cycles with cycles that also begin and end a run, in %d turns; every statement commits on its own.", cronTurns)
+	p("")
+	p("| Cycle | Round trips | Cycles | p50 ms | p99 ms | cycles/s | p50 × plain |")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range c.Rows {
+		p("| %s | %d | %s | %.3f | %.3f | %s | %.2f× |", r.Name, r.RoundTrips, count(float64(r.Cycles)), r.P50Ms, r.P99Ms, count(r.CyclesPerSec), r.P50Ms/c.Rows[0].P50Ms)
+	}
+}
+
+// runCronBench runs only the cron section (-cron-only) and prints it.
+func runCronBench(ctx context.Context, cfg config) error {
+	load := loadavg()
+	c, err := measureCron(ctx, cfg, cfg.cronRuns)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Load average %s at the start, %s at the end; %d CPUs.\n\n", load, loadavg(), runtime.NumCPU())
+	c.writeMarkdown(os.Stdout, "##")
 	return nil
 }
 

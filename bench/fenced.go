@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
+	"io"
+	"os"
 	"runtime"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -158,16 +160,43 @@ func (e *env) fencedWorkloads() []workload {
 	}
 }
 
+// FencedWrites is the fenced-write section: an application UPDATE with
+// and without assert_held, interleaved turn by turn.
+type FencedWrites struct {
+	CellSeconds float64 `json:"cell_seconds"`
+	Rounds      int     `json:"rounds"`
+	Rows        []Row   `json:"rows"`
+}
+
+// row returns the section's row of key at n clients, or nil.
+func (f *FencedWrites) row(key string, n int) *Row {
+	if f == nil {
+		return nil
+	}
+	return findRow(f.Rows, key, n)
+}
+
+// benchFenced measures the fenced-write rows on e at each of clients; the
+// application table (fencedTableSQL) must exist.
+func (e *env) benchFenced(ctx context.Context, cfg config, clients []int) (*FencedWrites, error) {
+	rows, err := measureAt(ctx, e, "fenced writes", e.fencedWorkloads(), clients, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &FencedWrites{CellSeconds: cfg.cell.Seconds(), Rounds: cfg.rounds, Rows: rows}, nil
+}
+
 // checkFencedTarget adds the fenced-write targets at c clients, judged on
 // the median of the turn-by-turn ratios: the transaction with BEGIN and
 // assert_held sent in one message, and WithFence, which sends it so.
 // The four-round-trip form and its bound (a fourth round trip that checks
 // nothing) are reported beside the first.
 func (r *Report) checkFencedTarget(c int) {
-	off := r.row(fencedTxKey, c)
+	f := r.Fenced
+	off := f.row(fencedTxKey, c)
 	var beside string
-	bare := pairedRatio(r.row(fencedBareKey, c), off)
-	four, probe := pairedRatio(r.row(fencedSQLKey, c), off), pairedRatio(r.row(fencedRTKey, c), off)
+	bare := pairedRatio(f.row(fencedBareKey, c), off)
+	four, probe := pairedRatio(f.row(fencedSQLKey, c), off), pairedRatio(f.row(fencedRTKey, c), off)
 	if bare.N > 0 && four.N > 0 && probe.N > 0 {
 		beside = fmt.Sprintf("; the floor of a check (a bare FOR SHARE statement in the same message): %.3f×; beside it, BEGIN; assert_held; UPDATE; COMMIT in four round trips: %.3f×, bounded by BEGIN; SELECT 1; UPDATE; COMMIT: %.3f×", bare.Median, four.Median, probe.Median)
 	}
@@ -176,7 +205,7 @@ func (r *Report) checkFencedTarget(c int) {
 		{fencedPkgKey, "WithFence", ""},
 	} {
 		name := fmt.Sprintf("%s ≥ %.2f× the same transaction without assert_held at C=%d", t.name, minFencedWrite, c)
-		on := r.row(t.key, c)
+		on := f.row(t.key, c)
 		p := pairedRatio(on, off)
 		if p.N == 0 {
 			r.unmeasured(name)
@@ -184,6 +213,24 @@ func (r *Report) checkFencedTarget(c int) {
 		}
 		r.add(name, p.Median >= minFencedWrite, "%.3f× median of %d turns (quartiles %.3f–%.3f), %s writes/s vs %s writes/s%s",
 			p.Median, p.N, p.Q1, p.Q3, count(on.OpsPerSec), count(off.OpsPerSec), t.beside)
+	}
+}
+
+// writeMarkdown writes the section under a heading of level h.
+func (f *FencedWrites) writeMarkdown(w io.Writer, h string) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("%s Fenced writes", h)
+	p("")
+	p("What a fence costs an application write: each client UPDATEs a row of its own application table while holding a lease of its own, without a check, with `pglease.assert_held` in the same transaction, and through the Go package (`Lease.WithFence`; `Lease.SendFenced`, which sends the check and the write in one round trip). The rows take turns (%s s each, in %d turns); ratios are the median of the turn-by-turn ratios (quartiles in brackets) over the unfenced transaction and over the unfenced UPDATE sent alone.",
+		strconv.FormatFloat(f.CellSeconds, 'f', -1, 64), f.Rounds)
+	p("")
+	p("| Write | Path | C | writes/s | × BEGIN; UPDATE; COMMIT | × UPDATE alone | p50 ms | p99 ms |")
+	p("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, row := range f.Rows {
+		a, b := pairedRatio(&row, f.row(fencedTxKey, row.Clients)), pairedRatio(&row, f.row(fencedOneKey, row.Clients))
+		p("| %s | %s | %d | %s | %.3f× (%.3f–%.3f) | %.3f× (%.3f–%.3f) | %.3f | %.3f |",
+			row.Name, row.Path, row.Clients, count(row.OpsPerSec), a.Median, a.Q1, a.Q3, b.Median, b.Q1, b.Q3,
+			row.Latency.P50, row.Latency.P99)
 	}
 }
 
@@ -197,42 +244,19 @@ func runFencedBench(ctx context.Context, cfg config) (err error) {
 	}
 	defer func() { err = errors.Join(err, dropScratch(ctx, sc)) }()
 	e := &env{url: sc.url}
-	if err := e.withPool(ctx, 1, func() error {
-		_, err := e.pool.Exec(ctx, fencedTableSQL)
-		return err
-	}); err != nil {
+	if err := e.exec(ctx, fencedTableSQL); err != nil {
 		return fmt.Errorf("create the application table: %w", err)
 	}
 	load := loadavg()
-	ws := e.fencedWorkloads()
-	var r Report
+	r := Report{}
+	if r.Fenced, err = e.benchFenced(ctx, cfg, cfg.clients); err != nil {
+		return err
+	}
 	for _, n := range cfg.clients {
-		log.Printf("fenced writes at C=%d: %d rows × %s in %d turns", n, len(ws), cfg.cell, cfg.rounds)
-		ts, err := runGroupOn(ctx, e, ws, n, cfg)
-		if err != nil {
-			return err
-		}
-		for i, w := range ws {
-			r.Throughput = append(r.Throughput, newRow(w, n, ts[i]))
-		}
 		r.checkFencedTarget(n)
 	}
-	fmt.Printf("## Fenced writes (%s per cell, %d turns)\n\n", cfg.cell, cfg.rounds)
 	fmt.Printf("Load average %s at the start, %s at the end; %d CPUs.\n\n", load, loadavg(), runtime.NumCPU())
-	fmt.Println("One UPDATE of an application row per write, each client on a row and a lease of its own. Ratios are the median of the turn-by-turn ratios (first and third quartile in brackets) over the unfenced transaction (BEGIN; UPDATE; COMMIT: three round trips) and over the unfenced UPDATE alone (one round trip).")
-	fmt.Println()
-	fmt.Println("| Write | Path | C | writes/s | × BEGIN; UPDATE; COMMIT | × UPDATE alone | p50 ms | p99 ms |")
-	fmt.Println("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-	for _, n := range cfg.clients {
-		tx, one := r.row(fencedTxKey, n), r.row(fencedOneKey, n)
-		for _, w := range ws {
-			row := r.row(w.key, n)
-			a, b := pairedRatio(row, tx), pairedRatio(row, one)
-			fmt.Printf("| %s | %s | %d | %s | %.3f× (%.3f–%.3f) | %.3f× (%.3f–%.3f) | %.3f | %.3f |\n",
-				w.name, w.path, n, count(row.OpsPerSec), a.Median, a.Q1, a.Q3, b.Median, b.Q1, b.Q3,
-				row.Latency.P50, row.Latency.P99)
-		}
-	}
+	r.Fenced.writeMarkdown(os.Stdout, "##")
 	fmt.Println()
 	for _, t := range r.Targets {
 		fmt.Printf("- %s: %s (%s)\n", t.Name, t.Measured, map[bool]string{true: "holds", false: "not met"}[t.Holds])

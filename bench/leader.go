@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -20,59 +21,94 @@ import (
 	"github.com/pglease/pglease/supervisor"
 )
 
-// runLeaderBench measures leadership (docs/leadership.md) on a scratch
-// database and prints its section: the handover on request, renew with and
-// without the request check, acquire with and without a value, and the
-// cost of observing a lease.
-func runLeaderBench(ctx context.Context, cfg config) (err error) {
+// Leadership is the leadership section (docs/leadership.md).
+type Leadership struct {
+	Handovers int     `json:"handovers"`
+	Handover  Latency `json:"handover_ms"` // request → new holder's workload starts
+	Writes    int64   `json:"fenced_writes"`
+	Refused   int64   `json:"fenced_writes_refused"`
+	// The calls' mean round trips on one connection, committed without
+	// waiting for the WAL flush, in ms.
+	RenewMs        float64 `json:"renew_ms"`
+	RenewLeaseMs   float64 `json:"renew_lease_ms"`
+	AcquireMs      float64 `json:"acquire_ms"`
+	AcquireValueMs float64 `json:"acquire_value_ms"`
+	// Cycles/s of acquire + release at Clients, unobserved and observed.
+	Clients    int     `json:"clients"`
+	Unobserved float64 `json:"unobserved_cycles_per_sec"`
+	Observed   float64 `json:"observed_cycles_per_sec"`
+}
+
+// measureLeader measures leadership on a scratch database of its own: the
+// handover on request, renew with and without the request check, acquire
+// with and without a value, and the cost of observing a lease.
+func measureLeader(ctx context.Context, cfg config) (_ *Leadership, err error) {
 	sc, err := createScratch(ctx, cfg.url, scratchName("_leader"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, dropScratch(ctx, sc)) }()
 	pool, err := pgxpool.New(ctx, sc.url)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer pool.Close()
-	load := loadavg()
 	h, err := handoverOnRequest(ctx, pool, cfg.handovers)
 	if err != nil {
-		return fmt.Errorf("handover on request: %w", err)
+		return nil, fmt.Errorf("handover on request: %w", err)
 	}
+	l := &Leadership{Handovers: len(h.took), Handover: summarize(h.took), Writes: h.writes, Refused: h.refused, Clients: 8}
 	renew, renewLease, err := pairedCalls(ctx, pool, cfg,
 		`SELECT renewed FROM pglease.renew('bench/renew', 'h', 1, '1 hour')`,
 		`SELECT renewed FROM pglease.renew_lease('bench/renew', 'h', 1, '1 hour')`,
 		`SELECT acquired FROM pglease.acquire('bench/renew', 'h', '1 hour')`)
 	if err != nil {
-		return fmt.Errorf("renew: %w", err)
+		return nil, fmt.Errorf("renew: %w", err)
 	}
 	acq, acqValue, err := pairedCalls(ctx, pool, cfg,
 		`SELECT acquired FROM pglease.acquire('bench/acquire', 'h', '1 hour')`,
 		`SELECT acquired FROM pglease.acquire('bench/acquire', 'h', '1 hour', '10.0.0.1:8080')`,
 		`SELECT acquired FROM pglease.acquire('bench/acquire', 'h', '1 hour')`)
 	if err != nil {
-		return fmt.Errorf("acquire: %w", err)
+		return nil, fmt.Errorf("acquire: %w", err)
 	}
-	const c = 8
-	unobserved, observed, err := observeCost(ctx, pool, cfg, c)
+	l.RenewMs, l.RenewLeaseMs, l.AcquireMs, l.AcquireValueMs = ms(renew), ms(renewLease), ms(acq), ms(acqValue)
+	if l.Unobserved, l.Observed, err = observeCost(ctx, pool, cfg, l.Clients); err != nil {
+		return nil, fmt.Errorf("observing: %w", err)
+	}
+	return l, nil
+}
+
+// writeMarkdown writes the section under a heading of level h.
+func (l *Leadership) writeMarkdown(w io.Writer, h string) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("%s Leadership", h)
+	p("")
+	p("Two supervisors on one lease, whose workloads make fenced writes in a loop; the leader is asked to hand over to the other (pgleaseadmin.RequestRelease) %d times, and each handover is timed from the request to the new leader's workload starting. Then renew against renew_lease (which also tells the holder of a request), and acquire of the caller's own lease without and with a value, each the mean round trip on one connection with the commit not waiting for its flush (the functions' own time); and acquire + release cycles at C=%d on leases nobody observes, against leases observed with pglease.observe (each change then sends a notification).", l.Handovers, l.Clients)
+	p("")
+	p("| Measure | Figure |")
+	p("| --- | ---: |")
+	p("| Handover on request: request → new leader's workload starts, p50 / p99 / max | %.1f / %.1f / %.1f ms |", l.Handover.P50, l.Handover.P99, l.Handover.Max)
+	p("| Fenced writes refused during the handovers | %d of %d |", l.Refused, l.Writes)
+	p("| renew / renew_lease, round trip without the flush | %.3f / %.3f ms |", l.RenewMs, l.RenewLeaseMs)
+	p("| acquire of the caller's own lease, without / with a value, round trip without the flush | %.3f / %.3f ms |", l.AcquireMs, l.AcquireValueMs)
+	ratio := 0.0
+	if l.Unobserved > 0 {
+		ratio = l.Observed / l.Unobserved
+	}
+	p("| acquire + release cycles/s at C=%d, unobserved / observed | %s / %s (%.2f×) |", l.Clients, count(l.Unobserved), count(l.Observed), ratio)
+}
+
+// runLeaderBench runs only the leadership section (-leader-only) and
+// prints it.
+func runLeaderBench(ctx context.Context, cfg config) error {
+	load := loadavg()
+	l, err := measureLeader(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("observing: %w", err)
+		return err
 	}
-	fmt.Printf("## Leadership (%d handovers; %s per cell, %d turns)\n\n", cfg.handovers, cfg.cell, cfg.rounds)
 	fmt.Printf("Load average %s at the start, %s at the end; %d CPUs.\n\n", load, loadavg(), runtime.NumCPU())
-	fmt.Println("| Measure | Figure |")
-	fmt.Println("|---|---:|")
-	lat := summarize(h.took)
-	fmt.Printf("| Handover on request: request → new holder's workload starts, p50 / p99 / max | %.1f / %.1f / %.1f ms |\n",
-		lat.P50, lat.P99, lat.Max)
-	fmt.Printf("| Fenced writes refused during the handovers (target 0) | %d of %d |\n", h.refused, h.writes)
-	fmt.Printf("| renew, round trip without the WAL flush (mean) | %.3f ms |\n", ms(renew))
-	fmt.Printf("| renew_lease (renew + request check), round trip without the WAL flush (mean) | %.3f ms |\n", ms(renewLease))
-	fmt.Printf("| acquire of the own tenure, 0.2.0 overload, without the WAL flush (mean) | %.3f ms |\n", ms(acq))
-	fmt.Printf("| acquire of the own tenure with a value, without the WAL flush (mean) | %.3f ms |\n", ms(acqValue))
-	fmt.Printf("| acquire + release cycles/s at C=%d, unobserved | %s |\n", c, count(unobserved))
-	fmt.Printf("| acquire + release cycles/s at C=%d, observed (2 NOTIFYs per cycle) | %s (%.3f×) |\n", c, count(observed), observed/unobserved)
+	l.writeMarkdown(os.Stdout, "##")
 	return nil
 }
 

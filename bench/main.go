@@ -14,12 +14,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"log"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -71,12 +69,19 @@ type config struct {
 	// stores are the other stores of the comparison (compare.go): etcd,
 	// redis; storeDir is where their data goes; storesOnly runs only the
 	// comparison.
-	stores     []string
-	storeDir   string
-	storesOnly bool
-	// cronRuns, when more than 0, runs only the cron comparison (cron.go)
-	// with that many cycles of each kind (-cron-only).
+	stores       []string
+	storeClients []int
+	storeDir     string
+	storesOnly   bool
+	// plot is the SVG file the comparison's plot goes to (plot.go).
+	plot string
+	// cronRuns is how many cycles of each kind the cron section runs
+	// (cron.go); cronOnly runs only that section.
 	cronRuns int
+	cronOnly bool
+	// fullScrapeLeases are the sizes of the scrape section in the full
+	// run.
+	fullScrapeLeases []int
 	// slotsOnly runs only the slot section (slotsonly.go).
 	slotsOnly bool
 	// leaderOnly runs only the leadership section (leader.go).
@@ -150,10 +155,13 @@ func parseFlags(args []string) (config, error) {
 	heldLeases := fs.String("held-leases", "", "run only the held-leases run (one holder, renew_holder against a bare UPDATE, server CPU per lease), for these lease counts (e.g. 10000,100000,1000000), and print its section")
 	scrapeLeases := fs.String("scrape-leases", "", "run only the scrape cost of pglease.metrics, for these lease counts (e.g. 10000,100000), and print its section")
 	stores := fs.String("stores", "etcd,redis", "stores compared with pglease's acquire + release, each a server the bench starts (etcd, redis; none: skip the comparison)")
+	storeClients := fs.String("store-clients", "1,2,4,8,16,32", "concurrencies of the comparison with pglock and -stores, and of its plot")
+	fs.StringVar(&cfg.plot, "plot", "../docs/img/bench-throughput.svg", "SVG file to draw the comparison's cycles/s against clients to (linked from -out)")
 	fs.StringVar(&cfg.storeDir, "store-dir", os.TempDir(), "where the compared stores keep their data: put it on the Postgres server's disk")
-	fs.BoolVar(&cfg.storesOnly, "stores-only", false, "run only the comparison with -stores, at -clients, and print its section")
-	cronOnly := fs.Bool("cron-only", false, "run only the cron comparison (the run ledger's cost per run against acquire + release) and print its section")
-	cronRuns := fs.Int("cron-runs", 4000, "cycles of each kind in the cron comparison")
+	fs.BoolVar(&cfg.storesOnly, "stores-only", false, "run only the comparison with -stores, at -store-clients, and print its section")
+	fs.BoolVar(&cfg.cronOnly, "cron-only", false, "run only the cron section (the run ledger's cost per run against acquire + release) and print it")
+	fs.IntVar(&cfg.cronRuns, "cron-runs", 2000, "cycles of each kind in the cron section")
+	fullScrape := fs.String("full-scrape-leases", "10000", "lease counts of the scrape section in the full run")
 	fs.BoolVar(&cfg.batchOnly, "batch-only", false, "run only the batched calls' section (8 goroutines sharing one pglease.Client, coalesced into acquire_batch/release_batch, against pglock and Redis one command at a time and pipelined; Redis started under -store-dir) and print it")
 	fs.BoolVar(&cfg.slotsOnly, "slots-only", false, "run only the slot section (claim + release against a lease's acquire + release at -clients, weighted claims of 1, 4 and 16 units of capacity 64, each cell at least 12s in 12 turns; renew_slot's server time and HOT share) and print it")
 	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, renew_lease, acquire with a value, observing at C=8) and print it")
@@ -161,13 +169,13 @@ func parseFlags(args []string) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
-	if *cronOnly {
-		if *cronRuns < 1 {
-			return cfg, errors.New("-cron-runs must be at least 1")
-		}
-		cfg.cronRuns = *cronRuns
+	if cfg.cronRuns < 1 {
+		return cfg, errors.New("-cron-runs must be at least 1")
 	}
 	var err error
+	if cfg.fullScrapeLeases, err = parseInts(*fullScrape); err != nil {
+		return cfg, fmt.Errorf("-full-scrape-leases: %w", err)
+	}
 	if *scrapeLeases != "" {
 		if cfg.scrapeLeases, err = parseInts(*scrapeLeases); err != nil {
 			return cfg, fmt.Errorf("-scrape-leases: %w", err)
@@ -188,6 +196,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.storesOnly && len(cfg.stores) == 0 {
 		return cfg, errors.New("-stores-only needs -stores to name at least one store")
+	}
+	if cfg.storeClients, err = parseInts(*storeClients); err != nil {
+		return cfg, fmt.Errorf("-store-clients: %w", err)
 	}
 	if cfg.clients, err = parseInts(*clients); err != nil {
 		return cfg, fmt.Errorf("-clients: %w", err)
@@ -223,10 +234,10 @@ func run(ctx context.Context, cfg config) (err error) {
 	r := &Report{
 		Command: command(),
 		Date:    time.Now(),
-		Host:    Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Pglock: pglockVersion, LoadStart: loadavg()},
+		Host:    readHost(),
 		Run: RunSettings{
 			CellSeconds: cfg.cell.Seconds(), Rounds: cfg.rounds,
-			Clients: cfg.clients, SlotClients: cfg.slotClients,
+			Clients: cfg.clients, SlotClients: cfg.slotClients, StoreClients: cfg.storeClients,
 		},
 	}
 	if r.Server, err = readServer(ctx, cfg.url); err != nil {
@@ -256,7 +267,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	if cfg.storesOnly {
 		return runStoresBench(ctx, cfg)
 	}
-	if cfg.cronRuns > 0 {
+	if cfg.cronOnly {
 		return runCronBench(ctx, cfg)
 	}
 	if cfg.leaderOnly {
@@ -286,6 +297,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if err := e.createPglockTable(); err != nil {
 		return fmt.Errorf("create pglock's table: %w", err)
+	}
+	if err := e.exec(ctx, fencedTableSQL); err != nil {
+		return fmt.Errorf("create the application table: %w", err)
 	}
 
 	ws := append(e.leaseWorkloads(), e.pglockWorkloads()...)
@@ -340,10 +354,28 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	r.Handover = append(r.Handover, sup)
 
+	if r.Fenced, err = e.benchFenced(ctx, cfg, []int{targetClients}); err != nil {
+		return fmt.Errorf("fenced writes: %w", err)
+	}
+
 	if len(cfg.stores) > 0 {
 		if r.Stores, err = measureStores(ctx, e, cfg); err != nil {
 			return fmt.Errorf("against %s: %w", strings.Join(cfg.stores, " and "), err)
 		}
+	}
+
+	if r.Batch, err = measureBatch(ctx, cfg); err != nil {
+		return fmt.Errorf("batched calls: %w", err)
+	}
+	log.Printf("leadership: %d handovers on request", cfg.handovers)
+	if r.Leader, err = measureLeader(ctx, cfg); err != nil {
+		return fmt.Errorf("leadership: %w", err)
+	}
+	if r.Cron, err = measureCron(ctx, cfg, cfg.cronRuns); err != nil {
+		return fmt.Errorf("cron: %w", err)
+	}
+	if r.Scrape, err = measureScrape(ctx, cfg, cfg.fullScrapeLeases); err != nil {
+		return fmt.Errorf("scrape: %w", err)
 	}
 
 	if cfg.purgeNames > 0 {
@@ -423,21 +455,33 @@ func dropScratch(ctx context.Context, s *scratch) error {
 	return s.drop(dctx)
 }
 
-// write prints the markdown and writes it to cfg.out, and the JSON to
-// cfg.json. The hand-written part of the cfg.out it replaces (see
-// handWritten) is kept below the new tables.
+// write draws the plot to cfg.plot, prints the markdown and writes it to
+// cfg.out, whole, and the JSON to cfg.json.
 func (r *Report) write(cfg config) error {
-	old, err := os.ReadFile(cfg.out)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	plotLink := ""
+	if r.Stores != nil && cfg.plot != "" {
+		var svg bytes.Buffer
+		if err := r.Stores.plot().WriteSVG(&svg); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(cfg.plot), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(cfg.plot, svg.Bytes(), 0o644); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(filepath.Dir(cfg.out), cfg.plot)
+		if err != nil {
+			return err
+		}
+		plotLink = filepath.ToSlash(rel)
 	}
-	kept := handWritten(old)
 	var md bytes.Buffer
-	r.writeMarkdown(&md, kept != nil)
+	r.writeMarkdown(&md, plotLink)
 	if _, err := os.Stdout.Write(md.Bytes()); err != nil {
 		return err
 	}
-	if err := os.WriteFile(cfg.out, withHandWritten(md.Bytes(), kept), 0o644); err != nil {
+	if err := os.WriteFile(cfg.out, md.Bytes(), 0o644); err != nil {
 		return err
 	}
 	return r.writeJSON(cfg.json)
@@ -480,17 +524,6 @@ func command() string {
 		args = append(args, a)
 	}
 	return strings.TrimSpace("cd bench && go run . " + strings.Join(args, " "))
-}
-
-// loadavg returns the 1, 5 and 15 minute load averages, or "" where
-// /proc/loadavg does not exist.
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if err != nil || len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // pglockVersion is the version of cirello.io/pglock built in.

@@ -2,30 +2,78 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
-// TestHandWrittenKept: make bench keeps the hand-written end of
-// BENCHMARKS.md below the tables it writes anew, and a page without one
-// stays as generated.
-func TestHandWrittenKept(t *testing.T) {
-	notes := handWrittenMarker + "\n\n## Reading these figures\n\nprose\n"
-	old := []byte("# pglease benchmarks\n\nold tables\n\n" + notes)
-	generated := []byte("# pglease benchmarks\n\nnew tables\n")
-
-	kept := handWritten(old)
-	if string(kept) != notes {
-		t.Fatalf("handWritten kept %q, want %q", kept, notes)
+// TestPageWrittenWhole: make bench writes BENCHMARKS.md from the run
+// alone, whatever the file held before, with the plot beside it and
+// linked from it.
+func TestPageWrittenWhole(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config{
+		out:  filepath.Join(dir, "BENCHMARKS.md"),
+		json: filepath.Join(dir, "bench", "results", "latest.json"),
+		plot: filepath.Join(dir, "docs", "img", "bench-throughput.svg"),
 	}
-	if got, want := string(withHandWritten(generated, kept)), "# pglease benchmarks\n\nnew tables\n\n"+notes; got != want {
-		t.Fatalf("page %q, want %q", got, want)
+	old := "# pglease benchmarks\n\n<!-- Written by hand from here to the end -->\n\n## Reading these figures\n\nan earlier run\n"
+	if err := os.WriteFile(cfg.out, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if got := withHandWritten(generated, handWritten(generated)); !bytes.Equal(got, generated) {
-		t.Fatalf("a page without hand-written notes became %q", got)
+	r := &Report{
+		Command: "cd bench && go run .",
+		Date:    time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC),
+		Server:  Server{Version: "PostgreSQL 15.20", Settings: map[string]string{"fsync": "on"}},
+		Host:    Host{CPUs: 2, CPU: "AMD EPYC", Virtual: true, LoadStart: "1.00 2.00 3.00", LoadEnd: "4.00 5.00 6.00"},
+		Stores: &StoreComparison{Rows: []Row{
+			{Key: "acquire-release/pkg-try", Name: "pglease.acquire + release", Clients: 1, CyclesPerSec: 900},
+			{Key: "acquire-release/pkg-try", Name: "pglease.acquire + release", Clients: 2, CyclesPerSec: 1500},
+			{Key: redisKey, Name: "Redis", Clients: 1, CyclesPerSec: 1500},
+			{Key: redisKey, Name: "Redis", Clients: 2, CyclesPerSec: 3000},
+		}},
 	}
-	if handWritten(nil) != nil {
-		t.Fatal("no previous page: nothing to keep")
+	if err := r.write(cfg); err != nil {
+		t.Fatal(err)
+	}
+	page, err := os.ReadFile(cfg.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []string{"Written by hand", "Reading these figures", "an earlier run"} {
+		if bytes.Contains(page, []byte(gone)) {
+			t.Errorf("the page kept %q from the file it replaced", gone)
+		}
+	}
+	for _, want := range []string{
+		"Written by `make bench`",
+		"a virtual machine with 2 CPUs (AMD EPYC)",
+		"before the run: 1.00 2.00 3.00; after it: 4.00 5.00 6.00",
+		"PostgreSQL 15.20",
+		"## In short",
+		"](docs/img/bench-throughput.svg)",
+	} {
+		if !bytes.Contains(page, []byte(want)) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	svg, err := os.ReadFile(cfg.plot)
+	if err != nil {
+		t.Fatalf("the plot: %v", err)
+	}
+	series := 0
+	for _, e := range parseSVG(t, svg) {
+		if e.name == "g" && e.attrs["class"] == "series" {
+			series++
+		}
+	}
+	if series != 2 {
+		t.Errorf("the plot has %d series, want 2 (pglease, Redis)", series)
+	}
+	if _, err := os.Stat(cfg.json); err != nil {
+		t.Errorf("the JSON: %v", err)
 	}
 }
 
@@ -40,7 +88,7 @@ func TestStoreComparisonMarkdown(t *testing.T) {
 		},
 	}
 	var b strings.Builder
-	c.writeMarkdown(&b, []int{8})
+	c.writeMarkdown(&b, []int{8}, "")
 	out := b.String()
 	for _, want := range []string{
 		"(etcd 3.7.3, redis 7.0.15)",

@@ -24,14 +24,25 @@ type Report struct {
 	Handover    []HandoverResult  `json:"handover"`
 	Purge       *PurgeResult      `json:"purge,omitempty"`
 	Stores      *StoreComparison  `json:"stores,omitempty"`
+	Fenced      *FencedWrites     `json:"fenced,omitempty"`
+	Batch       *BatchComparison  `json:"batch,omitempty"`
+	Leader      *Leadership       `json:"leadership,omitempty"`
+	Cron        *CronCost         `json:"cron,omitempty"`
+	Scrape      []ScrapeRow       `json:"scrape,omitempty"`
 	Targets     []Target          `json:"targets"`
 }
 
 // Host describes the machine the benchmark and the server shared.
 type Host struct {
-	CPUs      int    `json:"cpus"`
-	GoVersion string `json:"go_version"`
-	Pglock    string `json:"pglock_version"`
+	// CPU is the processor's model name, Virtual whether the kernel runs
+	// under a hypervisor, MemoryGiB the memory, Kernel the kernel release.
+	CPU       string  `json:"cpu,omitempty"`
+	Virtual   bool    `json:"virtual"`
+	MemoryGiB float64 `json:"memory_gib,omitempty"`
+	Kernel    string  `json:"kernel,omitempty"`
+	CPUs      int     `json:"cpus"`
+	GoVersion string  `json:"go_version"`
+	Pglock    string  `json:"pglock_version"`
 	// LoadStart and LoadEnd are /proc/loadavg when the run started and
 	// ended: other work on the machine shows up in the figures.
 	LoadStart string `json:"loadavg_start,omitempty"`
@@ -44,6 +55,9 @@ type RunSettings struct {
 	Rounds      int     `json:"rounds"`       // the cell's time is split into this many turns
 	Clients     []int   `json:"clients"`
 	SlotClients []int   `json:"slot_clients"`
+	// StoreClients are the concurrencies of the comparison with other
+	// stores, and of its plot.
+	StoreClients []int `json:"store_clients"`
 }
 
 // Row is one workload at one concurrency.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
+	"os"
 	"runtime"
 	"slices"
 	"time"
@@ -51,48 +53,64 @@ type ScrapeRow struct {
 	Bytes  int64   `json:"table_bytes"`    // pglease.leases with indexes
 }
 
-// runScrapeBench measures the scrape for each size on a scratch database
-// and prints its markdown section.
-func runScrapeBench(ctx context.Context, cfg config) (err error) {
+// measureScrape measures the scrape for each of sizes on a scratch
+// database of its own.
+func measureScrape(ctx context.Context, cfg config, sizes []int) (_ []ScrapeRow, err error) {
 	sc, err := createScratch(ctx, cfg.url, scratchName("_scrape"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, dropScratch(ctx, sc)) }()
 	conn, err := pgx.Connect(ctx, sc.url)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer conn.Close(ctx)
-	load := loadavg()
 	var rows []ScrapeRow
 	have := 0
-	for _, n := range cfg.scrapeLeases {
+	for _, n := range sizes {
 		log.Printf("scrape cost: %d leases", n)
 		if err := fillLeases(ctx, conn, have, n); err != nil {
-			return fmt.Errorf("%d leases: %w", n, err)
+			return nil, fmt.Errorf("%d leases: %w", n, err)
 		}
 		have = max(have, n)
 		for _, c := range scrapeCases(n) {
 			row, err := benchScrape(ctx, conn, n, c)
 			if err != nil {
-				return fmt.Errorf("%d leases, %s: %w", n, c.label, err)
+				return nil, fmt.Errorf("%d leases, %s: %w", n, c.label, err)
 			}
 			rows = append(rows, row)
 		}
 	}
-	fmt.Printf("## The scrape: one call of pglease.metrics\n\n")
-	fmt.Printf("Load average %s at the start, %s at the end; %d CPUs shared by the server and the benchmark. "+
-		"Each call %d times on one connection after %d unmeasured, with %d slot scopes of 2 live slots beside the leases "+
-		"(a quarter of the leases released, a quarter expired, half held). Round trip: the call and reading its row; "+
-		"server: EXPLAIN ANALYZE's execution time (median).\n\n",
-		load, loadavg(), runtime.NumCPU(), scrapeRuns, scrapeWarmup, scrapeScopes)
-	fmt.Println("| Leases | pglease.leases | Call | Names returned | Round trip p50 | p95 | Server |")
-	fmt.Println("|---:|---:|---|---:|---:|---:|---:|")
+	return rows, nil
+}
+
+// writeScrapeMarkdown writes the scrape section under a heading of level h.
+func writeScrapeMarkdown(w io.Writer, h string, rows []ScrapeRow) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("%s What a scrape costs", h)
+	p("")
+	p("One call of pglease.metrics, the query behind each scrape of `pglease exporter`, with the exporter's settings, as the table of leases grows: each call %d times on one connection after %d unmeasured, with %d slot scopes of 2 live slots beside the leases (a quarter of the leases released, a quarter expired, half held). Round trip: the call and reading its row; server: EXPLAIN ANALYZE's execution time (median).",
+		scrapeRuns, scrapeWarmup, scrapeScopes)
+	p("")
+	p("| Leases | pglease.leases | Call | Names returned | Round trip p50 | p95 | Server |")
+	p("| ---: | ---: | --- | ---: | ---: | ---: | ---: |")
 	for _, r := range rows {
-		fmt.Printf("| %s | %.1f MiB | %s | %s | %.1f ms | %.1f ms | %.1f ms |\n",
+		p("| %s | %.1f MiB | %s | %s | %.1f ms | %.1f ms | %.1f ms |",
 			count(float64(r.Leases)), float64(r.Bytes)/(1<<20), r.Call, count(float64(r.Names)), r.P50Ms, r.P95Ms, r.ExecMs)
 	}
+}
+
+// runScrapeBench runs only the scrape section (-scrape-leases) and prints
+// it.
+func runScrapeBench(ctx context.Context, cfg config) error {
+	load := loadavg()
+	rows, err := measureScrape(ctx, cfg, cfg.scrapeLeases)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Load average %s at the start, %s at the end; %d CPUs.\n\n", load, loadavg(), runtime.NumCPU())
+	writeScrapeMarkdown(os.Stdout, "##", rows)
 	return nil
 }
 

@@ -317,9 +317,10 @@ func (sc *SlotCycles) vsLease(row *Row) Paired {
 // heading of level h.
 func (sc *SlotCycles) writeMarkdown(w io.Writer, h string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("%s Slots against a lease (%s s per cell, %d turns)", h, strconv.FormatFloat(sc.CellSeconds, 'f', -1, 64), sc.Rounds)
+	p("%s Slots against a lease", h)
 	p("")
-	p("Each client claims in a scope (acquires a lease) of its own. The section starts with a VACUUM (ANALYZE) of the lease and slot tables, which autovacuum would have run, on the tenures the run's earlier sections left (in `-slots-only`, 2,000 live slots in 200 scopes and 2,000 live leases of other holders). Ratios are the median of the turn-by-turn ratios (first and third quartile in brackets) over the lease's acquire + release cycle; the target for one unit of capacity %d is at least %.2f×.", slotsOnlyCapacity, minSlotVsLease)
+	p("What a slot costs next to a lease: claim_slot + release_slot of 1, 4 and 16 units against acquire + release, each client in a scope (on a lease) of its own, %s s per row in %d turns, after a VACUUM (ANALYZE) of the tables, as autovacuum would run. Ratios are the median of the turn-by-turn ratios over the lease's cycle, quartiles in brackets.",
+		strconv.FormatFloat(sc.CellSeconds, 'f', -1, 64), sc.Rounds)
 	p("")
 	p("| Cycle | C | cycles/s | × acquire + release | p50 ms | p99 ms |")
 	p("| --- | ---: | ---: | ---: | ---: | ---: |")

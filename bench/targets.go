@@ -95,6 +95,9 @@ func (r *Report) checkTargets() {
 	}
 
 	r.checkSlotTargets(c)
+	if r.Fenced != nil {
+		r.checkFencedTarget(c)
+	}
 
 	rh := r.RenewHolder
 	r.add(fmt.Sprintf("renew_holder of %d leases ≥ %.0f× faster than %d single renews", rh.Leases, minRenewHolder, rh.Leases),
