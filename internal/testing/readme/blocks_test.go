@@ -1,5 +1,5 @@
 // Package readme_test keeps the README a front door that works as pasted:
-// at most 10 KB, every code block run by a test (its Go program built and
+// at most 8 KB, every code block run by a test (its Go program built and
 // run against a real Postgres, its set-up commands run in a scratch
 // module, its psql block by scripts/test-readme-psql.sh), the Go programs
 // of docs/ built, and every relative link of the docs pointing at a file
@@ -79,7 +79,7 @@ var readmeBlocks = []struct {
 }
 
 // maxREADME is the README's budget: a front door, not the manual.
-const maxREADME = 10 * 1024
+const maxREADME = 8 * 1024
 
 func TestREADMESize(t *testing.T) {
 	if n := len(readREADME(t)); n > maxREADME {
