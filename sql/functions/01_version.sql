@@ -6,5 +6,5 @@ RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT '0.3.0'::text;
+    SELECT '0.4.0'::text;
 $$;

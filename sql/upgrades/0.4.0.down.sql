@@ -1,0 +1,2 @@
+-- pglease 0.4.0 -> 0.3.0: undoes sql/upgrades/0.4.0.up.sql. Runs before the
+-- functions, views and privileges of 0.3.0 are applied again.

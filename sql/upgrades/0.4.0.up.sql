@@ -1,0 +1,2 @@
+-- pglease 0.3.0 -> 0.4.0: table changes. Runs after the catalog check and
+-- before the functions, views and privileges of 0.4.0 are applied.
