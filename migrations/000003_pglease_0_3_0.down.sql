@@ -18,6 +18,32 @@ SET LOCAL lock_timeout = '3s';
 -- pglease.metrics. The cron functions and the run ledger go too, and with
 -- it the record of past runs (a job's next run after an upgrade back to
 -- 0.3.0 finds its window open).
+-- BEGIN #51 limits (moves to 0.4.0)
+-- Rate limits go first (they came last): their functions, the key states
+-- and the limits (every bucket is full again after an upgrade back), and
+-- the quota kind 'limits' with its caps.
+DROP FUNCTION pglease.take(text, integer);
+DROP FUNCTION pglease.peek(text);
+DROP FUNCTION pglease.take_wait(text, integer, interval);
+DROP FUNCTION pglease.limit_set(text, integer, interval, integer, boolean);
+DROP FUNCTION pglease.limit_unset(text);
+DROP FUNCTION pglease.limit_reset(text);
+DROP FUNCTION pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]);
+DROP FUNCTION pglease._limit_take(text, text, integer);
+DROP FUNCTION pglease._limit_of(text, text);
+DROP FUNCTION pglease._limit_admin(text, text, text);
+DROP FUNCTION pglease._limit_key_role(text);
+DROP FUNCTION pglease._limit_purge(timestamptz, boolean, text);
+DROP FUNCTION pglease._limit_us(timestamptz);
+DROP TABLE pglease.limit_state;
+DROP TABLE pglease.limits;
+DELETE FROM pglease.quotas AS q WHERE q.kind = 'limits';
+ALTER TABLE pglease.quotas
+    DROP CONSTRAINT quotas_kind_check,
+    ADD CONSTRAINT quotas_kind_check
+        CHECK (kind IN ('leases', 'slots', 'scopes', 'groups', 'queue', 'runs'));
+-- END #51 limits
+
 DROP FUNCTION pglease.metrics(text, integer);
 DROP FUNCTION pglease.release_after(text, text, bigint, interval);
 DROP FUNCTION pglease.run_begin(text, text, bigint, interval);
