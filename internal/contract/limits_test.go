@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -35,6 +36,9 @@ func TestLimits(t *testing.T) {
 		{"Quota", testLimitQuota},
 		{"ClaimAndTake", testClaimAndTake},
 		{"ClaimAndTakeBadInput", testClaimAndTakeBadInput},
+		{"ReserveSettle", testReserveSettle},
+		{"ReservationExpires", testReservationExpires},
+		{"ConcurrentReserversNeverOvershoot", testReserveConcurrent},
 	})
 }
 
@@ -769,5 +773,233 @@ func testClaimAndTakeBadInput(t *testing.T, db *testDB) {
 		if inUse, _ := scopeStatus(t, db.pool, scope); inUse != 0 {
 			t.Fatalf("claim_and_take(%v, %v): %d units in use, want 0", tc.keys, tc.costs, inUse)
 		}
+	}
+}
+
+type reserveResult struct {
+	Reserved    bool
+	Reservation *int64
+	ExpiresAt   *time.Time
+	Remaining   int32
+	RetryIn     *time.Duration
+	At          time.Time
+}
+
+func tryReserve(ctx context.Context, q querier, key string, amount int, ttl time.Duration) (reserveResult, error) {
+	var r reserveResult
+	err := q.QueryRow(ctx, `SELECT reserved, reservation, expires_at, remaining, retry_in, decided_at
+		FROM pglease.reserve($1, $2, $3)`, key, amount, ttl).
+		Scan(&r.Reserved, &r.Reservation, &r.ExpiresAt, &r.Remaining, &r.RetryIn, &r.At)
+	return r, err
+}
+
+func reserve(t testing.TB, q querier, key string, amount int, ttl time.Duration) reserveResult {
+	t.Helper()
+	ctx, cancel := callContext(t)
+	defer cancel()
+	r, err := tryReserve(ctx, q, key, amount, ttl)
+	if err != nil {
+		t.Fatalf("reserve(%q, %d, %v): %v", key, amount, ttl, err)
+	}
+	return r
+}
+
+type settleResult struct {
+	Settled   bool
+	Refunded  int32
+	Remaining int32
+	At        time.Time
+}
+
+func trySettle(ctx context.Context, q querier, key string, reservation int64, actual int) (settleResult, error) {
+	var r settleResult
+	err := q.QueryRow(ctx, `SELECT settled, refunded, remaining, decided_at FROM pglease.settle($1, $2, $3)`,
+		key, reservation, actual).Scan(&r.Settled, &r.Refunded, &r.Remaining, &r.At)
+	return r, err
+}
+
+func settle(t testing.TB, q querier, key string, reservation int64, actual int) settleResult {
+	t.Helper()
+	ctx, cancel := callContext(t)
+	defer cancel()
+	r, err := trySettle(ctx, q, key, reservation, actual)
+	if err != nil {
+		t.Fatalf("settle(%q, %d, %d): %v", key, reservation, actual, err)
+	}
+	return r
+}
+
+// testReserveSettle: a reservation spends its amount; settling gives back
+// what was not used, once; another role's settle, a bad actual and bad
+// input change nothing.
+func testReserveSettle(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	a, b, _, _ := limitRoles(t, db) // n("shared/"): 1 per hour, burst 2
+	setLimit(t, db.pool, n("shared/"), 1, time.Hour, 10, false)
+	key := n("shared/k")
+	r := reserve(t, a, key, 6, time.Hour)
+	if !r.Reserved || r.Reservation == nil || r.Remaining != 4 || r.ExpiresAt == nil || !r.ExpiresAt.Equal(r.At.Add(time.Hour)) {
+		t.Fatalf("reserve 6 of 10: got %+v, want reserved, 4 remaining, expiring an hour after decided_at", r)
+	}
+	if r2 := reserve(t, a, key, 5, time.Hour); r2.Reserved || r2.Reservation != nil || r2.RetryIn == nil {
+		t.Fatalf("reserve 5 with 4 left: got %+v, want refused with retry_in", r2)
+	}
+	before := limitSnapshot(t, db)
+	_, err := trySettle(ctx, a, key, *r.Reservation, 7)
+	requirePgError(t, err, "22023", "p_actual 7 is more than the 6 tokens")
+	_, err = trySettle(ctx, a, key, 0, 1)
+	requirePgError(t, err, "22023", "p_reservation must be 1 or more")
+	_, err = trySettle(ctx, a, key, *r.Reservation, -1)
+	requirePgError(t, err, "22023", "p_actual must be from 0")
+	// B's settle of A's reservation: B's bucket of the shared key has no
+	// such reservation.
+	if s := settle(t, b, key, *r.Reservation, 0); s.Settled || s.Refunded != 0 {
+		t.Fatalf("B's settle of A's reservation: got %+v, want not settled", s)
+	}
+	if after := limitSnapshot(t, db); after != before {
+		t.Fatalf("state after refused settles:\n got %s\nwant %s", after, before)
+	}
+	s := settle(t, a, key, *r.Reservation, 2)
+	if !s.Settled || s.Refunded != 4 || s.Remaining != 8 {
+		t.Fatalf("settle at 2 of 6: got %+v, want settled, 4 refunded, 8 remaining", s)
+	}
+	if s := settle(t, a, key, *r.Reservation, 2); s.Settled || s.Remaining != 8 {
+		t.Fatalf("settle again: got %+v, want not settled, 8 remaining", s)
+	}
+	// A reservation rolled back with its transaction was never made.
+	tx, err := a.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserve(t, tx, key, 8, time.Hour)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := peek(t, a, key); p.Remaining != 8 {
+		t.Fatalf("tokens after a rolled-back reserve: got %s, want 8", p)
+	}
+	// Under a prefix bound to A: B is refused outright.
+	ra := reserve(t, a, n("a/k"), 1, time.Hour)
+	_, err = trySettle(ctx, b, n("a/k"), *ra.Reservation, 0)
+	requirePgError(t, err, "42501", "pglease.settle:")
+	_, err = tryReserve(ctx, b, n("a/k"), 1, time.Hour)
+	requirePgError(t, err, "42501", "pglease.reserve:")
+	_, err = tryReserve(ctx, a, key, 1, 0)
+	requirePgError(t, err, "22023", "p_ttl must be more than 0")
+}
+
+// testReservationExpires: once its TTL has passed on the server's clock a
+// reservation can no longer be settled: its amount stays spent, and
+// purge deletes it.
+func testReservationExpires(t *testing.T, db *testDB) {
+	n := namer(t)
+	adminURL := pgtest.AdminURL(t)
+	c := connectAs(t, db.url, createLoginRole(t, adminURL, db.url, true))
+	d := connectAs(t, db.url, createLoginRole(t, adminURL, db.url, true))
+	setLimit(t, db.pool, n(""), 1, time.Hour, 5, false)
+	r := reserve(t, c, n("k"), 3, 200*time.Millisecond)
+	waitServerPast(t, c, *r.ExpiresAt)
+	if s := settle(t, c, n("k"), *r.Reservation, 0); s.Settled || s.Refunded != 0 || s.Remaining != 2 {
+		t.Fatalf("settle after expiry: got %+v, want not settled, 2 remaining (the 3 stay spent)", s)
+	}
+	rows := func() int64 {
+		return countRows(t, db.pool, `SELECT count(*) FROM pglease.limit_reservations WHERE id = $1`, *r.Reservation)
+	}
+	if got := rows(); got != 1 {
+		t.Fatalf("expired reservation rows before purge: got %d, want 1", got)
+	}
+	mustExec(t, d, `SELECT pglease.purge('0')`)
+	if got := rows(); got != 1 {
+		t.Fatal("another role's purge deleted C's expired reservation")
+	}
+	mustExec(t, c, `SELECT pglease.purge('0')`)
+	if got := rows(); got != 0 {
+		t.Fatalf("C's expired reservation after C's purge: got %d rows, want 0", got)
+	}
+}
+
+// testReserveConcurrent: 16 reservers on one budget of 100 tokens (no
+// refill during the test) reserve 1 to 8 tokens and settle at random
+// (some never do). Replayed in the order of their clock readings, every
+// decision equals the budget's arithmetic: a reserve is allowed exactly
+// when its amount fits what is left, and every call's remaining is the
+// budget minus what is spent and not refunded; so the reservations never
+// overshoot it.
+func testReserveConcurrent(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	const budget = 100
+	setLimit(t, db.pool, n(""), 1, time.Hour, budget, false)
+	key := n("k")
+	pool := newPool(t, db.url, 16)
+	type op struct {
+		at        time.Time
+		reserve   bool
+		ok        bool
+		amount    int // reserved, or refunded
+		remaining int32
+	}
+	var (
+		mu  sync.Mutex
+		ops []op
+		wg  sync.WaitGroup
+	)
+	errs := make(chan error, 16)
+	for g := range 16 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 51))
+			for range 25 {
+				amount := 1 + rng.IntN(8)
+				r, err := tryReserve(ctx, pool, key, amount, time.Hour)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				ops = append(ops, op{r.At, true, r.Reserved, amount, r.Remaining})
+				mu.Unlock()
+				if !r.Reserved || rng.IntN(10) == 0 {
+					continue // refused, or never settled
+				}
+				s, err := trySettle(ctx, pool, key, *r.Reservation, rng.IntN(amount+1))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				ops = append(ops, op{s.At, false, s.Settled, int(s.Refunded), s.Remaining})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("reserve or settle: %v", err)
+	}
+	slices.SortFunc(ops, func(a, b op) int { return a.at.Compare(b.at) })
+	spent, reserved, refused := 0, 0, 0
+	for i, o := range ops {
+		switch {
+		case o.reserve && o.ok != (spent+o.amount <= budget):
+			t.Fatalf("op %d: reserve of %d with %d spent: got allowed=%v, want %v", i, o.amount, spent, o.ok, !o.ok)
+		case o.reserve && o.ok:
+			spent += o.amount
+			reserved++
+		case o.reserve:
+			refused++
+		case !o.ok:
+			t.Fatalf("op %d: settle of a live reservation of this bucket: got not settled", i)
+		default:
+			spent -= o.amount
+		}
+		if spent > budget || int(o.remaining) != budget-spent {
+			t.Fatalf("op %d: remaining %d, want budget - spent = %d", i, o.remaining, budget-spent)
+		}
+	}
+	t.Logf("16 reservers: %d calls, %d reserved, %d refused, %d tokens spent at the end", len(ops), reserved, refused, spent)
+	if p := peek(t, pool, key); int(p.Remaining) != budget-spent {
+		t.Fatalf("tokens at the end: got %d, want %d", p.Remaining, budget-spent)
 	}
 }

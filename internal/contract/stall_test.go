@@ -618,6 +618,18 @@ var stallSweep = map[string][]hostileCall{
 		args:   func(e *stallEnv) []any { return []any{e.live} },
 		raises: "42501",
 	}},
+	"pglease.reserve(text,integer,interval)": {{
+		how:    "reserve of A's lease names as keys",
+		sql:    `SELECT r::text FROM unnest($1::text[]) AS u(n), pglease.reserve(u.n, 1, '1 hour') AS r`,
+		args:   func(e *stallEnv) []any { return []any{e.allLeases()} },
+		raises: "PGL20",
+	}},
+	"pglease.settle(text,bigint,integer)": {{
+		how:    "settle of A's lease names as keys, with A's fences as reservations",
+		sql:    `SELECT r::text FROM unnest($1::text[], $2::bigint[]) AS u(n, f), pglease.settle(u.n, u.f, 0) AS r`,
+		args:   func(e *stallEnv) []any { names, _, fences := e.liveLeases(); return []any{names, fences} },
+		raises: "PGL20",
+	}},
 	"pglease.claim_and_take(text,text,integer,interval,integer,text[],integer[])": {{
 		how:    "claim_and_take of A's full scope with a key without a limit",
 		sql:    `SELECT c::text FROM pglease.claim_and_take($1, $2, 1, '1 hour', 1, ARRAY[$1], NULL) AS c`,

@@ -87,6 +87,16 @@ type PgleaseLimit struct {
 	CreatedBy  pgtype.Text
 }
 
+// pglease: reservations of rate-limit tokens awaiting settlement; change only through the pglease functions
+type PgleaseLimitReservation struct {
+	ID         int64
+	Key        string
+	KeyRole    string
+	Amount     int32
+	ReservedAt time.Time
+	ExpiresAt  time.Time
+}
+
 // pglease: the state of each rate-limited key; change only through the pglease functions
 type PgleaseLimitState struct {
 	Key       string

@@ -1008,6 +1008,26 @@ AS $$
     RUN ON pglease._route(p_scope);
 $$;
 
+-- Source: sql/functions/82_reservations.sql (signature), sql/proxy/routes (hash p_key)
+CREATE OR REPLACE FUNCTION pglease.reserve(p_key text, p_amount integer, p_ttl interval,
+    OUT reserved boolean, OUT reservation bigint, OUT expires_at timestamptz,
+    OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_key);
+$$;
+
+-- Source: sql/functions/82_reservations.sql (signature), sql/proxy/routes (hash p_key)
+CREATE OR REPLACE FUNCTION pglease.settle(p_key text, p_reservation bigint, p_actual integer,
+    OUT settled boolean, OUT refunded integer, OUT remaining integer, OUT decided_at timestamptz)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_key);
+$$;
+
 -- Source: sql/proxy/20_views.sql
 
 -- Status views: the union of every partition's view (RUN ON ALL), read
@@ -1217,7 +1237,9 @@ BEGIN
             pglease.limit_unset(text),
             pglease._all_limit_unset(text),
             pglease.limit_reset(text),
-            pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[])
+            pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]),
+            pglease.reserve(text, integer, interval),
+            pglease.settle(text, bigint, integer)
             TO pglease_client;
     END IF;
 END

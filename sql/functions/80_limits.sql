@@ -407,9 +407,10 @@ $$;
 
 -- _limit_purge(p_cutoff, p_all, p_role): for pglease.purge: deletes the
 -- key states full since p_cutoff (tat <= p_cutoff: deleting them changes
--- no decision), of every role when p_all, else those of p_role's buckets
--- or created by it; skips rows locked by a take in flight. Returns how
--- many it deleted.
+-- no decision) and the reservations (sql/functions/82_reservations.sql)
+-- expired by p_cutoff (they can no longer be settled), of every role when
+-- p_all, else those of p_role's buckets (and states it created); skips
+-- rows locked by a take or settle in flight. Returns how many it deleted.
 CREATE OR REPLACE FUNCTION pglease._limit_purge(p_cutoff timestamptz, p_all boolean, p_role text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -424,6 +425,14 @@ BEGIN
                               FOR UPDATE SKIP LOCKED))
       AND s.tat <= p_cutoff;
     GET DIAGNOSTICS v_n = ROW_COUNT;
+    WITH gone AS (
+        DELETE FROM pglease.limit_reservations AS r
+        WHERE r.id = ANY (ARRAY(SELECT d.id FROM pglease.limit_reservations AS d
+                                WHERE d.expires_at <= p_cutoff AND (p_all OR d.key_role = p_role)
+                                FOR UPDATE SKIP LOCKED))
+        RETURNING 1
+    )
+    SELECT v_n + count(*) INTO v_n FROM gone;
     RETURN v_n;
 END
 $$;

@@ -147,7 +147,9 @@ BEGIN
             pglease.limit_unset(text),
             pglease._all_limit_unset(text),
             pglease.limit_reset(text),
-            pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[])
+            pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]),
+            pglease.reserve(text, integer, interval),
+            pglease.settle(text, bigint, integer)
             TO pglease_client;
     END IF;
 END

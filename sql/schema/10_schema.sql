@@ -392,3 +392,19 @@ CREATE TABLE pglease.limit_state (
 COMMENT ON TABLE pglease.limit_state IS
     'pglease: the state of each rate-limited key; change only through the pglease functions';
 CREATE INDEX limit_state_created_by_idx ON pglease.limit_state (created_by) WHERE created_by IS NOT NULL;
+
+-- Reservations of a key's tokens (pglease.reserve, 0.4.0): amount tokens
+-- spent from the bucket of (key, key_role) at reserved_at, of which
+-- pglease.settle gives back what was not used, until expires_at; after
+-- that they stay spent, and pglease.purge deletes the row.
+CREATE TABLE pglease.limit_reservations (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key         text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 256),
+    key_role    text        NOT NULL,
+    amount      integer     NOT NULL CHECK (amount >= 1),
+    reserved_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.limit_reservations IS
+    'pglease: reservations of rate-limit tokens awaiting settlement; change only through the pglease functions';
+CREATE INDEX limit_reservations_expires_idx ON pglease.limit_reservations (expires_at);

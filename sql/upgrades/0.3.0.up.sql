@@ -252,4 +252,15 @@ ALTER TABLE pglease.quotas
     DROP CONSTRAINT quotas_kind_check,
     ADD CONSTRAINT quotas_kind_check
         CHECK (kind IN ('leases', 'slots', 'scopes', 'groups', 'queue', 'runs', 'limits'));
+CREATE TABLE pglease.limit_reservations (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key         text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 256),
+    key_role    text        NOT NULL,
+    amount      integer     NOT NULL CHECK (amount >= 1),
+    reserved_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.limit_reservations IS
+    'pglease: reservations of rate-limit tokens awaiting settlement; change only through the pglease functions';
+CREATE INDEX limit_reservations_expires_idx ON pglease.limit_reservations (expires_at);
 -- END #51 limits
