@@ -249,3 +249,32 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("pglease.ratelimit.wait.duration not recorded; recorded:\n%s", r.Dump(t))
 	}
 }
+
+// TestReserveSettle: a reservation spends its tokens; settling gives back
+// what was not used, once.
+func TestReserveSettle(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	l := newLimiter(t, pool, ratelimit.Config{})
+	ctx := callContext(t)
+	set(t, l, "r/", ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10})
+	r, err := l.Reserve(ctx, "r/k", 8, time.Minute)
+	if err != nil || !r.Allowed || r.ID == 0 || r.Remaining != 2 || !r.ExpiresAt.Equal(r.At.Add(time.Minute)) {
+		t.Fatalf("Reserve(8) of 10: got %+v, %v; want reserved, 2 left, expiring a minute after At", r, err)
+	}
+	if r2, err := l.Reserve(ctx, "r/k", 3, time.Minute); err != nil || r2.Allowed || r2.ID != 0 || r2.RetryIn <= 0 {
+		t.Fatalf("Reserve(3) with 2 left: got %+v, %v; want refused", r2, err)
+	}
+	if ok, err := l.Settle(ctx, "r/k", r.ID, 5); err != nil || !ok {
+		t.Fatalf("Settle at 5: got %v, %v; want settled", ok, err)
+	}
+	if ok, err := l.Settle(ctx, "r/k", r.ID, 5); err != nil || ok {
+		t.Fatalf("Settle again: got %v, %v; want false", ok, err)
+	}
+	if p, err := l.Peek(ctx, "r/k"); err != nil || p.Remaining != 5 {
+		t.Fatalf("tokens after settling 5 of 8: got %+v, %v; want 5", p, err)
+	}
+	if _, err := l.Reserve(ctx, "r/k", 1, 25*time.Hour); !errors.Is(err, pglease.ErrInvalidArgument) {
+		t.Fatalf("Reserve with a TTL over 24 h: got %v, want ErrInvalidArgument", err)
+	}
+}

@@ -8,6 +8,8 @@ package db
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const limitPeek = `-- name: LimitPeek :one
@@ -31,6 +33,46 @@ func (q *Queries) LimitPeek(ctx context.Context, key string) (LimitPeekRow, erro
 	var i LimitPeekRow
 	err := row.Scan(
 		&i.Allowed,
+		&i.Remaining,
+		&i.RetryIn,
+		&i.ResetIn,
+		&i.Burst,
+		&i.DecidedAt,
+	)
+	return i, err
+}
+
+const limitReserve = `-- name: LimitReserve :one
+SELECT r.reserved::boolean AS reserved, r.reservation, r.expires_at,
+       r.remaining::integer AS remaining, r.retry_in, r.reset_in::interval AS reset_in,
+       r.burst::integer AS burst, r.decided_at::timestamptz AS decided_at
+FROM pglease.reserve($1, $2::integer, $3::interval) AS r
+`
+
+type LimitReserveParams struct {
+	Key    string
+	Amount int32
+	Ttl    time.Duration
+}
+
+type LimitReserveRow struct {
+	Reserved    bool
+	Reservation pgtype.Int8
+	ExpiresAt   *time.Time
+	Remaining   int32
+	RetryIn     *time.Duration
+	ResetIn     time.Duration
+	Burst       int32
+	DecidedAt   time.Time
+}
+
+func (q *Queries) LimitReserve(ctx context.Context, arg LimitReserveParams) (LimitReserveRow, error) {
+	row := q.db.QueryRow(ctx, limitReserve, arg.Key, arg.Amount, arg.Ttl)
+	var i LimitReserveRow
+	err := row.Scan(
+		&i.Reserved,
+		&i.Reservation,
+		&i.ExpiresAt,
 		&i.Remaining,
 		&i.RetryIn,
 		&i.ResetIn,
@@ -74,6 +116,37 @@ func (q *Queries) LimitSet(ctx context.Context, arg LimitSetParams) (bool, error
 	var replaced bool
 	err := row.Scan(&replaced)
 	return replaced, err
+}
+
+const limitSettle = `-- name: LimitSettle :one
+SELECT s.settled::boolean AS settled, s.refunded::integer AS refunded,
+       s.remaining::integer AS remaining, s.decided_at::timestamptz AS decided_at
+FROM pglease.settle($1, $2::bigint, $3::integer) AS s
+`
+
+type LimitSettleParams struct {
+	Key         string
+	Reservation int64
+	Actual      int32
+}
+
+type LimitSettleRow struct {
+	Settled   bool
+	Refunded  int32
+	Remaining int32
+	DecidedAt time.Time
+}
+
+func (q *Queries) LimitSettle(ctx context.Context, arg LimitSettleParams) (LimitSettleRow, error) {
+	row := q.db.QueryRow(ctx, limitSettle, arg.Key, arg.Reservation, arg.Actual)
+	var i LimitSettleRow
+	err := row.Scan(
+		&i.Settled,
+		&i.Refunded,
+		&i.Remaining,
+		&i.DecidedAt,
+	)
+	return i, err
 }
 
 const limitTake = `-- name: LimitTake :one

@@ -20,3 +20,14 @@ SELECT pglease.limit_unset(@target)::boolean AS removed;
 
 -- name: LimitReset :one
 SELECT pglease.limit_reset(@key)::integer AS reset;
+
+-- name: LimitReserve :one
+SELECT r.reserved::boolean AS reserved, r.reservation, r.expires_at,
+       r.remaining::integer AS remaining, r.retry_in, r.reset_in::interval AS reset_in,
+       r.burst::integer AS burst, r.decided_at::timestamptz AS decided_at
+FROM pglease.reserve(@key, @amount::integer, @ttl::interval) AS r;
+
+-- name: LimitSettle :one
+SELECT s.settled::boolean AS settled, s.refunded::integer AS refunded,
+       s.remaining::integer AS remaining, s.decided_at::timestamptz AS decided_at
+FROM pglease.settle(@key, @reservation::bigint, @actual::integer) AS s;
