@@ -39,6 +39,9 @@
 // spent. Wait returns ctx.Err() unchanged when ctx ends first; it sleeps
 // on the client between tries, holding no connection and no lock.
 //
+// Through a PL/Proxy proxy a call commits on its key's partition at
+// once: there TakeTx does not roll back with the caller's transaction.
+//
 // Not guaranteed: fairness between waiters (the first take after the
 // tokens are there wins, not the first waiter), and decisions across
 // partitions of a PL/Proxy proxy for keys that do not share a routing
