@@ -5520,19 +5520,21 @@ $$;
 -- _limit_of(p_func, p_key): the limit of p_key: its longest matching
 -- target (an exact target only when it is p_key) no shorter than p_key's
 -- bound prefix; target, emission_us and burst. Raises PGL20 naming p_func
--- and p_key when there is none. Reads pglease.limits without a lock.
+-- and p_key when there is none. Reads pglease.limits without a lock, by
+-- primary key: one probe per prefix of p_key (at most 256), whatever the
+-- number of limits.
 CREATE OR REPLACE FUNCTION pglease._limit_of(p_func text, p_key text,
     OUT target text, OUT emission_us bigint, OUT burst integer)
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_prefix text := (pglease._owner(p_key)).prefix;
+    v_from integer := greatest(pg_catalog.char_length((pglease._owner(p_key)).prefix), 1);
 BEGIN
     SELECT l.target, l.emission_us, l.burst INTO target, emission_us, burst
     FROM pglease.limits AS l
-    WHERE pg_catalog.starts_with(p_key, l.target)
+    WHERE l.target = ANY (ARRAY(SELECT pg_catalog.left(p_key, i)
+                                FROM pg_catalog.generate_series(v_from, pg_catalog.char_length(p_key)) AS i))
       AND (NOT l.exact OR l.target = p_key)
-      AND pg_catalog.octet_length(l.target) >= coalesce(pg_catalog.octet_length(v_prefix), 0)
     ORDER BY pg_catalog.octet_length(l.target) DESC
     LIMIT 1;
     IF NOT FOUND THEN
