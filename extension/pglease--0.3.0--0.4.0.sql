@@ -14,12 +14,17 @@ DO $pglease_guard$
 DECLARE
     v_count integer;
     v_diff  text;
+    v_path  text := pg_catalog.current_setting('search_path');
 BEGIN
     IF pg_catalog.to_regnamespace('pglease') IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '55000',
             MESSAGE = 'pglease: cannot upgrade to 0.4.0: schema pglease does not exist',
             HINT = 'Install pglease first (pglease migrate up, or CREATE EXTENSION pglease).';
     END IF;
+    -- Types and constraints print schema-qualified, as in the recorded
+    -- catalog, whatever the search_path (an extension script runs with
+    -- pglease first in it).
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     WITH expected(object, digest) AS (VALUES
         ('column candidates.holder', '2535a027b5ea08006a0030dcc5b9f02e'),
         ('column candidates.holder_role', '9ee947fb4bc57fb81f393c8f9f5e4304'),
@@ -341,6 +346,7 @@ BEGIN
            pg_catalog.string_agg(d.object || ' (' || d.what || ')', '; ' ORDER BY d.object COLLATE "C")
     INTO v_count, v_diff
     FROM differences AS d;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
     IF v_count > 0 THEN
         RAISE EXCEPTION USING ERRCODE = '55000',
             MESSAGE = pg_catalog.format('pglease: cannot upgrade schema pglease from 0.3.0 to 0.4.0: %s object(s) differ from what pglease 0.3.0 installed: %s',
@@ -355,6 +361,49 @@ $pglease_guard$;
 
 -- pglease 0.3.0 -> 0.4.0: table changes. Runs after the catalog check and
 -- before the functions, views and privileges of 0.4.0 are applied.
+
+-- Rate limits (sql/functions/80_limits.sql, docs/limits.md): two new
+-- tables, empty, created as in sql/schema/10_schema.sql, and the quota
+-- kind 'limits'.
+CREATE TABLE pglease.limits (
+    target      text        PRIMARY KEY CHECK (octet_length(target) BETWEEN 1 AND 256),
+    exact       boolean     NOT NULL,
+    rate        integer     NOT NULL CHECK (rate >= 1),
+    per         interval    NOT NULL,
+    burst       integer     NOT NULL CHECK (burst >= 1),
+    emission_us bigint      NOT NULL CHECK (emission_us >= 1),
+    set_by      text        NOT NULL,
+    set_at      timestamptz NOT NULL,
+    created_by  text
+);
+COMMENT ON TABLE pglease.limits IS
+    'pglease: rate limits by key or prefix; change only through pglease.limit_set and limit_unset';
+CREATE INDEX limits_created_by_idx ON pglease.limits (created_by) WHERE created_by IS NOT NULL;
+CREATE TABLE pglease.limit_state (
+    key        text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 256),
+    key_role   text        NOT NULL,
+    tat        timestamptz NOT NULL,
+    created_by text,
+    PRIMARY KEY (key, key_role)
+) WITH (fillfactor = 70);
+COMMENT ON TABLE pglease.limit_state IS
+    'pglease: the state of each rate-limited key; change only through the pglease functions';
+CREATE INDEX limit_state_created_by_idx ON pglease.limit_state (created_by) WHERE created_by IS NOT NULL;
+ALTER TABLE pglease.quotas
+    DROP CONSTRAINT quotas_kind_check,
+    ADD CONSTRAINT quotas_kind_check
+        CHECK (kind IN ('leases', 'slots', 'scopes', 'groups', 'queue', 'runs', 'limits'));
+CREATE TABLE pglease.limit_reservations (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key         text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 256),
+    key_role    text        NOT NULL,
+    amount      integer     NOT NULL CHECK (amount >= 1),
+    reserved_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.limit_reservations IS
+    'pglease: reservations of rate-limit tokens awaiting settlement; change only through the pglease functions';
+CREATE INDEX limit_reservations_expires_idx ON pglease.limit_reservations (expires_at);
 
 -- Source: sql/functions/00_checks.sql
 
@@ -1073,6 +1122,8 @@ $$;
 --   queue   the role's live entries in slot queues (a lapsed entry no
 --           longer counts)
 --   runs    run ledger rows of the role's tenures
+--   limits  rate-limit key states (pglease.take) and limits
+--           (pglease.limit_set) the role created while capped (0.4.0)
 -- A call that would go over its role's cap raises 53400 and changes
 -- nothing. Checks of one role and kind take turns (the cap's row is locked
 -- until the caller's transaction ends), so a cap is never exceeded, and
@@ -1086,7 +1137,7 @@ CREATE OR REPLACE FUNCTION pglease._quota_kinds()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT ARRAY['leases', 'slots', 'scopes', 'groups', 'queue', 'runs']
+    SELECT ARRAY['leases', 'slots', 'scopes', 'groups', 'queue', 'runs', 'limits']
 $$;
 
 -- _quota_used(p_role, p_kind, p_limit): how many rows of p_kind role p_role
@@ -1112,6 +1163,11 @@ BEGIN
     WHEN 'queue' THEN
         RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.slot_queue AS q
                                       WHERE q.holder_role = p_role AND q.until > clock_timestamp()
+                                      LIMIT p_limit) AS r);
+    WHEN 'limits' THEN
+        RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.limit_state AS s WHERE s.created_by = p_role
+                                      UNION ALL
+                                      SELECT 1 FROM pglease.limits AS l WHERE l.created_by = p_role
                                       LIMIT p_limit) AS r);
     ELSE -- 'runs'
         RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.runs AS u
@@ -1171,7 +1227,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('pglease.quota_set: p_kind must be one of %s, got %L',
                              array_to_string(pglease._quota_kinds(), ', '), p_kind),
-            HINT = 'Cap leases, slots, scopes, groups, queue or runs.';
+            HINT = 'Cap leases, slots, scopes, groups, queue, runs or limits.';
     END IF;
     IF p_max < 0 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -3476,6 +3532,8 @@ $$;
 --   * shard groups (pglease.group_create) nobody has taken part in since
 --     p_free_for ago and whose shard leases are all gone (purged by an
 --     earlier purge), with their shard lists and member rows;
+--   * rate-limit key states full since p_free_for ago (0.4.0: deleting
+--     one changes no decision; see pglease._limit_purge);
 --   * waiter registrations past their until (and, uncounted, lapsed
 --     observer, candidate and slot queue registrations).
 -- Whose rows: the schema owner, a superuser and members of
@@ -3517,6 +3575,7 @@ DECLARE
     v_waiters    bigint;
     v_runs       bigint;
     v_groups     bigint;
+    v_limits     bigint;
     v_scope      text;
     v_scopes     text[];
 BEGIN
@@ -3638,13 +3697,13 @@ BEGIN
     WHERE q.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.slot_queue AS d
                               WHERE d.until < v_now AND (v_all OR d.holder_role = v_role)
                               FOR UPDATE SKIP LOCKED));
+    v_limits := pglease._limit_purge(v_cutoff, v_all, v_role);
 
-
-    IF v_leases + v_slots + v_waiters + v_runs + v_groups > 0 THEN
+    IF v_leases + v_slots + v_waiters + v_runs + v_groups + v_limits > 0 THEN
         PERFORM pglease._raise_floors(v_lease_max, v_slot_max,
-                                      v_leases + v_slots + v_waiters + v_runs + v_groups);
+                                      v_leases + v_slots + v_waiters + v_runs + v_groups + v_limits);
     END IF;
-    RETURN v_leases + v_slots + v_waiters + v_runs + v_groups;
+    RETURN v_leases + v_slots + v_waiters + v_runs + v_groups + v_limits;
 END
 $$;
 
@@ -3726,7 +3785,9 @@ $$;
 --   * tables, table_rows, table_bytes: every table of the schema that holds
 --     rows (leases, slots, slot_scopes, waiters, slot_queue, observers,
 --     candidates, runs, groups, group_shards, group_members, prefixes,
---     quotas, purge_turns, in this order; the first four as before 0.3.0),
+--     quotas, purge_turns, limits, limit_state, limit_reservations, in
+--     this order; the first four as before 0.3.0, the last three from
+--     0.4.0),
 --     their exact row counts and their sizes on disk with indexes and
 --     TOAST (pg_total_relation_size);
 --   * lease_oldest_free_seconds: how long the lease row free (released or
@@ -3850,7 +3911,7 @@ BEGIN
 
     tables := ARRAY['leases', 'slots', 'slot_scopes', 'waiters', 'slot_queue', 'observers',
                     'candidates', 'runs', 'groups', 'group_shards', 'group_members', 'prefixes',
-                    'quotas', 'purge_turns'];
+                    'quotas', 'purge_turns', 'limits', 'limit_state', 'limit_reservations'];
     table_rows := ARRAY[leases_held + leases_expired + leases_free, v_slots, v_scopes, v_waiters,
                         (SELECT count(*) FROM pglease.slot_queue),
                         (SELECT count(*) FROM pglease.observers),
@@ -3861,7 +3922,10 @@ BEGIN
                         (SELECT count(*) FROM pglease.group_members),
                         (SELECT count(*) FROM pglease.prefixes),
                         (SELECT count(*) FROM pglease.quotas),
-                        (SELECT count(*) FROM pglease.purge_turns)];
+                        (SELECT count(*) FROM pglease.purge_turns),
+                        (SELECT count(*) FROM pglease.limits),
+                        (SELECT count(*) FROM pglease.limit_state),
+                        (SELECT count(*) FROM pglease.limit_reservations)];
     table_bytes := ARRAY(SELECT pg_total_relation_size(('pglease.' || t)::regclass)
                          FROM unnest(tables) WITH ORDINALITY AS u(t, i) ORDER BY u.i);
 
@@ -5255,6 +5319,711 @@ AS $$
     FROM pglease.groups AS g;
 $$;
 
+-- Source: sql/functions/80_limits.sql
+
+-- Rate limits (0.4.0, #51, docs/limits.md): GCRA on the server's clock,
+-- inside the caller's transaction.
+--
+-- A limit is configured for a target (pglease.limit_set): a key, or every
+-- key that starts with the target; a key's limit is its longest matching
+-- target (tiers: 'tenant/gold/' 1000 per minute beside 'tenant/' 100 per
+-- minute). Callers name the key, never the numbers. A limit of rate tokens
+-- per interval per and burst B spends one token every emission = per /
+-- rate (rounded up to a whole microsecond, so the rate is never exceeded)
+-- and holds at most B at once. A key's state is one row of
+-- pglease.limit_state, its theoretical arrival time tat: a take of n
+-- tokens at now is allowed iff
+--     max(tat, now) + n * emission <= now + B * emission,
+-- and then sets tat to the left side. So over any span of length d the
+-- allowed takes of a key spend at most B + d / emission tokens, whatever
+-- their concurrency (takes of a key serialise on its row).
+--
+-- Who: a key under a prefix bound to a role (pglease.prefix_bind) is that
+-- role's: only its members take, peek or reset it (42501 for anyone else,
+-- before any lock), and its members share one bucket. A key under no bound
+-- prefix is a shared name, as for leases: each role taking it has a bucket
+-- of its own (the row's key_role), which no other role can reach. Limits
+-- are set, unset and reset by the schema owner (and superusers) on any
+-- target, and by members of the role a target's bound prefix belongs to on
+-- targets under it; a key's limit is looked up only among targets inside
+-- the key's own bound prefix, so no role can configure another role's keys.
+--
+-- Clock: every decision reads clock_timestamp() once, after the row lock;
+-- all arithmetic is in whole microseconds (bigint), exact.
+
+-- _limit_us(p_at): p_at in microseconds since 1970-01-01 UTC (exact: the
+-- epoch is numeric from PostgreSQL 14 on; on 13 a double, exact once
+-- rounded for any time of this millennium).
+CREATE OR REPLACE FUNCTION pglease._limit_us(p_at timestamptz)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.round(EXTRACT(epoch FROM p_at) * 1000000)::bigint
+$$;
+
+-- _limit_key_role(p_key): whose bucket p_key is for the caller: the role
+-- owning p_key's bound prefix (or group), else the caller's (session_user).
+CREATE OR REPLACE FUNCTION pglease._limit_key_role(p_key text)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce((pglease._owner(p_key)).owner_role, session_user::text)
+$$;
+
+-- _limit_of(p_func, p_key): the limit of p_key: its longest matching
+-- target (an exact target only when it is p_key) no shorter than p_key's
+-- bound prefix; target, emission_us and burst. Raises PGL20 naming p_func
+-- and p_key when there is none. Reads pglease.limits without a lock, by
+-- primary key: one probe per prefix of p_key (at most 256), whatever the
+-- number of limits.
+CREATE OR REPLACE FUNCTION pglease._limit_of(p_func text, p_key text,
+    OUT target text, OUT emission_us bigint, OUT burst integer)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_from integer := greatest(pg_catalog.char_length((pglease._owner(p_key)).prefix), 1);
+BEGIN
+    SELECT l.target, l.emission_us, l.burst INTO target, emission_us, burst
+    FROM pglease.limits AS l
+    WHERE l.target = ANY (ARRAY(SELECT pg_catalog.left(p_key, i)
+                                FROM pg_catalog.generate_series(v_from, pg_catalog.char_length(p_key)) AS i))
+      AND (NOT l.exact OR l.target = p_key)
+    ORDER BY pg_catalog.octet_length(l.target) DESC
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGL20',
+            MESSAGE = format('pglease.%s: no rate limit is set for key %L', p_func, p_key),
+            HINT = 'Set one for the key or a prefix of it: pglease.limit_set (the schema owner, or the role owning the key''s prefix).';
+    END IF;
+END
+$$;
+
+-- _limit_admin(p_func, p_arg, p_target): returns when the caller may set,
+-- unset or reset limits of p_target: the schema owner (or a superuser), or
+-- a member of the role owning p_target's bound prefix or group. Raises
+-- 42501 otherwise, naming p_func, p_target and the role.
+CREATE OR REPLACE FUNCTION pglease._limit_admin(p_func text, p_arg text, p_target text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_owner text := (pglease._owner(p_target)).owner_role;
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace AS n
+               WHERE n.nspname = 'pglease'
+                 AND pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER')) THEN
+        RETURN;
+    END IF;
+    IF v_owner IS NOT NULL AND pglease._may_take(p_target) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = '42501',
+        MESSAGE = CASE WHEN v_owner IS NULL
+            THEN format('pglease.%s: %s %L is a shared name; only the schema owner sets or resets its limits, not role %I',
+                        p_func, p_arg, p_target, session_user)
+            ELSE format('pglease.%s: %s %L belongs to role %I; role %I is not a member of it',
+                        p_func, p_arg, p_target, v_owner, session_user) END,
+        HINT = 'Limits are set by the schema owner, or by the role a prefix is bound to (pglease.prefix_bind) for names under it.';
+END
+$$;
+
+-- _limit_take(p_func, p_key, p_cost): the decision of pglease.take, for
+-- the functions that take (p_func names the caller in errors). Checks its
+-- arguments first (22004, 22023, 42501, PGL20, PGL21: see pglease.take);
+-- then, in a subtransaction, locks the key's row FOR NO KEY UPDATE
+-- (creating it, under the 'limits' quota, when missing: 53400 at the cap),
+-- reads the clock and decides. An allowed take writes the row, which stays
+-- locked until the caller's transaction ends; a refused one rolls the
+-- subtransaction back with the lock and writes nothing.
+CREATE OR REPLACE FUNCTION pglease._limit_take(p_func text, p_key text, p_cost integer,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_role   text;
+    v_emit   bigint;
+    v_tat    timestamptz;
+    v_now_us bigint;
+    v_base   bigint;
+    v_new    bigint;
+    v_tol    bigint;
+BEGIN
+    PERFORM pglease._check_text(p_func, 'p_key', p_key);
+    PERFORM pglease._check_int(p_func, 'p_cost', p_cost, 1, 2147483647);
+    PERFORM pglease._check_owner(p_func, 'p_key', p_key);
+    SELECT l.emission_us, l.burst INTO v_emit, burst FROM pglease._limit_of(p_func, p_key) AS l;
+    IF p_cost > burst THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGL21',
+            MESSAGE = format('pglease.%s: p_cost %s is more than the burst %s of key %L: it could never be allowed',
+                             p_func, p_cost, burst, p_key),
+            HINT = 'Take at most the burst at once, or ask for a larger burst (pglease.limit_set).';
+    END IF;
+    v_role := pglease._limit_key_role(p_key);
+    v_tol := v_emit * burst;
+    BEGIN
+        SELECT s.tat INTO v_tat FROM pglease.limit_state AS s
+        WHERE s.key = p_key AND s.key_role = v_role
+        FOR NO KEY UPDATE;
+        IF NOT FOUND THEN
+            -- A new bucket, full: its first take is always allowed (p_cost
+            -- is at most the burst), so a refusal never creates a row.
+            INSERT INTO pglease.limit_state AS s (key, key_role, tat, created_by)
+            VALUES (p_key, v_role, clock_timestamp(),
+                    CASE WHEN pglease._check_quota(p_func, 'limits') THEN session_user END)
+            ON CONFLICT ON CONSTRAINT limit_state_pkey DO NOTHING;
+            SELECT s.tat INTO v_tat FROM pglease.limit_state AS s
+            WHERE s.key = p_key AND s.key_role = v_role
+            FOR NO KEY UPDATE;
+        END IF;
+        decided_at := clock_timestamp();
+        v_now_us := pglease._limit_us(decided_at);
+        v_base := greatest(pglease._limit_us(v_tat), v_now_us);
+        v_new := v_base + v_emit * p_cost;
+        allowed := v_new - v_now_us <= v_tol;
+        IF allowed THEN
+            remaining := ((v_tol - (v_new - v_now_us)) / v_emit)::integer;
+            reset_in := (v_new - v_now_us) * interval '1 microsecond';
+            UPDATE pglease.limit_state AS s SET tat = decided_at + reset_in
+            WHERE s.key = p_key AND s.key_role = v_role;
+        ELSE
+            remaining := greatest((v_tol - (v_base - v_now_us)) / v_emit, 0)::integer;
+            reset_in := (v_base - v_now_us) * interval '1 microsecond';
+            retry_in := (v_new - v_tol - v_now_us) * interval '1 microsecond';
+            RAISE EXCEPTION USING ERRCODE = 'PGL02', MESSAGE = 'pglease: refused';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'PGL02' THEN
+        NULL; -- refused: the row lock goes with the subtransaction
+    END;
+END
+$$;
+
+-- pglease.take(p_key, p_cost): spend p_cost tokens (default 1) of key
+-- p_key's rate limit, or say when they will be there. One row:
+--   * allowed = true: the tokens are spent (the key's row is written; the
+--     spend commits or rolls back with the caller's transaction);
+--     remaining = whole tokens left after it, retry_in NULL, reset_in = how
+--     long until the bucket is full again;
+--   * allowed = false: nothing is spent or written; remaining = whole
+--     tokens there now (fewer than p_cost), retry_in = how long until
+--     p_cost are (> 0; a take of p_cost at decided_at + retry_in is allowed
+--     unless others spend first), reset_in as above.
+--   burst = the key's burst; decided_at = the server clock reading the
+--   call decided on.
+-- Exact to the microsecond on the server's clock: decided_at + reset_in is
+-- the key's new theoretical arrival time. A key with no row yet is full;
+-- the first take creates its row (counted in the caller's 'limits' quota).
+-- Locks: the key's row FOR NO KEY UPDATE: an allowed take holds it until
+-- the caller's transaction ends (takes of the same bucket wait for it, as
+-- claims of a scope do: take in short transactions); a refused take gives
+-- it back before it returns. Other keys and other roles' buckets are never
+-- locked. Under REPEATABLE READ or SERIALIZABLE a take that races another
+-- take of the same bucket raises 40001, spending nothing: retry.
+-- Raises 22004 for NULL; 22023 for a key not 1 to 256 bytes or a cost
+-- less than 1; 42501 for a key under a prefix bound to a role the caller
+-- is not a member of; PGL20 when no limit is set for the key; PGL21 for a
+-- cost more than the key's burst; 53400 when a new row would take the
+-- caller's role over its 'limits' quota; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.take(p_key text, p_cost integer DEFAULT 1,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT t.allowed, t.remaining, t.retry_in, t.reset_in, t.burst, t.decided_at
+    INTO allowed, remaining, retry_in, reset_in, burst, decided_at
+    FROM pglease._limit_take('take', p_key, p_cost) AS t;
+END
+$$;
+
+-- pglease.peek(p_key): what pglease.take(p_key, 1) would answer now,
+-- without spending, writing or locking anything: allowed (one token is
+-- there), remaining (whole tokens there), retry_in (NULL when allowed,
+-- else until one token is), reset_in, burst, decided_at. Reads the newest
+-- committed state (its snapshot's, under REPEATABLE READ); a take left
+-- open in another transaction is not seen until it commits.
+-- Raises 22004, 22023, 42501 and PGL20 as pglease.take.
+CREATE OR REPLACE FUNCTION pglease.peek(p_key text,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_emit   bigint;
+    v_now_us bigint;
+    v_base   bigint;
+    v_tol    bigint;
+BEGIN
+    PERFORM pglease._check_text('peek', 'p_key', p_key);
+    PERFORM pglease._check_owner('peek', 'p_key', p_key);
+    SELECT l.emission_us, l.burst INTO v_emit, burst FROM pglease._limit_of('peek', p_key) AS l;
+    v_tol := v_emit * burst;
+    decided_at := clock_timestamp();
+    v_now_us := pglease._limit_us(decided_at);
+    SELECT greatest(pglease._limit_us(s.tat), v_now_us) INTO v_base FROM pglease.limit_state AS s
+    WHERE s.key = p_key AND s.key_role = pglease._limit_key_role(p_key);
+    v_base := coalesce(v_base, v_now_us);
+    allowed := v_base + v_emit - v_now_us <= v_tol;
+    remaining := greatest((v_tol - (v_base - v_now_us)) / v_emit, 0)::integer;
+    reset_in := (v_base - v_now_us) * interval '1 microsecond';
+    IF NOT allowed THEN
+        retry_in := (v_base + v_emit - v_tol - v_now_us) * interval '1 microsecond';
+    END IF;
+END
+$$;
+
+-- pglease.take_wait(p_key, p_cost, p_max_wait): pglease.take, waiting up
+-- to p_max_wait for the tokens. While refused with a retry_in that ends
+-- within p_max_wait of the call's start, it sleeps retry_in (pg_sleep, in
+-- the call) and takes again; the refusal gave the key's row lock back, so
+-- the sleeper holds no lock of the key and delays nobody (locks the
+-- caller's transaction took before, earlier takes included, stay held
+-- while it sleeps: call it first, or in a transaction of its own). Returns
+-- pglease.take's row of the last attempt, and waited = the time spent in
+-- the call before it. Refused at once, without sleeping, when the tokens
+-- cannot be there by the deadline: a caller never waits in vain for
+-- them, only for others that spend first. p_max_wait 0 is pglease.take.
+-- Raises as pglease.take, and 22004 for a NULL p_max_wait, 22023 for one
+-- less than 0 or more than 1 hour; the caller's statement_timeout ends
+-- the wait (57014) as any statement.
+CREATE OR REPLACE FUNCTION pglease.take_wait(p_key text, p_cost integer, p_max_wait interval,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz, OUT waited interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_start    timestamptz := clock_timestamp();
+    v_deadline timestamptz;
+BEGIN
+    IF p_max_wait IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = 'pglease.take_wait: p_max_wait must not be NULL',
+            HINT = 'Pass how long to wait at most, from 0 to 1 hour, e.g. interval ''2 seconds''.';
+    END IF;
+    IF EXTRACT(epoch FROM p_max_wait) NOT BETWEEN 0 AND 3600 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.take_wait: p_max_wait must be from 0 to 1 hour, got %s', p_max_wait),
+            HINT = 'Wait at most an hour in one call; wait longer in a loop of your own.';
+    END IF;
+    v_deadline := v_start + make_interval(secs => EXTRACT(epoch FROM p_max_wait));
+    LOOP
+        SELECT t.allowed, t.remaining, t.retry_in, t.reset_in, t.burst, t.decided_at
+        INTO allowed, remaining, retry_in, reset_in, burst, decided_at
+        FROM pglease._limit_take('take_wait', p_key, p_cost) AS t;
+        EXIT WHEN allowed OR decided_at + retry_in > v_deadline;
+        PERFORM pg_catalog.pg_sleep(EXTRACT(epoch FROM retry_in));
+    END LOOP;
+    waited := decided_at - v_start;
+END
+$$;
+
+-- pglease.limit_set(p_target, p_rate, p_per, p_burst, p_exact): set the
+-- rate limit of p_target to p_rate tokens per p_per, at most p_burst at
+-- once: of every key starting with p_target (p_exact false, the default),
+-- or of the key p_target alone (p_exact true). The longest matching target
+-- of a key wins. Replaces the target's limit when it has one (the keys'
+-- states stay: a bucket fuller than the new burst refills first).
+-- Returns true when it replaced one. Who: the schema owner, or a member
+-- of the role owning p_target's bound prefix (42501 for anyone else).
+-- Takes deciding meanwhile use the limit they read; a limit_set left open
+-- in a transaction delays no take (they read limits without a lock).
+-- Raises 22004 for NULL; 22023 for a target not 1 to 256 bytes, a rate or
+-- burst not from 1 to 1,000,000,000, a p_per not more than 0 or more than
+-- 366 days, a rate of more than one token per microsecond of p_per, or a
+-- time to fill the bucket (burst * p_per / p_rate) of more than 100 years;
+-- 42501 as above; 53400 when a new target would take the caller's role
+-- over its 'limits' quota; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.limit_set(p_target text, p_rate integer, p_per interval,
+    p_burst integer, p_exact boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_per    interval;
+    v_per_us bigint;
+    v_emit   bigint;
+BEGIN
+    PERFORM pglease._check_text('limit_set', 'p_target', p_target);
+    PERFORM pglease._check_int('limit_set', 'p_rate', p_rate, 1, 1000000000);
+    v_per := pglease._check_span('limit_set', 'p_per', p_per, interval '366 days');
+    PERFORM pglease._check_int('limit_set', 'p_burst', p_burst, 1, 1000000000);
+    PERFORM pglease._check_flag('limit_set', 'p_exact', p_exact);
+    v_per_us := pg_catalog.round(EXTRACT(epoch FROM v_per) * 1000000)::bigint;
+    IF v_per_us < p_rate THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.limit_set: p_rate %s per %s is more than one token per microsecond',
+                             p_rate, p_per),
+            HINT = 'Give a lower rate, or a longer p_per.';
+    END IF;
+    v_emit := (v_per_us + p_rate - 1) / p_rate;
+    IF v_emit::numeric * p_burst > 3162240000000000 THEN  -- 100 years of 366 days
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.limit_set: a burst of %s at %s per %s takes more than 100 years to fill',
+                             p_burst, p_rate, p_per),
+            HINT = 'Give a smaller burst or a higher rate.';
+    END IF;
+    PERFORM pglease._limit_admin('limit_set', 'p_target', p_target);
+    PERFORM 1 FROM pglease.limits AS l WHERE l.target = p_target FOR NO KEY UPDATE;
+    IF FOUND THEN
+        UPDATE pglease.limits AS l
+        SET exact = p_exact, rate = p_rate, per = v_per, burst = p_burst, emission_us = v_emit,
+            set_by = session_user, set_at = clock_timestamp()
+        WHERE l.target = p_target;
+        RETURN true;
+    END IF;
+    INSERT INTO pglease.limits AS l (target, exact, rate, per, burst, emission_us, set_by, set_at, created_by)
+    VALUES (p_target, p_exact, p_rate, v_per, p_burst, v_emit, session_user, clock_timestamp(),
+            CASE WHEN pglease._check_quota('limit_set', 'limits') THEN session_user END)
+    ON CONFLICT ON CONSTRAINT limits_pkey
+    DO UPDATE SET exact = excluded.exact, rate = excluded.rate, per = excluded.per,
+                  burst = excluded.burst, emission_us = excluded.emission_us,
+                  set_by = excluded.set_by, set_at = excluded.set_at;
+    RETURN false;
+END
+$$;
+
+-- pglease.limit_unset(p_target): remove p_target's limit (keys it was the
+-- longest match of fall back to a shorter target, or get PGL20). Returns
+-- true when there was one. Who: as pglease.limit_set (42501). Raises 22004
+-- for NULL, 22023 for a target not 1 to 256 bytes; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.limit_unset(p_target text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('limit_unset', 'p_target', p_target);
+    PERFORM pglease._limit_admin('limit_unset', 'p_target', p_target);
+    DELETE FROM pglease.limits AS l WHERE l.target = p_target;
+    RETURN FOUND;
+END
+$$;
+
+-- pglease.limit_reset(p_key): refill key p_key's bucket (delete its state
+-- row): for a key under a bound prefix, the one bucket its role's members
+-- share; for a shared key called by the schema owner, every role's bucket
+-- of it. Returns how many buckets were reset (0: they were full already).
+-- Waits for takes of the key in flight (their row locks). Who: as
+-- pglease.limit_set (42501; a client cannot refill its own bucket of a
+-- shared key, which the owner limits). Raises 22004 for NULL, 22023 for a
+-- key not 1 to 256 bytes; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.limit_reset(p_key text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text;
+    v_n     integer;
+BEGIN
+    PERFORM pglease._check_text('limit_reset', 'p_key', p_key);
+    PERFORM pglease._limit_admin('limit_reset', 'p_key', p_key);
+    v_owner := (pglease._owner(p_key)).owner_role;
+    DELETE FROM pglease.limit_state AS s
+    WHERE s.key = p_key AND (v_owner IS NULL OR s.key_role = v_owner);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+-- _limit_purge(p_cutoff, p_all, p_role): for pglease.purge: deletes the
+-- key states full since p_cutoff (tat <= p_cutoff: deleting them changes
+-- no decision) and the reservations (sql/functions/82_reservations.sql)
+-- expired by p_cutoff (they can no longer be settled), of every role when
+-- p_all, else those of p_role's buckets (and states it created); skips
+-- rows locked by a take or settle in flight. Returns how many it deleted.
+CREATE OR REPLACE FUNCTION pglease._limit_purge(p_cutoff timestamptz, p_all boolean, p_role text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    DELETE FROM pglease.limit_state AS s
+    WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.limit_state AS d
+                              WHERE d.tat <= p_cutoff
+                                AND (p_all OR d.key_role = p_role OR d.created_by = p_role)
+                              FOR UPDATE SKIP LOCKED))
+      AND s.tat <= p_cutoff;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    WITH gone AS (
+        DELETE FROM pglease.limit_reservations AS r
+        WHERE r.id = ANY (ARRAY(SELECT d.id FROM pglease.limit_reservations AS d
+                                WHERE d.expires_at <= p_cutoff AND (p_all OR d.key_role = p_role)
+                                FOR UPDATE SKIP LOCKED))
+        RETURNING 1
+    )
+    SELECT v_n + count(*) INTO v_n FROM gone;
+    RETURN v_n;
+END
+$$;
+
+-- Source: sql/functions/81_claim_and_take.sql
+
+-- pglease.claim_and_take(p_scope, p_holder, p_capacity, p_ttl, p_units,
+-- p_keys, p_costs): claim p_units units of slot scope p_scope (as
+-- pglease.claim_slot with p_wait false) and take p_costs[i] tokens of each
+-- rate-limited key p_keys[i] (as pglease.take; p_costs NULL: 1 each), all
+-- or nothing (0.4.0, #51, docs/limits.md). The claim goes first, through
+-- pglease.claim_slot itself; then the keys, narrowest first (the longest
+-- key first, ties in byte order: one order for every caller, so that two
+-- such calls never deadlock on each other's keys). One row:
+--   * everything granted: claimed = true, slot, fence, expires_at,
+--     expires_in and units as claim_slot returns them; refused_by and
+--     retry_in NULL. The tokens are spent, all in the caller's
+--     transaction.
+--   * the claim refused: claimed = false, refused_by = p_scope, retry_in =
+--     claim_slot's; the claim's refusal is claim_slot's own (the caller is
+--     registered as a waiter of the scope); no token is spent.
+--   * a key refused: claimed = false, refused_by = that key, retry_in =
+--     its take's retry_in; the claim (a new slot, or the re-pinned expiry
+--     of the holder's live one) and the keys taken before it are rolled
+--     back (a subtransaction): nothing changes.
+--   slot, fence, expires_at, expires_in and units are NULL when refused.
+-- Locks: those of claim_slot and of pglease.take, held until the caller's
+-- transaction ends when granted; a refusal keeps only the lock a refused
+-- claim keeps (FOR KEY SHARE on the scope, which no claim waits for).
+-- Clock: each part decides on its own reading of the server's clock.
+-- Every argument is checked before anything is locked: raises 22004 for
+-- NULL (p_keys, one of them, or one of p_costs); 22023 for a p_keys of 0
+-- or more than 64 keys, the same key twice, a p_costs of another length,
+-- and for what claim_slot and take refuse (scope, holder, key, capacity,
+-- units, TTL, cost); 42501 for a scope or key under a prefix bound to a
+-- role the caller is not a member of; PGL06 as claim_slot; PGL20 for a
+-- key with no limit; PGL21 for a cost more than its key's burst; 53400 as
+-- claim_slot and take; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.claim_and_take(
+    p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
+    p_keys text[], p_costs integer[] DEFAULT NULL,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint,
+    OUT expires_at timestamptz, OUT expires_in interval, OUT units integer,
+    OUT refused_by text, OUT retry_in interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n     integer := coalesce(cardinality(p_keys), 0);
+    v_key   text;
+    v_cost  integer;
+    v_burst integer;
+    v_ok    boolean;
+    v_retry interval;
+BEGIN
+    PERFORM pglease._check_text('claim_and_take', 'p_scope', p_scope);
+    PERFORM pglease._check_text('claim_and_take', 'p_holder', p_holder);
+    PERFORM pglease._check_int('claim_and_take', 'p_capacity', p_capacity, 1, 1000000);
+    PERFORM pglease._check_int('claim_and_take', 'p_units', p_units, 1, p_capacity);
+    PERFORM pglease._check_ttl('claim_and_take', p_ttl);
+    PERFORM pglease._check_owner('claim_and_take', 'p_scope', p_scope);
+    IF p_keys IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = 'pglease.claim_and_take: p_keys must not be NULL',
+            HINT = 'Pass the rate-limited keys to take, 1 to 64 of them.';
+    END IF;
+    IF v_n NOT BETWEEN 1 AND 64 OR array_ndims(p_keys) <> 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.claim_and_take: p_keys must hold 1 to 64 keys, got %s', v_n),
+            HINT = 'Take more keys in more calls, or claim alone with pglease.claim_slot.';
+    END IF;
+    IF p_costs IS NOT NULL AND (cardinality(p_costs) <> v_n OR array_ndims(p_costs) <> 1) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.claim_and_take: p_costs must hold one cost per key (%s), got %s',
+                             v_n, cardinality(p_costs)),
+            HINT = 'Pass one cost per key, in the order of p_keys, or NULL for 1 each.';
+    END IF;
+    IF (SELECT count(DISTINCT k) FROM unnest(p_keys) AS k) <> v_n
+       AND NOT EXISTS (SELECT FROM unnest(p_keys) AS k WHERE k IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'pglease.claim_and_take: p_keys must not name a key twice',
+            HINT = 'Name each key once, with the sum of its costs.';
+    END IF;
+    FOR i IN 1 .. v_n LOOP
+        v_cost := coalesce(p_costs[array_lower(p_costs, 1) + i - 1], CASE WHEN p_costs IS NULL THEN 1 END);
+        v_key := p_keys[array_lower(p_keys, 1) + i - 1];
+        PERFORM pglease._check_text('claim_and_take', 'p_keys', v_key);
+        PERFORM pglease._check_int('claim_and_take', 'p_costs', v_cost, 1, 2147483647);
+        PERFORM pglease._check_owner('claim_and_take', 'p_keys', v_key);
+        SELECT l.burst INTO v_burst FROM pglease._limit_of('claim_and_take', v_key) AS l;
+        IF v_cost > v_burst THEN
+            RAISE EXCEPTION USING ERRCODE = 'PGL21',
+                MESSAGE = format('pglease.claim_and_take: cost %s is more than the burst %s of key %L: it could never be allowed',
+                                 v_cost, v_burst, v_key),
+                HINT = 'Take at most the burst at once, or ask for a larger burst (pglease.limit_set).';
+        END IF;
+    END LOOP;
+
+    BEGIN
+        SELECT c.claimed, c.slot, c.fence, c.expires_at, c.expires_in, c.units, c.retry_in
+        INTO claimed, slot, fence, expires_at, expires_in, units, retry_in
+        FROM pglease.claim_slot(p_scope, p_holder, p_capacity, p_ttl, p_units, false) AS c;
+        IF NOT claimed THEN
+            -- claim_slot's refusal stands as it is (its lock and waiter
+            -- registration): this block ends normally.
+            refused_by := p_scope;
+        ELSE
+            FOR v_key, v_cost IN
+                SELECT k.key, coalesce(k.cost, 1)
+                FROM unnest(p_keys, coalesce(p_costs, array_fill(1, ARRAY[v_n]))) AS k(key, cost)
+                ORDER BY pg_catalog.octet_length(k.key) DESC, k.key COLLATE "C"
+            LOOP
+                SELECT t.allowed, t.retry_in INTO v_ok, v_retry
+                FROM pglease._limit_take('claim_and_take', v_key, v_cost) AS t;
+                IF NOT v_ok THEN
+                    refused_by := v_key;
+                    RAISE EXCEPTION USING ERRCODE = 'PGL02', MESSAGE = 'pglease: refused';
+                END IF;
+            END LOOP;
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'PGL02' THEN
+        -- A key refused: the claim and the keys taken go with the
+        -- subtransaction.
+        claimed := false;
+        retry_in := v_retry;
+    END;
+    IF NOT claimed THEN
+        slot := NULL;
+        fence := NULL;
+        expires_at := NULL;
+        expires_in := NULL;
+        units := NULL;
+    END IF;
+END
+$$;
+
+-- Source: sql/functions/82_reservations.sql
+
+-- Reservations of rate-limit tokens (0.4.0, #51, docs/limits.md): spend a
+-- budget before the cost is known, settle with the cost once it is. A key's
+-- limit is its budget: reserve(key, amount, ttl) takes amount tokens as
+-- pglease.take does (so reservations and takes of a bucket never spend
+-- more than its limit together, however many race), and settle(key,
+-- reservation, actual) gives amount - actual of them back, until the
+-- reservation expires (ttl after the reserve, on the server's clock);
+-- after that they stay spent, so a reserver that dies never lets the
+-- bucket overshoot.
+
+-- pglease.reserve(p_key, p_amount, p_ttl): take p_amount tokens of key
+-- p_key as pglease.take(p_key, p_amount) decides, and when allowed record
+-- them as a reservation that pglease.settle can settle until now + p_ttl.
+-- One row: reserved and the columns of pglease.take (remaining, retry_in,
+-- reset_in, burst, decided_at); reservation = the reservation's number and
+-- expires_at = decided_at + p_ttl when reserved, both NULL when refused
+-- (nothing spent, nothing written). The reservation belongs to the key's
+-- bucket: members of the role owning the key's bound prefix, or the role
+-- that reserved a shared key, settle it. Locks as pglease.take: the key's
+-- row until the caller's transaction ends when reserved (the reservation
+-- commits or rolls back with the caller's work).
+-- Raises as pglease.take (22004, 22023, 42501, PGL20, PGL21 for an amount
+-- more than the burst, 53400), and 22023 for a TTL not in (0, 24 hours];
+-- nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.reserve(p_key text, p_amount integer, p_ttl interval,
+    OUT reserved boolean, OUT reservation bigint, OUT expires_at timestamptz,
+    OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_ttl interval;
+BEGIN
+    v_ttl := pglease._check_ttl('reserve', p_ttl);
+    SELECT t.allowed, t.remaining, t.retry_in, t.reset_in, t.burst, t.decided_at
+    INTO reserved, remaining, retry_in, reset_in, burst, decided_at
+    FROM pglease._limit_take('reserve', p_key, p_amount) AS t;
+    IF reserved THEN
+        expires_at := decided_at + v_ttl;
+        INSERT INTO pglease.limit_reservations AS r (key, key_role, amount, reserved_at, expires_at)
+        VALUES (p_key, pglease._limit_key_role(p_key), p_amount, decided_at, expires_at)
+        RETURNING r.id INTO reservation;
+    END IF;
+END
+$$;
+
+-- pglease.settle(p_key, p_reservation, p_actual): settle reservation
+-- p_reservation of key p_key at p_actual tokens used: the other amount -
+-- p_actual tokens go back to the bucket (which never holds more than its
+-- burst), and the reservation is gone. One row:
+--   * settled = true, refunded = amount - p_actual, when the reservation
+--     is the caller's bucket's and has not expired on the server's clock;
+--   * settled = false, refunded = 0, nothing changed: no such reservation
+--     of the caller's bucket (another role's, settled already, purged, or
+--     never made), or it expired (its amount stays spent);
+--   remaining = whole tokens in the bucket after the call; decided_at =
+--   the clock reading it decided on (after the key's row lock).
+-- A refund counts at the key's limit as it stands (a limit changed since
+-- the reserve refunds at the new rate). Locks the key's row, then the
+-- reservation's, until the caller's transaction ends, as reserve does.
+-- Raises 22004 for NULL; 22023 for a key not 1 to 256 bytes, a
+-- reservation less than 1, an actual less than 0 or more than the
+-- reservation's amount; 42501 for a key under a prefix bound to a role the
+-- caller is not a member of; PGL20 when the key has no limit; nothing
+-- changes then.
+CREATE OR REPLACE FUNCTION pglease.settle(p_key text, p_reservation bigint, p_actual integer,
+    OUT settled boolean, OUT refunded integer, OUT remaining integer, OUT decided_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_role    text;
+    v_emit    bigint;
+    v_burst   integer;
+    v_tat     timestamptz;
+    v_amount  integer;
+    v_expires timestamptz;
+    v_now_us  bigint;
+    v_tat_us  bigint;
+BEGIN
+    PERFORM pglease._check_text('settle', 'p_key', p_key);
+    IF p_reservation IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = 'pglease.settle: p_reservation must not be NULL',
+            HINT = 'Pass the reservation pglease.reserve returned.';
+    END IF;
+    IF p_reservation < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.settle: p_reservation must be 1 or more, got %s', p_reservation),
+            HINT = 'Pass the reservation pglease.reserve returned.';
+    END IF;
+    PERFORM pglease._check_int('settle', 'p_actual', p_actual, 0, 2147483647);
+    PERFORM pglease._check_owner('settle', 'p_key', p_key);
+    SELECT l.emission_us, l.burst INTO v_emit, v_burst FROM pglease._limit_of('settle', p_key) AS l;
+    v_role := pglease._limit_key_role(p_key);
+
+    SELECT s.tat INTO v_tat FROM pglease.limit_state AS s
+    WHERE s.key = p_key AND s.key_role = v_role
+    FOR NO KEY UPDATE;
+    decided_at := clock_timestamp();
+    v_now_us := pglease._limit_us(decided_at);
+    v_tat_us := greatest(coalesce(pglease._limit_us(v_tat), v_now_us), v_now_us);
+    SELECT r.amount, r.expires_at INTO v_amount, v_expires FROM pglease.limit_reservations AS r
+    WHERE r.id = p_reservation AND r.key = p_key AND r.key_role = v_role
+    FOR UPDATE;
+    settled := FOUND AND v_expires > decided_at;
+    refunded := 0;
+    IF settled THEN
+        IF p_actual > v_amount THEN
+            RAISE EXCEPTION USING ERRCODE = '22023',
+                MESSAGE = format('pglease.settle: p_actual %s is more than the %s tokens reservation %s holds',
+                                 p_actual, v_amount, p_reservation),
+                HINT = 'Settle at most the amount reserved; take the rest with pglease.take.';
+        END IF;
+        DELETE FROM pglease.limit_reservations AS r WHERE r.id = p_reservation;
+        refunded := v_amount - p_actual;
+        IF refunded > 0 AND v_tat IS NOT NULL THEN
+            v_tat_us := greatest(v_tat_us - refunded * v_emit, v_now_us);
+            UPDATE pglease.limit_state AS s
+            SET tat = decided_at + (v_tat_us - v_now_us) * interval '1 microsecond'
+            WHERE s.key = p_key AND s.key_role = v_role;
+        END IF;
+    END IF;
+    remaining := greatest((v_emit * v_burst - (v_tat_us - v_now_us)) / v_emit, 0)::integer;
+END
+$$;
+
 -- Source: sql/schema/20_views.sql
 
 -- pglease: status views. CREATE OR REPLACE, so that an upgrade can apply
@@ -5494,6 +6263,28 @@ BEGIN
 END
 $pglease$;
 
+-- Rate limits (0.4.0, #51, docs/limits.md): every client may take, peek and
+-- wait on the keys it may use, and call limit_set, limit_unset and
+-- limit_reset, which refuse (42501) all but the schema owner and the role
+-- owning a target's bound prefix, inside the functions.
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.take(text, integer),
+            pglease.peek(text),
+            pglease.take_wait(text, integer, interval),
+            pglease.limit_set(text, integer, interval, integer, boolean),
+            pglease.limit_unset(text),
+            pglease.limit_reset(text),
+            pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]),
+            pglease.reserve(text, integer, interval),
+            pglease.settle(text, bigint, integer)
+            TO pglease_client;
+    END IF;
+END
+$pglease$;
+
 -- Extension only: pg_dump dumps the rows of these tables, so that a restored
 -- database keeps every fence (a restore that lost them would hand out fences
 -- again from 1).
@@ -5511,3 +6302,6 @@ SELECT pg_catalog.pg_extension_config_dump('pglease.group_shards', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.group_members', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.prefixes', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.quotas', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.limits', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.limit_state', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.limit_reservations', '');

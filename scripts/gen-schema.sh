@@ -67,12 +67,17 @@ DO \$pglease_guard\$
 DECLARE
     v_count integer;
     v_diff  text;
+    v_path  text := pg_catalog.current_setting('search_path');
 BEGIN
     IF pg_catalog.to_regnamespace('pglease') IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '55000',
             MESSAGE = 'pglease: cannot upgrade to $head: schema pglease does not exist',
             HINT = 'Install pglease first (pglease migrate up, or CREATE EXTENSION pglease).';
     END IF;
+    -- Types and constraints print schema-qualified, as in the recorded
+    -- catalog, whatever the search_path (an extension script runs with
+    -- pglease first in it).
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     WITH expected(object, digest) AS (VALUES
 EOF
     awk -F '\t' '{ gsub(/'\''/, "'\'\''", $1); printf "%s        ('\''%s'\'', '\''%s'\'')", (NR > 1 ? ",\n" : ""), $1, $2 } END { print "" }' \
@@ -93,6 +98,7 @@ EOF
            pg_catalog.string_agg(d.object || ' (' || d.what || ')', '; ' ORDER BY d.object COLLATE "C")
     INTO v_count, v_diff
     FROM differences AS d;
+    PERFORM pg_catalog.set_config('search_path', v_path, true);
     IF v_count > 0 THEN
         RAISE EXCEPTION USING ERRCODE = '55000',
             MESSAGE = pg_catalog.format('pglease: cannot upgrade schema pglease from $prev to $head: %s object(s) differ from what pglease $prev installed: %s',

@@ -74,6 +74,37 @@ type PgleaseLeaseStatus struct {
 	OwnerRole          string
 }
 
+// pglease: rate limits by key or prefix; change only through pglease.limit_set and limit_unset
+type PgleaseLimit struct {
+	Target     string
+	Exact      bool
+	Rate       int32
+	Per        time.Duration
+	Burst      int32
+	EmissionUs int64
+	SetBy      string
+	SetAt      time.Time
+	CreatedBy  pgtype.Text
+}
+
+// pglease: reservations of rate-limit tokens awaiting settlement; change only through the pglease functions
+type PgleaseLimitReservation struct {
+	ID         int64
+	Key        string
+	KeyRole    string
+	Amount     int32
+	ReservedAt time.Time
+	ExpiresAt  time.Time
+}
+
+// pglease: the state of each rate-limited key; change only through the pglease functions
+type PgleaseLimitState struct {
+	Key       string
+	KeyRole   string
+	Tat       time.Time
+	CreatedBy pgtype.Text
+}
+
 // pglease: observed leases, whose changes are notified
 type PgleaseObserver struct {
 	Name       string

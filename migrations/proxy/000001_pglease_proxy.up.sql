@@ -918,6 +918,116 @@ AS $$
          unnest(a.names, a.group_roles, a.shards, a.members) AS g(name, group_role, shards, members);
 $$;
 
+-- Source: sql/functions/80_limits.sql (signature), sql/proxy/routes (hash p_key)
+CREATE OR REPLACE FUNCTION pglease.take(p_key text, p_cost integer DEFAULT 1,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_key);
+$$;
+
+-- Source: sql/functions/80_limits.sql (signature), sql/proxy/routes (hash p_key)
+CREATE OR REPLACE FUNCTION pglease.peek(p_key text,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_key);
+$$;
+
+-- Source: sql/functions/80_limits.sql (signature), sql/proxy/routes (hash p_key)
+CREATE OR REPLACE FUNCTION pglease.take_wait(p_key text, p_cost integer, p_max_wait interval,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz, OUT waited interval)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_key);
+$$;
+
+-- Source: sql/functions/80_limits.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_limit_set(p_target text, p_rate integer, p_per interval,
+    p_burst integer, p_exact boolean DEFAULT false)
+RETURNS SETOF boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.limit_set;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.limit_set(p_target text, p_rate integer, p_per interval,
+    p_burst integer, p_exact boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT bool_or(r) FROM pglease._all_limit_set(p_target, p_rate, p_per, p_burst, p_exact) AS r;
+$$;
+
+-- Source: sql/functions/80_limits.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_limit_unset(p_target text)
+RETURNS SETOF boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.limit_unset;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.limit_unset(p_target text)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT bool_or(r) FROM pglease._all_limit_unset(p_target) AS r;
+$$;
+
+-- Source: sql/functions/80_limits.sql (signature), sql/proxy/routes (hash p_key)
+CREATE OR REPLACE FUNCTION pglease.limit_reset(p_key text)
+RETURNS integer
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_key);
+$$;
+
+-- Source: sql/functions/81_claim_and_take.sql (signature), sql/proxy/routes (hash p_scope)
+CREATE OR REPLACE FUNCTION pglease.claim_and_take(
+    p_scope text, p_holder text, p_capacity integer, p_ttl interval, p_units integer,
+    p_keys text[], p_costs integer[] DEFAULT NULL,
+    OUT claimed boolean, OUT slot integer, OUT fence bigint,
+    OUT expires_at timestamptz, OUT expires_in interval, OUT units integer,
+    OUT refused_by text, OUT retry_in interval)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_scope);
+$$;
+
+-- Source: sql/functions/82_reservations.sql (signature), sql/proxy/routes (hash p_key)
+CREATE OR REPLACE FUNCTION pglease.reserve(p_key text, p_amount integer, p_ttl interval,
+    OUT reserved boolean, OUT reservation bigint, OUT expires_at timestamptz,
+    OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_key);
+$$;
+
+-- Source: sql/functions/82_reservations.sql (signature), sql/proxy/routes (hash p_key)
+CREATE OR REPLACE FUNCTION pglease.settle(p_key text, p_reservation bigint, p_actual integer,
+    OUT settled boolean, OUT refunded integer, OUT remaining integer, OUT decided_at timestamptz)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_key);
+$$;
+
 -- Source: sql/proxy/20_views.sql
 
 -- Status views: the union of every partition's view (RUN ON ALL), read
@@ -1107,6 +1217,29 @@ BEGIN
             pglease.group_status(text),
             pglease.group_list(),
             pglease._all_group_list()
+            TO pglease_client;
+    END IF;
+END
+$pglease$;
+
+-- Rate limits (0.4.0, #51, docs/limits.md): keys routed by key, limits set
+-- on every partition; claim_and_take routed by its scope (its keys must
+-- share the scope's routing key to be the keys pglease.take reaches).
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.take(text, integer),
+            pglease.peek(text),
+            pglease.take_wait(text, integer, interval),
+            pglease.limit_set(text, integer, interval, integer, boolean),
+            pglease._all_limit_set(text, integer, interval, integer, boolean),
+            pglease.limit_unset(text),
+            pglease._all_limit_unset(text),
+            pglease.limit_reset(text),
+            pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]),
+            pglease.reserve(text, integer, interval),
+            pglease.settle(text, bigint, integer)
             TO pglease_client;
     END IF;
 END

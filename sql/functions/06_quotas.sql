@@ -10,6 +10,8 @@
 --   queue   the role's live entries in slot queues (a lapsed entry no
 --           longer counts)
 --   runs    run ledger rows of the role's tenures
+--   limits  rate-limit key states (pglease.take) and limits
+--           (pglease.limit_set) the role created while capped (0.4.0)
 -- A call that would go over its role's cap raises 53400 and changes
 -- nothing. Checks of one role and kind take turns (the cap's row is locked
 -- until the caller's transaction ends), so a cap is never exceeded, and
@@ -23,7 +25,7 @@ CREATE OR REPLACE FUNCTION pglease._quota_kinds()
 RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT ARRAY['leases', 'slots', 'scopes', 'groups', 'queue', 'runs']
+    SELECT ARRAY['leases', 'slots', 'scopes', 'groups', 'queue', 'runs', 'limits']
 $$;
 
 -- _quota_used(p_role, p_kind, p_limit): how many rows of p_kind role p_role
@@ -49,6 +51,11 @@ BEGIN
     WHEN 'queue' THEN
         RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.slot_queue AS q
                                       WHERE q.holder_role = p_role AND q.until > clock_timestamp()
+                                      LIMIT p_limit) AS r);
+    WHEN 'limits' THEN
+        RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.limit_state AS s WHERE s.created_by = p_role
+                                      UNION ALL
+                                      SELECT 1 FROM pglease.limits AS l WHERE l.created_by = p_role
                                       LIMIT p_limit) AS r);
     ELSE -- 'runs'
         RETURN (SELECT count(*) FROM (SELECT 1 FROM pglease.runs AS u
@@ -108,7 +115,7 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = format('pglease.quota_set: p_kind must be one of %s, got %L',
                              array_to_string(pglease._quota_kinds(), ', '), p_kind),
-            HINT = 'Cap leases, slots, scopes, groups, queue or runs.';
+            HINT = 'Cap leases, slots, scopes, groups, queue, runs or limits.';
     END IF;
     IF p_max < 0 THEN
         RAISE EXCEPTION USING ERRCODE = '22023',

@@ -16,6 +16,8 @@
 --   * shard groups (pglease.group_create) nobody has taken part in since
 --     p_free_for ago and whose shard leases are all gone (purged by an
 --     earlier purge), with their shard lists and member rows;
+--   * rate-limit key states full since p_free_for ago (0.4.0: deleting
+--     one changes no decision; see pglease._limit_purge);
 --   * waiter registrations past their until (and, uncounted, lapsed
 --     observer, candidate and slot queue registrations).
 -- Whose rows: the schema owner, a superuser and members of
@@ -57,6 +59,7 @@ DECLARE
     v_waiters    bigint;
     v_runs       bigint;
     v_groups     bigint;
+    v_limits     bigint;
     v_scope      text;
     v_scopes     text[];
 BEGIN
@@ -178,13 +181,13 @@ BEGIN
     WHERE q.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.slot_queue AS d
                               WHERE d.until < v_now AND (v_all OR d.holder_role = v_role)
                               FOR UPDATE SKIP LOCKED));
+    v_limits := pglease._limit_purge(v_cutoff, v_all, v_role);
 
-
-    IF v_leases + v_slots + v_waiters + v_runs + v_groups > 0 THEN
+    IF v_leases + v_slots + v_waiters + v_runs + v_groups + v_limits > 0 THEN
         PERFORM pglease._raise_floors(v_lease_max, v_slot_max,
-                                      v_leases + v_slots + v_waiters + v_runs + v_groups);
+                                      v_leases + v_slots + v_waiters + v_runs + v_groups + v_limits);
     END IF;
-    RETURN v_leases + v_slots + v_waiters + v_runs + v_groups;
+    RETURN v_leases + v_slots + v_waiters + v_runs + v_groups + v_limits;
 END
 $$;
 

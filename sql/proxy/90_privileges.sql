@@ -131,3 +131,26 @@ BEGIN
     END IF;
 END
 $pglease$;
+
+-- Rate limits (0.4.0, #51, docs/limits.md): keys routed by key, limits set
+-- on every partition; claim_and_take routed by its scope (its keys must
+-- share the scope's routing key to be the keys pglease.take reaches).
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.take(text, integer),
+            pglease.peek(text),
+            pglease.take_wait(text, integer, interval),
+            pglease.limit_set(text, integer, interval, integer, boolean),
+            pglease._all_limit_set(text, integer, interval, integer, boolean),
+            pglease.limit_unset(text),
+            pglease._all_limit_unset(text),
+            pglease.limit_reset(text),
+            pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]),
+            pglease.reserve(text, integer, interval),
+            pglease.settle(text, bigint, integer)
+            TO pglease_client;
+    END IF;
+END
+$pglease$;

@@ -335,7 +335,7 @@ COMMENT ON TABLE pglease.prefixes IS
 -- updates of a takeover or release that are not HOT); it never changes.
 CREATE TABLE pglease.quotas (
     role_name text    NOT NULL,
-    kind      text    NOT NULL CHECK (kind IN ('leases', 'slots', 'scopes', 'groups', 'queue', 'runs')),
+    kind      text    NOT NULL CHECK (kind IN ('leases', 'slots', 'scopes', 'groups', 'queue', 'runs', 'limits')),
     max_rows  integer NOT NULL CHECK (max_rows >= 0),
     PRIMARY KEY (role_name, kind)
 );
@@ -348,3 +348,63 @@ CREATE INDEX leases_created_by_idx ON pglease.leases (created_by) WHERE created_
 CREATE INDEX slots_created_by_idx ON pglease.slots (created_by) WHERE created_by IS NOT NULL;
 CREATE INDEX slot_scopes_created_by_idx ON pglease.slot_scopes (created_by) WHERE created_by IS NOT NULL;
 CREATE INDEX runs_holder_role_idx ON pglease.runs (holder_role);
+
+-- Rate limits (0.4.0, sql/functions/80_limits.sql, docs/limits.md). One
+-- row per configured target: a key (exact) or every key starting with the
+-- target; a key's limit is that of its longest matching target within the
+-- names its owner owns (see pglease._limit_of). rate tokens per per, as
+-- emission_us, the microseconds between two tokens (per / rate rounded up,
+-- so the rate is never exceeded), and burst, the tokens a full bucket
+-- holds. set_by is the role that set it; created_by the role that created
+-- it while that role was capped ('limits' quota, as for leases).
+CREATE TABLE pglease.limits (
+    target      text        PRIMARY KEY CHECK (octet_length(target) BETWEEN 1 AND 256),
+    exact       boolean     NOT NULL,
+    rate        integer     NOT NULL CHECK (rate >= 1),
+    per         interval    NOT NULL,
+    burst       integer     NOT NULL CHECK (burst >= 1),
+    emission_us bigint      NOT NULL CHECK (emission_us >= 1),
+    set_by      text        NOT NULL,
+    set_at      timestamptz NOT NULL,
+    created_by  text
+);
+COMMENT ON TABLE pglease.limits IS
+    'pglease: rate limits by key or prefix; change only through pglease.limit_set and limit_unset';
+CREATE INDEX limits_created_by_idx ON pglease.limits (created_by) WHERE created_by IS NOT NULL;
+
+-- The state of each rate-limited key: its theoretical arrival time (tat,
+-- GCRA on the server's clock): the bucket is full once tat <= now, and a
+-- take of n tokens is allowed while max(tat, now) + n * emission <= now +
+-- burst * emission. One row per key and owning role (key_role: the role
+-- owning the key's bound prefix, else the taking role: the same key taken
+-- by two roles of a shared namespace is two buckets). Created by the first
+-- take, deleted by pglease.purge once full, or by pglease.limit_reset.
+-- Takes lock the row FOR NO KEY UPDATE until the taker's transaction ends.
+-- tat has no index, so that a take is a HOT update (fillfactor leaves room
+-- on the page for it); purge reads the table whole.
+CREATE TABLE pglease.limit_state (
+    key        text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 256),
+    key_role   text        NOT NULL,
+    tat        timestamptz NOT NULL,
+    created_by text,
+    PRIMARY KEY (key, key_role)
+) WITH (fillfactor = 70);
+COMMENT ON TABLE pglease.limit_state IS
+    'pglease: the state of each rate-limited key; change only through the pglease functions';
+CREATE INDEX limit_state_created_by_idx ON pglease.limit_state (created_by) WHERE created_by IS NOT NULL;
+
+-- Reservations of a key's tokens (pglease.reserve, 0.4.0): amount tokens
+-- spent from the bucket of (key, key_role) at reserved_at, of which
+-- pglease.settle gives back what was not used, until expires_at; after
+-- that they stay spent, and pglease.purge deletes the row.
+CREATE TABLE pglease.limit_reservations (
+    id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    key         text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 256),
+    key_role    text        NOT NULL,
+    amount      integer     NOT NULL CHECK (amount >= 1),
+    reserved_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.limit_reservations IS
+    'pglease: reservations of rate-limit tokens awaiting settlement; change only through the pglease functions';
+CREATE INDEX limit_reservations_expires_idx ON pglease.limit_reservations (expires_at);

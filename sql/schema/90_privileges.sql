@@ -168,3 +168,25 @@ BEGIN
     END IF;
 END
 $pglease$;
+
+-- Rate limits (0.4.0, #51, docs/limits.md): every client may take, peek and
+-- wait on the keys it may use, and call limit_set, limit_unset and
+-- limit_reset, which refuse (42501) all but the schema owner and the role
+-- owning a target's bound prefix, inside the functions.
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.take(text, integer),
+            pglease.peek(text),
+            pglease.take_wait(text, integer, interval),
+            pglease.limit_set(text, integer, interval, integer, boolean),
+            pglease.limit_unset(text),
+            pglease.limit_reset(text),
+            pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]),
+            pglease.reserve(text, integer, interval),
+            pglease.settle(text, bigint, integer)
+            TO pglease_client;
+    END IF;
+END
+$pglease$;

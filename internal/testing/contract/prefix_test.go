@@ -558,7 +558,7 @@ func testPurgeDeletesIdleGroups(t *testing.T, db *testDB) {
 	}
 }
 
-// testMetricsListEveryTable: metrics lists the 12 tables in order, with
+// testMetricsListEveryTable: metrics lists the 17 tables in order, with
 // the row counts count(*) gives in the same snapshot and their sizes.
 func testMetricsListEveryTable(t *testing.T, db *testDB) {
 	n := namer(t)
@@ -587,9 +587,11 @@ func testMetricsListEveryTable(t *testing.T, db *testDB) {
 	capped := createLoginRole(t, pgtest.AdminURL(t), db.url, true)
 	mustExec(t, db.pool, `SELECT pglease.quota_set($1, 'runs', 1000000)`, capped.name)
 	mustExec(t, db.pool, `SELECT pglease.purge_due('1 hour', '1 day')`)
+	mustExec(t, db.pool, `SELECT pglease.limit_set($1, 1, '1 hour', 1)`, n("m/"))
+	mustExec(t, db.pool, `SELECT * FROM pglease.reserve($1, 1, '1 hour')`, n("m/k"))
 
 	want := []string{"leases", "slots", "slot_scopes", "waiters", "slot_queue", "observers",
-		"candidates", "runs", "groups", "group_shards", "group_members", "prefixes", "quotas", "purge_turns"}
+		"candidates", "runs", "groups", "group_shards", "group_members", "prefixes", "quotas", "purge_turns", "limits", "limit_state", "limit_reservations"}
 	var counts []string
 	for _, table := range want {
 		counts = append(counts, fmt.Sprintf("(SELECT count(*) FROM pglease.%s)", table))

@@ -485,6 +485,15 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 	} {
 		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
 	}
+	// Rate limits (0.4.0, #51).
+	for _, f := range []string{
+		"take(text,integer)", "peek(text)", "take_wait(text,integer,interval)",
+		"limit_set(text,integer,interval,integer,boolean)", "limit_unset(text)", "limit_reset(text)",
+		"claim_and_take(text,text,integer,interval,integer,text[],integer[])",
+		"reserve(text,integer,interval)", "settle(text,bigint,integer)",
+	} {
+		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
+	}
 	want = append(want, "schema pglease pglease_operator USAGE", "relation lease_status pglease_operator SELECT",
 		"function pglease.request_release(text,text,interval) pglease_operator EXECUTE",
 		"function pglease.owner_of(text) pglease_operator EXECUTE")

@@ -580,6 +580,62 @@ var stallSweep = map[string][]hostileCall{
 		how: "version",
 		sql: `SELECT pglease.version()`,
 	}},
+	// Rate limits (0.4.0, #51): A's names have no limit, and a client sets
+	// none on shared names; a limit's row is never one of A's tenures.
+	"pglease.take(text,integer)": {{
+		how:    "take of A's lease names as keys",
+		sql:    `SELECT t::text FROM unnest($1::text[]) AS u(n), pglease.take(u.n, 1) AS t`,
+		args:   func(e *stallEnv) []any { return []any{e.allLeases()} },
+		raises: "PGL20",
+	}},
+	"pglease.peek(text)": {{
+		how:    "peek of A's lease names as keys",
+		sql:    `SELECT t::text FROM unnest($1::text[]) AS u(n), pglease.peek(u.n) AS t`,
+		args:   func(e *stallEnv) []any { return []any{e.allLeases()} },
+		raises: "PGL20",
+	}},
+	"pglease.take_wait(text,integer,interval)": {{
+		how:    "take_wait of A's lease names as keys",
+		sql:    `SELECT t::text FROM unnest($1::text[]) AS u(n), pglease.take_wait(u.n, 1, '1 second') AS t`,
+		args:   func(e *stallEnv) []any { return []any{e.allLeases()} },
+		raises: "PGL20",
+	}},
+	"pglease.limit_set(text,integer,interval,integer,boolean)": {{
+		how:    "limit_set of A's scope as a shared name",
+		sql:    `SELECT pglease.limit_set($1, 1, '1 hour', 1, false)::text`,
+		args:   func(e *stallEnv) []any { return []any{e.scope} },
+		raises: "42501",
+	}},
+	"pglease.limit_unset(text)": {{
+		how:    "limit_unset of A's scope as a shared name",
+		sql:    `SELECT pglease.limit_unset($1)::text`,
+		args:   func(e *stallEnv) []any { return []any{e.scope} },
+		raises: "42501",
+	}},
+	"pglease.limit_reset(text)": {{
+		how:    "limit_reset of A's live lease as a shared key",
+		sql:    `SELECT pglease.limit_reset($1)::text`,
+		args:   func(e *stallEnv) []any { return []any{e.live} },
+		raises: "42501",
+	}},
+	"pglease.reserve(text,integer,interval)": {{
+		how:    "reserve of A's lease names as keys",
+		sql:    `SELECT r::text FROM unnest($1::text[]) AS u(n), pglease.reserve(u.n, 1, '1 hour') AS r`,
+		args:   func(e *stallEnv) []any { return []any{e.allLeases()} },
+		raises: "PGL20",
+	}},
+	"pglease.settle(text,bigint,integer)": {{
+		how:    "settle of A's lease names as keys, with A's fences as reservations",
+		sql:    `SELECT r::text FROM unnest($1::text[], $2::bigint[]) AS u(n, f), pglease.settle(u.n, u.f, 0) AS r`,
+		args:   func(e *stallEnv) []any { names, _, fences := e.liveLeases(); return []any{names, fences} },
+		raises: "PGL20",
+	}},
+	"pglease.claim_and_take(text,text,integer,interval,integer,text[],integer[])": {{
+		how:    "claim_and_take of A's full scope with a key without a limit",
+		sql:    `SELECT c::text FROM pglease.claim_and_take($1, $2, 1, '1 hour', 1, ARRAY[$1], NULL) AS c`,
+		args:   func(e *stallEnv) []any { return []any{e.fullScope, e.hB} },
+		raises: "PGL20",
+	}},
 }
 
 // ownerLocksEveryRow checks the harness: the owner locks every row of A's

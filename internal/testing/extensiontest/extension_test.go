@@ -28,9 +28,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // version is the head extension version, and releases every released one,
 // oldest first: sql/versions, which TestExtension checks them against.
-const version = "0.3.0"
+const version = "0.4.0"
 
-var releases = []string{"0.1.0", "0.2.0"}
+var releases = []string{"0.1.0", "0.2.0", "0.3.0"}
 
 // callTimeout bounds each database call.
 const callTimeout = 30 * time.Second
@@ -156,7 +156,9 @@ func TestExtension(t *testing.T) {
 		// tables (waiters, observers, candidates) are rebuilt by the
 		// clients.
 		want := []string{"pglease.group_members", "pglease.group_shards", "pglease.groups",
-			"pglease.lease_fence_floor", "pglease.leases", "pglease.prefixes", "pglease.purge_lock",
+			"pglease.lease_fence_floor", "pglease.leases",
+			"pglease.limit_reservations", "pglease.limit_state", "pglease.limits", // 0.4.0
+			"pglease.prefixes", "pglease.purge_lock",
 			"pglease.purge_turns", "pglease.purged_rows", "pglease.quotas", "pglease.runs", "pglease.slot_fence_floor", "pglease.slot_scopes", "pglease.slots"}
 		if ver != version || schema != "pglease" || !slices.Equal(config, want) {
 			t.Fatalf("pg_extension: got version %q, schema %q, dumped tables %q; want %q, pglease, %q", ver, schema, config, version, want)

@@ -1,0 +1,440 @@
+-- Rate limits (0.4.0, #51, docs/limits.md): GCRA on the server's clock,
+-- inside the caller's transaction.
+--
+-- A limit is configured for a target (pglease.limit_set): a key, or every
+-- key that starts with the target; a key's limit is its longest matching
+-- target (tiers: 'tenant/gold/' 1000 per minute beside 'tenant/' 100 per
+-- minute). Callers name the key, never the numbers. A limit of rate tokens
+-- per interval per and burst B spends one token every emission = per /
+-- rate (rounded up to a whole microsecond, so the rate is never exceeded)
+-- and holds at most B at once. A key's state is one row of
+-- pglease.limit_state, its theoretical arrival time tat: a take of n
+-- tokens at now is allowed iff
+--     max(tat, now) + n * emission <= now + B * emission,
+-- and then sets tat to the left side. So over any span of length d the
+-- allowed takes of a key spend at most B + d / emission tokens, whatever
+-- their concurrency (takes of a key serialise on its row).
+--
+-- Who: a key under a prefix bound to a role (pglease.prefix_bind) is that
+-- role's: only its members take, peek or reset it (42501 for anyone else,
+-- before any lock), and its members share one bucket. A key under no bound
+-- prefix is a shared name, as for leases: each role taking it has a bucket
+-- of its own (the row's key_role), which no other role can reach. Limits
+-- are set, unset and reset by the schema owner (and superusers) on any
+-- target, and by members of the role a target's bound prefix belongs to on
+-- targets under it; a key's limit is looked up only among targets inside
+-- the key's own bound prefix, so no role can configure another role's keys.
+--
+-- Clock: every decision reads clock_timestamp() once, after the row lock;
+-- all arithmetic is in whole microseconds (bigint), exact.
+
+-- _limit_us(p_at): p_at in microseconds since 1970-01-01 UTC (exact: the
+-- epoch is numeric from PostgreSQL 14 on; on 13 a double, exact once
+-- rounded for any time of this millennium).
+CREATE OR REPLACE FUNCTION pglease._limit_us(p_at timestamptz)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.round(EXTRACT(epoch FROM p_at) * 1000000)::bigint
+$$;
+
+-- _limit_key_role(p_key): whose bucket p_key is for the caller: the role
+-- owning p_key's bound prefix (or group), else the caller's (session_user).
+CREATE OR REPLACE FUNCTION pglease._limit_key_role(p_key text)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce((pglease._owner(p_key)).owner_role, session_user::text)
+$$;
+
+-- _limit_of(p_func, p_key): the limit of p_key: its longest matching
+-- target (an exact target only when it is p_key) no shorter than p_key's
+-- bound prefix; target, emission_us and burst. Raises PGL20 naming p_func
+-- and p_key when there is none. Reads pglease.limits without a lock, by
+-- primary key: one probe per prefix of p_key (at most 256), whatever the
+-- number of limits.
+CREATE OR REPLACE FUNCTION pglease._limit_of(p_func text, p_key text,
+    OUT target text, OUT emission_us bigint, OUT burst integer)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_from integer := greatest(pg_catalog.char_length((pglease._owner(p_key)).prefix), 1);
+BEGIN
+    SELECT l.target, l.emission_us, l.burst INTO target, emission_us, burst
+    FROM pglease.limits AS l
+    WHERE l.target = ANY (ARRAY(SELECT pg_catalog.left(p_key, i)
+                                FROM pg_catalog.generate_series(v_from, pg_catalog.char_length(p_key)) AS i))
+      AND (NOT l.exact OR l.target = p_key)
+    ORDER BY pg_catalog.octet_length(l.target) DESC
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGL20',
+            MESSAGE = format('pglease.%s: no rate limit is set for key %L', p_func, p_key),
+            HINT = 'Set one for the key or a prefix of it: pglease.limit_set (the schema owner, or the role owning the key''s prefix).';
+    END IF;
+END
+$$;
+
+-- _limit_admin(p_func, p_arg, p_target): returns when the caller may set,
+-- unset or reset limits of p_target: the schema owner (or a superuser), or
+-- a member of the role owning p_target's bound prefix or group. Raises
+-- 42501 otherwise, naming p_func, p_target and the role.
+CREATE OR REPLACE FUNCTION pglease._limit_admin(p_func text, p_arg text, p_target text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_owner text := (pglease._owner(p_target)).owner_role;
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace AS n
+               WHERE n.nspname = 'pglease'
+                 AND pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER')) THEN
+        RETURN;
+    END IF;
+    IF v_owner IS NOT NULL AND pglease._may_take(p_target) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = '42501',
+        MESSAGE = CASE WHEN v_owner IS NULL
+            THEN format('pglease.%s: %s %L is a shared name; only the schema owner sets or resets its limits, not role %I',
+                        p_func, p_arg, p_target, session_user)
+            ELSE format('pglease.%s: %s %L belongs to role %I; role %I is not a member of it',
+                        p_func, p_arg, p_target, v_owner, session_user) END,
+        HINT = 'Limits are set by the schema owner, or by the role a prefix is bound to (pglease.prefix_bind) for names under it.';
+END
+$$;
+
+-- _limit_take(p_func, p_key, p_cost): the decision of pglease.take, for
+-- the functions that take (p_func names the caller in errors). Checks its
+-- arguments first (22004, 22023, 42501, PGL20, PGL21: see pglease.take);
+-- then, in a subtransaction, locks the key's row FOR NO KEY UPDATE
+-- (creating it, under the 'limits' quota, when missing: 53400 at the cap),
+-- reads the clock and decides. An allowed take writes the row, which stays
+-- locked until the caller's transaction ends; a refused one rolls the
+-- subtransaction back with the lock and writes nothing.
+CREATE OR REPLACE FUNCTION pglease._limit_take(p_func text, p_key text, p_cost integer,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_role   text;
+    v_emit   bigint;
+    v_tat    timestamptz;
+    v_now_us bigint;
+    v_base   bigint;
+    v_new    bigint;
+    v_tol    bigint;
+BEGIN
+    PERFORM pglease._check_text(p_func, 'p_key', p_key);
+    PERFORM pglease._check_int(p_func, 'p_cost', p_cost, 1, 2147483647);
+    PERFORM pglease._check_owner(p_func, 'p_key', p_key);
+    SELECT l.emission_us, l.burst INTO v_emit, burst FROM pglease._limit_of(p_func, p_key) AS l;
+    IF p_cost > burst THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGL21',
+            MESSAGE = format('pglease.%s: p_cost %s is more than the burst %s of key %L: it could never be allowed',
+                             p_func, p_cost, burst, p_key),
+            HINT = 'Take at most the burst at once, or ask for a larger burst (pglease.limit_set).';
+    END IF;
+    v_role := pglease._limit_key_role(p_key);
+    v_tol := v_emit * burst;
+    BEGIN
+        SELECT s.tat INTO v_tat FROM pglease.limit_state AS s
+        WHERE s.key = p_key AND s.key_role = v_role
+        FOR NO KEY UPDATE;
+        IF NOT FOUND THEN
+            -- A new bucket, full: its first take is always allowed (p_cost
+            -- is at most the burst), so a refusal never creates a row.
+            INSERT INTO pglease.limit_state AS s (key, key_role, tat, created_by)
+            VALUES (p_key, v_role, clock_timestamp(),
+                    CASE WHEN pglease._check_quota(p_func, 'limits') THEN session_user END)
+            ON CONFLICT ON CONSTRAINT limit_state_pkey DO NOTHING;
+            SELECT s.tat INTO v_tat FROM pglease.limit_state AS s
+            WHERE s.key = p_key AND s.key_role = v_role
+            FOR NO KEY UPDATE;
+        END IF;
+        decided_at := clock_timestamp();
+        v_now_us := pglease._limit_us(decided_at);
+        v_base := greatest(pglease._limit_us(v_tat), v_now_us);
+        v_new := v_base + v_emit * p_cost;
+        allowed := v_new - v_now_us <= v_tol;
+        IF allowed THEN
+            remaining := ((v_tol - (v_new - v_now_us)) / v_emit)::integer;
+            reset_in := (v_new - v_now_us) * interval '1 microsecond';
+            UPDATE pglease.limit_state AS s SET tat = decided_at + reset_in
+            WHERE s.key = p_key AND s.key_role = v_role;
+        ELSE
+            remaining := greatest((v_tol - (v_base - v_now_us)) / v_emit, 0)::integer;
+            reset_in := (v_base - v_now_us) * interval '1 microsecond';
+            retry_in := (v_new - v_tol - v_now_us) * interval '1 microsecond';
+            RAISE EXCEPTION USING ERRCODE = 'PGL02', MESSAGE = 'pglease: refused';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'PGL02' THEN
+        NULL; -- refused: the row lock goes with the subtransaction
+    END;
+END
+$$;
+
+-- pglease.take(p_key, p_cost): spend p_cost tokens (default 1) of key
+-- p_key's rate limit, or say when they will be there. One row:
+--   * allowed = true: the tokens are spent (the key's row is written; the
+--     spend commits or rolls back with the caller's transaction);
+--     remaining = whole tokens left after it, retry_in NULL, reset_in = how
+--     long until the bucket is full again;
+--   * allowed = false: nothing is spent or written; remaining = whole
+--     tokens there now (fewer than p_cost), retry_in = how long until
+--     p_cost are (> 0; a take of p_cost at decided_at + retry_in is allowed
+--     unless others spend first), reset_in as above.
+--   burst = the key's burst; decided_at = the server clock reading the
+--   call decided on.
+-- Exact to the microsecond on the server's clock: decided_at + reset_in is
+-- the key's new theoretical arrival time. A key with no row yet is full;
+-- the first take creates its row (counted in the caller's 'limits' quota).
+-- Locks: the key's row FOR NO KEY UPDATE: an allowed take holds it until
+-- the caller's transaction ends (takes of the same bucket wait for it, as
+-- claims of a scope do: take in short transactions); a refused take gives
+-- it back before it returns. Other keys and other roles' buckets are never
+-- locked. Under REPEATABLE READ or SERIALIZABLE a take that races another
+-- take of the same bucket raises 40001, spending nothing: retry.
+-- Raises 22004 for NULL; 22023 for a key not 1 to 256 bytes or a cost
+-- less than 1; 42501 for a key under a prefix bound to a role the caller
+-- is not a member of; PGL20 when no limit is set for the key; PGL21 for a
+-- cost more than the key's burst; 53400 when a new row would take the
+-- caller's role over its 'limits' quota; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.take(p_key text, p_cost integer DEFAULT 1,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT t.allowed, t.remaining, t.retry_in, t.reset_in, t.burst, t.decided_at
+    INTO allowed, remaining, retry_in, reset_in, burst, decided_at
+    FROM pglease._limit_take('take', p_key, p_cost) AS t;
+END
+$$;
+
+-- pglease.peek(p_key): what pglease.take(p_key, 1) would answer now,
+-- without spending, writing or locking anything: allowed (one token is
+-- there), remaining (whole tokens there), retry_in (NULL when allowed,
+-- else until one token is), reset_in, burst, decided_at. Reads the newest
+-- committed state (its snapshot's, under REPEATABLE READ); a take left
+-- open in another transaction is not seen until it commits.
+-- Raises 22004, 22023, 42501 and PGL20 as pglease.take.
+CREATE OR REPLACE FUNCTION pglease.peek(p_key text,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_emit   bigint;
+    v_now_us bigint;
+    v_base   bigint;
+    v_tol    bigint;
+BEGIN
+    PERFORM pglease._check_text('peek', 'p_key', p_key);
+    PERFORM pglease._check_owner('peek', 'p_key', p_key);
+    SELECT l.emission_us, l.burst INTO v_emit, burst FROM pglease._limit_of('peek', p_key) AS l;
+    v_tol := v_emit * burst;
+    decided_at := clock_timestamp();
+    v_now_us := pglease._limit_us(decided_at);
+    SELECT greatest(pglease._limit_us(s.tat), v_now_us) INTO v_base FROM pglease.limit_state AS s
+    WHERE s.key = p_key AND s.key_role = pglease._limit_key_role(p_key);
+    v_base := coalesce(v_base, v_now_us);
+    allowed := v_base + v_emit - v_now_us <= v_tol;
+    remaining := greatest((v_tol - (v_base - v_now_us)) / v_emit, 0)::integer;
+    reset_in := (v_base - v_now_us) * interval '1 microsecond';
+    IF NOT allowed THEN
+        retry_in := (v_base + v_emit - v_tol - v_now_us) * interval '1 microsecond';
+    END IF;
+END
+$$;
+
+-- pglease.take_wait(p_key, p_cost, p_max_wait): pglease.take, waiting up
+-- to p_max_wait for the tokens. While refused with a retry_in that ends
+-- within p_max_wait of the call's start, it sleeps retry_in (pg_sleep, in
+-- the call) and takes again; the refusal gave the key's row lock back, so
+-- the sleeper holds no lock of the key and delays nobody (locks the
+-- caller's transaction took before, earlier takes included, stay held
+-- while it sleeps: call it first, or in a transaction of its own). Returns
+-- pglease.take's row of the last attempt, and waited = the time spent in
+-- the call before it. Refused at once, without sleeping, when the tokens
+-- cannot be there by the deadline: a caller never waits in vain for
+-- them, only for others that spend first. p_max_wait 0 is pglease.take.
+-- Raises as pglease.take, and 22004 for a NULL p_max_wait, 22023 for one
+-- less than 0 or more than 1 hour; the caller's statement_timeout ends
+-- the wait (57014) as any statement.
+CREATE OR REPLACE FUNCTION pglease.take_wait(p_key text, p_cost integer, p_max_wait interval,
+    OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
+    OUT burst integer, OUT decided_at timestamptz, OUT waited interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_start    timestamptz := clock_timestamp();
+    v_deadline timestamptz;
+BEGIN
+    IF p_max_wait IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = 'pglease.take_wait: p_max_wait must not be NULL',
+            HINT = 'Pass how long to wait at most, from 0 to 1 hour, e.g. interval ''2 seconds''.';
+    END IF;
+    IF EXTRACT(epoch FROM p_max_wait) NOT BETWEEN 0 AND 3600 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.take_wait: p_max_wait must be from 0 to 1 hour, got %s', p_max_wait),
+            HINT = 'Wait at most an hour in one call; wait longer in a loop of your own.';
+    END IF;
+    v_deadline := v_start + make_interval(secs => EXTRACT(epoch FROM p_max_wait));
+    LOOP
+        SELECT t.allowed, t.remaining, t.retry_in, t.reset_in, t.burst, t.decided_at
+        INTO allowed, remaining, retry_in, reset_in, burst, decided_at
+        FROM pglease._limit_take('take_wait', p_key, p_cost) AS t;
+        EXIT WHEN allowed OR decided_at + retry_in > v_deadline;
+        PERFORM pg_catalog.pg_sleep(EXTRACT(epoch FROM retry_in));
+    END LOOP;
+    waited := decided_at - v_start;
+END
+$$;
+
+-- pglease.limit_set(p_target, p_rate, p_per, p_burst, p_exact): set the
+-- rate limit of p_target to p_rate tokens per p_per, at most p_burst at
+-- once: of every key starting with p_target (p_exact false, the default),
+-- or of the key p_target alone (p_exact true). The longest matching target
+-- of a key wins. Replaces the target's limit when it has one (the keys'
+-- states stay: a bucket fuller than the new burst refills first).
+-- Returns true when it replaced one. Who: the schema owner, or a member
+-- of the role owning p_target's bound prefix (42501 for anyone else).
+-- Takes deciding meanwhile use the limit they read; a limit_set left open
+-- in a transaction delays no take (they read limits without a lock).
+-- Raises 22004 for NULL; 22023 for a target not 1 to 256 bytes, a rate or
+-- burst not from 1 to 1,000,000,000, a p_per not more than 0 or more than
+-- 366 days, a rate of more than one token per microsecond of p_per, or a
+-- time to fill the bucket (burst * p_per / p_rate) of more than 100 years;
+-- 42501 as above; 53400 when a new target would take the caller's role
+-- over its 'limits' quota; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.limit_set(p_target text, p_rate integer, p_per interval,
+    p_burst integer, p_exact boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_per    interval;
+    v_per_us bigint;
+    v_emit   bigint;
+BEGIN
+    PERFORM pglease._check_text('limit_set', 'p_target', p_target);
+    PERFORM pglease._check_int('limit_set', 'p_rate', p_rate, 1, 1000000000);
+    v_per := pglease._check_span('limit_set', 'p_per', p_per, interval '366 days');
+    PERFORM pglease._check_int('limit_set', 'p_burst', p_burst, 1, 1000000000);
+    PERFORM pglease._check_flag('limit_set', 'p_exact', p_exact);
+    v_per_us := pg_catalog.round(EXTRACT(epoch FROM v_per) * 1000000)::bigint;
+    IF v_per_us < p_rate THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.limit_set: p_rate %s per %s is more than one token per microsecond',
+                             p_rate, p_per),
+            HINT = 'Give a lower rate, or a longer p_per.';
+    END IF;
+    v_emit := (v_per_us + p_rate - 1) / p_rate;
+    IF v_emit::numeric * p_burst > 3162240000000000 THEN  -- 100 years of 366 days
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.limit_set: a burst of %s at %s per %s takes more than 100 years to fill',
+                             p_burst, p_rate, p_per),
+            HINT = 'Give a smaller burst or a higher rate.';
+    END IF;
+    PERFORM pglease._limit_admin('limit_set', 'p_target', p_target);
+    PERFORM 1 FROM pglease.limits AS l WHERE l.target = p_target FOR NO KEY UPDATE;
+    IF FOUND THEN
+        UPDATE pglease.limits AS l
+        SET exact = p_exact, rate = p_rate, per = v_per, burst = p_burst, emission_us = v_emit,
+            set_by = session_user, set_at = clock_timestamp()
+        WHERE l.target = p_target;
+        RETURN true;
+    END IF;
+    INSERT INTO pglease.limits AS l (target, exact, rate, per, burst, emission_us, set_by, set_at, created_by)
+    VALUES (p_target, p_exact, p_rate, v_per, p_burst, v_emit, session_user, clock_timestamp(),
+            CASE WHEN pglease._check_quota('limit_set', 'limits') THEN session_user END)
+    ON CONFLICT ON CONSTRAINT limits_pkey
+    DO UPDATE SET exact = excluded.exact, rate = excluded.rate, per = excluded.per,
+                  burst = excluded.burst, emission_us = excluded.emission_us,
+                  set_by = excluded.set_by, set_at = excluded.set_at;
+    RETURN false;
+END
+$$;
+
+-- pglease.limit_unset(p_target): remove p_target's limit (keys it was the
+-- longest match of fall back to a shorter target, or get PGL20). Returns
+-- true when there was one. Who: as pglease.limit_set (42501). Raises 22004
+-- for NULL, 22023 for a target not 1 to 256 bytes; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.limit_unset(p_target text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('limit_unset', 'p_target', p_target);
+    PERFORM pglease._limit_admin('limit_unset', 'p_target', p_target);
+    DELETE FROM pglease.limits AS l WHERE l.target = p_target;
+    RETURN FOUND;
+END
+$$;
+
+-- pglease.limit_reset(p_key): refill key p_key's bucket (delete its state
+-- row): for a key under a bound prefix, the one bucket its role's members
+-- share; for a shared key called by the schema owner, every role's bucket
+-- of it. Returns how many buckets were reset (0: they were full already).
+-- Waits for takes of the key in flight (their row locks). Who: as
+-- pglease.limit_set (42501; a client cannot refill its own bucket of a
+-- shared key, which the owner limits). Raises 22004 for NULL, 22023 for a
+-- key not 1 to 256 bytes; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.limit_reset(p_key text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_owner text;
+    v_n     integer;
+BEGIN
+    PERFORM pglease._check_text('limit_reset', 'p_key', p_key);
+    PERFORM pglease._limit_admin('limit_reset', 'p_key', p_key);
+    v_owner := (pglease._owner(p_key)).owner_role;
+    DELETE FROM pglease.limit_state AS s
+    WHERE s.key = p_key AND (v_owner IS NULL OR s.key_role = v_owner);
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+-- _limit_purge(p_cutoff, p_all, p_role): for pglease.purge: deletes the
+-- key states full since p_cutoff (tat <= p_cutoff: deleting them changes
+-- no decision) and the reservations (sql/functions/82_reservations.sql)
+-- expired by p_cutoff (they can no longer be settled), of every role when
+-- p_all, else those of p_role's buckets (and states it created); skips
+-- rows locked by a take or settle in flight. Returns how many it deleted.
+CREATE OR REPLACE FUNCTION pglease._limit_purge(p_cutoff timestamptz, p_all boolean, p_role text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    DELETE FROM pglease.limit_state AS s
+    WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.limit_state AS d
+                              WHERE d.tat <= p_cutoff
+                                AND (p_all OR d.key_role = p_role OR d.created_by = p_role)
+                              FOR UPDATE SKIP LOCKED))
+      AND s.tat <= p_cutoff;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    WITH gone AS (
+        DELETE FROM pglease.limit_reservations AS r
+        WHERE r.id = ANY (ARRAY(SELECT d.id FROM pglease.limit_reservations AS d
+                                WHERE d.expires_at <= p_cutoff AND (p_all OR d.key_role = p_role)
+                                FOR UPDATE SKIP LOCKED))
+        RETURNING 1
+    )
+    SELECT v_n + count(*) INTO v_n FROM gone;
+    RETURN v_n;
+END
+$$;
