@@ -18,11 +18,17 @@ import (
 // their events on one channel.
 type fleet struct {
 	t      *testing.T
-	events chan supervisor.Event
+	events chan observed
 	rec    *recorder
 	mu     sync.Mutex
 	causes map[int64]error // fence -> the workload context's cause
-	log    []supervisor.Event
+	log    []observed
+}
+
+// observed is an event and the holder of the supervisor that emitted it.
+type observed struct {
+	self string
+	supervisor.Event
 }
 
 // start runs a supervisor with holder and value until the returned stop
@@ -30,7 +36,7 @@ type fleet struct {
 func (f *fleet) start(db pglease.DB, holder, value string) (stop func()) {
 	s := newSupervisor(f.t, db, "lead", supervisor.Config{
 		Holder: holder, Value: value, TTL: 6 * time.Second,
-		Observer: func(e supervisor.Event) { f.events <- e },
+		Observer: func(e supervisor.Event) { f.events <- observed{self: holder, Event: e} },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -61,7 +67,7 @@ func (f *fleet) start(db pglease.DB, holder, value string) (stop func()) {
 
 // await returns the next event that match accepts, keeping every event
 // in f.log; it fails the test after a minute.
-func (f *fleet) await(what string, match func(supervisor.Event) bool) supervisor.Event {
+func (f *fleet) await(what string, match func(observed) bool) observed {
 	f.t.Helper()
 	timeout := time.After(time.Minute)
 	for {
@@ -92,22 +98,22 @@ func TestRollingHandover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	f := &fleet{t: t, events: make(chan supervisor.Event, 1000), rec: newRecorder(t, -1), causes: map[int64]error{}}
+	f := &fleet{t: t, events: make(chan observed, 1000), rec: newRecorder(t, -1), causes: map[int64]error{}}
 	holder := func(i, gen int) string { return fmt.Sprintf("node-%d-gen%d", i, gen) }
 	value := func(i int) string { return fmt.Sprintf("10.0.0.%d:8080", i) }
 	gens := []int{0, 0, 0}
 	stops := make([]func(), 3)
 
 	stops[0] = f.start(pool, holder(0, 0), value(0))
-	first := f.await("node 0 to lead", func(e supervisor.Event) bool { return e.Kind == supervisor.EventAcquired })
+	first := f.await("node 0 to lead", func(e observed) bool { return e.Kind == supervisor.EventAcquired })
 	// awaitStandby waits for instance i to see the leader and its value:
 	// it is then a candidate a release request may prefer.
 	// (A refusal during a reservation names the preferred holder with the
 	// last tenure's fence and no value: only the tenure's fence counts.)
 	awaitStandby := func(i int, leader string, leaderValue string, fence int64) {
 		t.Helper()
-		f.await(holder(i, gens[i])+" to stand by", func(e supervisor.Event) bool {
-			if e.Kind != supervisor.EventLeaderSeen || e.Holder != leader || e.Fence != fence {
+		f.await(holder(i, gens[i])+" to stand by", func(e observed) bool {
+			if e.self != holder(i, gens[i]) || e.Kind != supervisor.EventLeaderSeen || e.Holder != leader || e.Fence != fence {
 				return false
 			}
 			if e.Value != leaderValue {
@@ -131,10 +137,10 @@ func TestRollingHandover(t *testing.T) {
 		if err != nil || !asked || r.Holder != old || r.Fence != fence {
 			t.Fatalf("step %d: RequestRelease to %s: got %+v (requested %t), %v; want %s's fence %d", k, to, r, asked, err, old, fence)
 		}
-		f.await(old+" to be asked", func(e supervisor.Event) bool {
+		f.await(old+" to be asked", func(e observed) bool {
 			return e.Kind == supervisor.EventReleaseRequested && e.Holder == old
 		})
-		acq := f.await(to+" to lead", func(e supervisor.Event) bool { return e.Kind == supervisor.EventAcquired })
+		acq := f.await(to+" to lead", func(e observed) bool { return e.Kind == supervisor.EventAcquired })
 		if acq.Holder != to || acq.Fence != fence+1 {
 			t.Fatalf("step %d: %s took fence %d, want %s with fence %d", k, acq.Holder, acq.Fence, to, fence+1)
 		}
