@@ -24,7 +24,8 @@ demo: ## Run the demo: migrations, three supervised instances, a crash, a handov
 deps: ## Install the Debian packages the checks need (the only target that installs; root or sudo)
 	./scripts/install-deps.sh
 
-generate: ## Regenerate the head upgrade (migrations/, extension/) and the proxy (migrations/proxy/) from sql/, and internal/db/ from sql/queries/
+generate: ## Regenerate sql/functions/03_row_locks.sql from sql/templates/, the head upgrade (migrations/, extension/) and the proxy (migrations/proxy/) from sql/, and internal/db/ from sql/queries/
+	./scripts/gen-rules.sh
 	./scripts/gen-schema.sh
 	./scripts/gen-proxy.sh
 	$(SQLC) generate

@@ -8,6 +8,11 @@
 -- pglease 0.4.0 -> 0.3.0: undoes sql/upgrades/0.4.0.up.sql. Runs before the
 -- functions, views and privileges of 0.3.0 are applied again.
 
+-- renew, renew_lease, _takeable and group_sync are written out again
+-- by 0.3.0's functions.
+DROP FUNCTION pglease._renew(text, text, text, bigint, interval);
+DROP FUNCTION pglease._free(text, timestamptz, text, text, interval, text, text, timestamptz);
+
 -- Rate limits go: their functions, the key states
 -- and the limits (every bucket is full again after an upgrade back), and
 -- the quota kind 'limits' with its caps.

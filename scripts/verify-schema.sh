@@ -3,8 +3,10 @@
 # file of a released version (every version of sql/versions but head; see
 # scripts/released-files.sh) has no checksum there (make freeze), when the
 # generated head upgrade (migrations/, extension/) differs from what
-# scripts/gen-schema.sh makes of sql/, or when migrations/ or extension/
-# hold a file that is neither released nor generated.
+# scripts/gen-schema.sh makes of sql/, when sql/functions/03_row_locks.sql
+# differs from what scripts/gen-rules.sh makes of sql/templates/, or when
+# migrations/ or extension/ hold a file that is neither released nor
+# generated.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -27,10 +29,11 @@ done
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+./scripts/gen-rules.sh "$tmp"
 ./scripts/gen-schema.sh "$tmp"
 
 status=0
-for f in $(cd "$tmp" && find migrations extension -type f | sort); do
+for f in $(cd "$tmp" && find sql migrations extension -type f | sort); do
     if ! cmp -s "$tmp/$f" "$f"; then
         echo "verify: $f is stale: run make generate" >&2
         status=1

@@ -340,9 +340,8 @@ BEGIN
     FROM pglease.group_shards AS s
     LEFT JOIN pglease.leases AS l ON l.name = v_prefix || s.shard
     WHERE s.group_name = p_group
-      AND (l.name IS NULL OR l.holder IS NULL OR l.expires_at <= v_now)
-      AND NOT coalesce(pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
-                                         l.release_for, NULL, NULL, v_now), false);
+      AND (l.name IS NULL OR pglease._free(l.holder, l.expires_at, l.release_to,
+                                            l.release_to_role, l.release_for, NULL, NULL, v_now));
     -- Being handed over: live shards asked to release, or held by no live
     -- member (one that left, or another role's tenure, which frees only at
     -- its end).
@@ -401,33 +400,27 @@ BEGIN
     -- before waiting for the group lock, on an earlier clock) is skipped,
     -- not waited for: that wait would close a cycle with the group lock.
     -- Shards never taken yet have no row to lock.
+    -- Shards with a free lease row first, then those never taken (no row),
+    -- each in shard order.
     IF v_take > 0 THEN
         FOR v_name IN
-            SELECT l.name
-            FROM pglease.group_shards AS s
-            JOIN pglease.leases AS l
-      ON l.name = v_prefix || s.shard AND s.shard = substr(l.name, length(v_prefix) + 1)
-            WHERE s.group_name = p_group
-              AND (l.holder IS NULL OR l.expires_at <= v_now)
-              AND NOT coalesce(pglease._reserved(l.expires_at, l.release_to, l.release_to_role,
-                                                 l.release_for, p_member, v_role, v_now), false)
-            ORDER BY s.ord
-            FOR NO KEY UPDATE OF l SKIP LOCKED
-        LOOP
-            EXIT WHEN v_taken >= v_take;
-            SELECT a.acquired INTO v_ok FROM pglease.acquire(v_name, p_member, v_ttl) AS a;
-            IF v_ok THEN
-                v_taken := v_taken + 1;
-            END IF;
-        END LOOP;
-    END IF;
-    IF v_taken < v_take THEN
-        FOR v_name IN
-            SELECT v_prefix || s.shard
-            FROM pglease.group_shards AS s
-            WHERE s.group_name = p_group
-              AND NOT EXISTS (SELECT 1 FROM pglease.leases AS l WHERE l.name = v_prefix || s.shard)
-            ORDER BY s.ord
+            SELECT f.name FROM (
+                SELECT l.name, s.ord
+                FROM pglease.group_shards AS s
+                JOIN pglease.leases AS l
+                  ON l.name = v_prefix || s.shard AND s.shard = substr(l.name, length(v_prefix) + 1)
+                WHERE s.group_name = p_group
+                  AND pglease._free(l.holder, l.expires_at, l.release_to, l.release_to_role,
+                                    l.release_for, p_member, v_role, v_now)
+                ORDER BY s.ord
+                FOR NO KEY UPDATE OF l SKIP LOCKED) AS f
+            UNION ALL
+            SELECT n.name FROM (
+                SELECT v_prefix || s.shard AS name
+                FROM pglease.group_shards AS s
+                WHERE s.group_name = p_group
+                  AND NOT EXISTS (SELECT 1 FROM pglease.leases AS l WHERE l.name = v_prefix || s.shard)
+                ORDER BY s.ord) AS n
         LOOP
             EXIT WHEN v_taken >= v_take;
             SELECT a.acquired INTO v_ok FROM pglease.acquire(v_name, p_member, v_ttl) AS a;
