@@ -105,6 +105,10 @@ func TestNoStarvation(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	started := make(chan struct{}, 3)
+	// Each 1-unit claimer holds its first slot until the 4-unit claim was
+	// refused once, so that the claim meets a busy scope however slowly
+	// the machine runs; from then on the stream goes on.
+	firstRefusal := make(chan struct{})
 	for i := range 3 {
 		c := newClient(t, db, "small-"+string(rune('a'+i)))
 		wg.Add(1)
@@ -119,12 +123,16 @@ func TestNoStarvation(t *testing.T) {
 					}
 					return
 				}
+				held := time.After(starvationHold)
+				var gate <-chan struct{} // nil: never ready
 				if first {
 					started <- struct{}{}
 					first = false
+					held, gate = nil, firstRefusal
 				}
 				select {
-				case <-time.After(starvationHold):
+				case <-held:
+				case <-gate:
 				case <-ctx.Done():
 				}
 				if err := s.Release(context.Background()); err != nil {
@@ -141,6 +149,7 @@ func TestNoStarvation(t *testing.T) {
 	big, err := runslots.New(db, runslots.Config{Holder: "big", OnWait: func(error) {
 		if refused.IsZero() {
 			refused = time.Now()
+			close(firstRefusal)
 		}
 	}})
 	if err != nil {
