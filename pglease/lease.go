@@ -89,6 +89,9 @@ func (c *Client) try(ctx context.Context, name string, ttl time.Duration, o acqu
 		err error
 		w   *notify.Waiter
 	)
+	if err := c.c.ConfirmReleases(ctx, name); err != nil {
+		return nil, nil, err
+	}
 	if o.watch {
 		w = c.c.ListenChanges(ctx, name) // before the grant: no request is missed
 	}

@@ -34,6 +34,9 @@ func (c *Client) TryClaim(ctx context.Context, w Want, ttl time.Duration) (*Slot
 // wait, or another error. wait says the caller claims again when refused:
 // the server then queues the claim (see the package documentation).
 func (c *Client) tryClaim(ctx context.Context, w Want, ttl time.Duration, wait bool) (*Slot, *tenure.Refusal, error) {
+	if err := c.c.ConfirmReleases(ctx, w.Scope); err != nil {
+		return nil, nil, err
+	}
 	sent := time.Now()
 	units := w.units()
 	row, err := c.claim(ctx, db.SlotClaimUnitsParams{
@@ -114,6 +117,9 @@ func (c *Client) tryClaimAll(ctx context.Context, wants []Want, ttl time.Duratio
 		Wait:       wait,
 	}
 	for i, w := range wants {
+		if err := c.c.ConfirmReleases(ctx, w.Scope); err != nil {
+			return nil, nil, err
+		}
 		p.Scopes[i], p.Capacities[i], p.Units[i] = w.Scope, int32(w.Capacity), int32(w.units())
 	}
 	sent := time.Now()

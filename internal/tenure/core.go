@@ -68,6 +68,10 @@ type Core struct {
 	cfg  Config        // with defaults applied
 	m    *meters       // its instruments, made once
 
+	// unsure holds the releases whose outcome is unknown, until
+	// ConfirmReleases confirms them.
+	unsure unsureReleases
+
 	// legacyUntil is when to try 0.3.0's leadership functions again after
 	// one was missing (Unix nanoseconds; 0: never missing). See Modern.
 	legacyUntil atomic.Int64

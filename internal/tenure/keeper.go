@@ -301,6 +301,7 @@ func (k *Keeper) release(zombies []*Tenure) {
 		k.mu.Unlock()
 		close(z.done)
 		if err != nil {
+			t.c.unsure.remember(t, err)
 			k.cfg.Logger.Warn("pglease: release of a tenure past its local deadline failed; it frees when it expires",
 				"name", t.name, "slot", t.slot, "fence", t.fence, "err", err)
 		}

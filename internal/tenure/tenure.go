@@ -334,6 +334,9 @@ func (t *Tenure) renewLease(ctx context.Context) (bool, error) {
 func (t *Tenure) Release(ctx context.Context) error {
 	defer t.unwatched()
 	released, err := t.release(ctx, asyncrelease.OK(t.c.db))
+	if err != nil {
+		t.c.unsure.remember(t, err)
+	}
 	if t.k != nil {
 		if err != nil {
 			t.mu.Lock()
