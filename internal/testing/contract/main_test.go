@@ -203,7 +203,7 @@ func beginBefore(t testing.TB, q interface {
 // serialises the commits of transactions that sent a NOTIFY.
 func waitBlockedBy(t testing.TB, q querier, pid, blocker uint32) {
 	t.Helper()
-	waitFor(t, 10*time.Second, fmt.Sprintf("backend %d to wait on a lock of backend %d", pid, blocker), func() (bool, error) {
+	waitFor(t, time.Minute, fmt.Sprintf("backend %d to wait on a lock of backend %d", pid, blocker), func() (bool, error) {
 		ctx, cancel := callContext(t)
 		defer cancel()
 		var blocked bool
