@@ -59,6 +59,8 @@ func TestCLI(t *testing.T) {
 		{"MigratePrivileges", testMigratePrivileges},
 		{"NoDatabaseNamed", testNoDatabaseNamed},
 		{"ScopeFullCapacity", testScopeFullCapacity},
+		{"RunRate", testRunRate},
+		{"RunRateErrors", testRunRateErrors},
 	}, reaperCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
