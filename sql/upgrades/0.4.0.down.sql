@@ -1,6 +1,9 @@
 -- pglease 0.4.0 -> 0.3.0: undoes sql/upgrades/0.4.0.up.sql. Runs before the
 -- functions, views and privileges of 0.3.0 are applied again.
 
+-- The limits' levels (sql/functions/83_limit_views.sql) go.
+DROP FUNCTION pglease.limit_status(integer);
+
 -- Rate limits go: their functions, the key states
 -- and the limits (every bucket is full again after an upgrade back), and
 -- the quota kind 'limits' with its caps.
