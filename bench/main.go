@@ -90,6 +90,10 @@ type config struct {
 	batchOnly bool
 	// groupsOnly runs only the shard-group section (groups.go).
 	groupsOnly bool
+	// limitsOnly runs only the rate limits' section (limits.go), against
+	// the machine's Redis at redisAddr.
+	limitsOnly bool
+	redisAddr  string
 }
 
 func main() {
@@ -166,6 +170,9 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.slotsOnly, "slots-only", false, "run only the slot section (claim + release against a lease's acquire + release at -clients, weighted claims of 1, 4 and 16 units of capacity 64, each cell at least 12s in 12 turns; renew_slot's server time and HOT share) and print it")
 	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, renew_lease, acquire with a value, observing at C=8) and print it")
 	fs.BoolVar(&cfg.groupsOnly, "groups-only", false, "run only the shard-group section (M=1024 with N=1, 4, 16: intervals and time to converge after a join and a kill, moves against the minimum, server time per interval; M=10000 with N=16) and print it")
+	fs.BoolVar(&cfg.limitsOnly, "limits-only", false, "run only the rate limits' section (pglease.take at -clients against redis_rate's GCRA script on the machine's Redis, without persistence and with appendfsync always; the floor UPDATE; take + INSERT in a transaction; coalesced takes) and print it")
+	fs.StringVar(&cfg.redisAddr, "redis", cmp.Or(os.Getenv("PGLEASE_BENCH_REDIS_ADDR"), defaultRedisAddr),
+		"the machine's Redis for the rate limits' section, host:port (default from PGLEASE_BENCH_REDIS_ADDR); its persistence is set for the run and restored after")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -282,6 +289,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	if cfg.groupsOnly {
 		return runGroupsBench(ctx, cfg)
 	}
+	if cfg.limitsOnly {
+		return runLimitsBench(ctx, cfg)
+	}
 	sc, err := createScratch(ctx, cfg.url, scratchName(""))
 	if err != nil {
 		return err
@@ -376,6 +386,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	}
 	if r.Scrape, err = measureScrape(ctx, cfg, cfg.fullScrapeLeases); err != nil {
 		return fmt.Errorf("scrape: %w", err)
+	}
+	if r.Limits, err = measureLimits(ctx, cfg); err != nil {
+		return fmt.Errorf("rate limits: %w", err)
 	}
 
 	if cfg.purgeNames > 0 {

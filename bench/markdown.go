@@ -122,6 +122,10 @@ func (r *Report) writeMarkdown(w io.Writer, plot string) {
 		writeScrapeMarkdown(w, "##", r.Scrape)
 		p("")
 	}
+	if r.Limits != nil {
+		r.Limits.writeMarkdown(w, "##")
+		p("")
+	}
 	p("## Where the time goes")
 	p("")
 	p("Rows measured together at C=%d. The second row is the limit UPDATE with a pg_notify in its transaction: a notifying transaction commits under a cluster-wide lock, so such transactions commit one at a time instead of sharing WAL flushes, which is why pglease notifies only on a release that someone waits for.", targetClients)

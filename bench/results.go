@@ -29,6 +29,7 @@ type Report struct {
 	Leader      *Leadership       `json:"leadership,omitempty"`
 	Cron        *CronCost         `json:"cron,omitempty"`
 	Scrape      []ScrapeRow       `json:"scrape,omitempty"`
+	Limits      *LimitsComparison `json:"limits,omitempty"`
 	Targets     []Target          `json:"targets"`
 }
 

@@ -13,6 +13,9 @@
 //   - ReadMetrics reads, in one call, what a monitoring system needs: each
 //     lease's state, time to expiry and fence, each scope's occupancy and
 //     capacity, and totals (`pglease exporter`, docs/observability.md).
+//   - Limits lists the configured rate limits with their levels: how many
+//     keys are spending, how many are refused now, the fewest tokens left
+//     and the tokens reserved (`pglease status`, docs/limits.md#levels).
 //   - ForceRelease ends a lease's tenure whoever holds it: the override for
 //     a holder that is gone but whose TTL is long (`pglease release
 //     --force`).

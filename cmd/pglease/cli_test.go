@@ -59,6 +59,8 @@ func TestCLI(t *testing.T) {
 		{"MigratePrivileges", testMigratePrivileges},
 		{"NoDatabaseNamed", testNoDatabaseNamed},
 		{"ScopeFullCapacity", testScopeFullCapacity},
+		{"RunRate", testRunRate},
+		{"RunRateErrors", testRunRateErrors},
 	}, reaperCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -207,6 +209,20 @@ type statusOutput struct {
 			ExpiresAt   time.Time `json:"expires_at"`
 		} `json:"members"`
 	} `json:"groups"`
+	Limits []struct {
+		Target       string  `json:"target"`
+		Exact        bool    `json:"exact"`
+		Rate         int     `json:"rate"`
+		Per          string  `json:"per"`
+		Burst        int     `json:"burst"`
+		Owner        *string `json:"owner"`
+		Buckets      int64   `json:"buckets"`
+		Limited      int64   `json:"limited"`
+		MinRemaining int     `json:"min_remaining"`
+		Used         int     `json:"used"`
+		Reserved     int64   `json:"reserved"`
+	} `json:"limits"`
+	LimitsLeftOut int64 `json:"limits_left_out"`
 }
 
 // readStatus runs status --json and decodes it strictly.
@@ -233,7 +249,7 @@ func testStatus(t *testing.T, c cli) {
 	if err := json.Unmarshal([]byte(r.stdout), &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"leases", "slots", "scopes", "jobs"} {
+	for _, key := range []string{"leases", "slots", "scopes", "jobs", "limits"} {
 		if string(raw[key]) != "[]" {
 			t.Fatalf("status --json of an empty database: %s is %s, want []", key, raw[key])
 		}
@@ -305,6 +321,31 @@ func testStatus(t *testing.T, c cli) {
 	}
 	r = c.mustRun(0, "status")
 	requireContains(t, "status", r.stdout, "GROUP", "outbox", "w1", "(unowned)")
+
+	// Rate limits: a rate limit with one key empty and one spent in part,
+	// and a budget with a reservation.
+	if _, err := pool.Exec(ctx, `SELECT pglease.limit_set('api/', 10, '1 minute', 5),
+			pglease.limit_set('llm/', 1000, '1 day', 1000, false)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT pglease.take('api/a', 5), pglease.take('api/b', 2),
+			pglease.reserve('llm/acme', 400, '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	st = readStatus(t, c)
+	if len(st.Limits) != 2 || st.LimitsLeftOut != 0 {
+		t.Fatalf("limits: got %+v (%d left out), want api/ and llm/", st.Limits, st.LimitsLeftOut)
+	}
+	api, llm := st.Limits[0], st.Limits[1]
+	if api.Target != "api/" || api.Rate != 10 || api.Per != "1m0s" || api.Burst != 5 || api.Owner != nil ||
+		api.Buckets != 2 || api.Limited != 1 || api.MinRemaining != 0 || api.Used != 5 || api.Reserved != 0 {
+		t.Fatalf("limit api/: got %+v, want 10 per 1m0s, burst 5, 2 buckets, 1 limited, 0 left, 5 used", api)
+	}
+	if llm.Target != "llm/" || llm.Buckets != 1 || llm.Limited != 0 || llm.MinRemaining != 600 || llm.Used != 400 || llm.Reserved != 400 {
+		t.Fatalf("limit llm/: got %+v, want 1 bucket, 600 left, 400 used, 400 reserved", llm)
+	}
+	r = c.mustRun(0, "status")
+	requireContains(t, "status", r.stdout, "LIMIT", "LIMITED", "RESERVED", "api/", "10/1m0s", "0", "5/5", "llm/", "400/1000")
 }
 
 // leaseState reads a lease's state from the server.

@@ -35,7 +35,7 @@ func registerCronFlags(fs *flag.FlagSet, o *runOptions) {
 	fs.DurationVar(&o.cron.oncePer, "once-per", 0,
 		"run COMMAND at most once per `WINDOW` across all hosts, counting only runs that succeeded (the run ledger)")
 	fs.IntVar(&o.cron.skipStatus, "skip-status", 0,
-		"exit `STATUS` when not running COMMAND because the lease is held or the window is done (with --once-per or --hold-at-least)")
+		"exit `STATUS` when not running COMMAND because the lease is held, the window is done or the tokens are refused (with --once-per, --hold-at-least or --rate)")
 }
 
 // checkCronFlags refuses the cron flags' bad values and combinations; set
@@ -49,8 +49,8 @@ func checkCronFlags(o *runOptions, set map[string]bool) error {
 		return usagef("run", "--once-per must be more than 0 and at most %s, got %s", maxWindow, c.oncePer)
 	case set["skip-status"] && (c.skipStatus < 0 || c.skipStatus > 255):
 		return usagef("run", "--skip-status must be from 0 to 255, got %d", c.skipStatus)
-	case set["skip-status"] && !c.skips():
-		return usagef("run", "--skip-status has no meaning without --once-per or --hold-at-least")
+	case set["skip-status"] && !c.skips() && o.rate.key == "":
+		return usagef("run", "--skip-status has no meaning without --once-per, --hold-at-least or --rate")
 	case c.skips() && o.lease == "":
 		return usagef("run", "--once-per and --hold-at-least need a --lease: the job's name")
 	case c.holdAtLeast > 0 && o.wait:

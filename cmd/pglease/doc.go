@@ -6,10 +6,12 @@
 // # Overview
 //
 //	pglease migrate up|down|version     apply, revert or show the schema
-//	pglease status [--json]             leases, slots and scopes, as the server sees them
+//	pglease status [--json]             leases, slots, scopes and rate limits, as the server sees them
 //	pglease run --lease NAME [--slot SCOPE:CAPACITY] [--ttl 30s] [--wait|--no-wait] [--grace TTL/4] -- COMMAND [ARGS...]
 //	pglease run --lease NAME --once-per WINDOW | --hold-at-least D [--skip-status N] -- COMMAND [ARGS...]
 //	                                    one run per cron tick across hosts (docs/cron.md)
+//	pglease run --rate KEY [--cost N] [--wait] -- COMMAND [ARGS...]
+//	                                    run only when a rate limit grants tokens (docs/limits.md)
 //	pglease history NAME [--json]       the recent runs of a job of the run ledger
 //	pglease release --force NAME --yes  operator override: end a tenure whoever holds it
 //	pglease prefix bind|unbind|list     give a name prefix to a role (schema owner; docs/security.md)
@@ -138,7 +140,8 @@
 //	75       run --no-wait: held elsewhere or scope full (EX_TEMPFAIL);
 //	         COMMAND did not run; stderr says who holds it and for how long
 //	0        run --once-per or --hold-at-least: held elsewhere, or the
-//	         window is done; COMMAND did not run (--skip-status N: N)
+//	         window is done; run --rate: the tokens were refused;
+//	         COMMAND did not run (--skip-status N: N)
 //	126      run: COMMAND could not be executed
 //	127      run: COMMAND was not found
 //	128+n    run: COMMAND died of signal n, or pglease got signal n while

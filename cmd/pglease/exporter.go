@@ -43,7 +43,10 @@ read-only call of pglease.metrics. Per lease: pglease_lease_held,
 pglease_lease_expiry_seconds, pglease_lease_fence (it only grows: its
 increase is the handovers); per slot scope: pglease_slot_scope_in_use and
 pglease_slot_scope_capacity; per role's quota (role, kind):
-pglease_quota_limit_rows and pglease_quota_used_rows; totals by state,
+pglease_quota_limit_rows and pglease_quota_used_rows; per configured rate
+limit (target, never per key): pglease_limit_burst, _period_seconds,
+_remaining_min, _buckets, _limited_buckets, _reserved_tokens (what the
+role may see: docs/limits.md#levels); totals by state,
 waiters, table rows and bytes, the oldest free row (purge health), the
 schema version, and pglease_up. Every metric: docs/observability.md.
 
@@ -59,7 +62,8 @@ when it answers again). SIGINT or SIGTERM stop it (exit 0).
 scope names matching REGEX (a POSIX regular expression, as PostgreSQL's
 ~: unanchored), and of those the first N in the order of the primary key
 (the database's collation), are exported one by one; N bounds the quotas
-too. The series left out are counted in
+and the rate limits (the first N by target; --names does not select
+them) too. The series left out are counted in
 pglease_exporter_series_dropped_total. The totals count every row.`,
 	interspersed: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {

@@ -36,11 +36,12 @@ const (
 
 var runCommand = &command{
 	name:    "run",
-	summary: "Run a command only while holding a lease and/or a slot (a distributed flock)",
+	summary: "Run a command only while holding a lease and/or a slot (a distributed flock), or within a rate limit",
 	usage: `
 Usage: pglease run [--lease NAME] [--slot SCOPE:CAPACITY [--units K]] [--ttl 30s]
                    [--wait | --no-wait] [--grace DURATION] [--verbose] [--database URL]
-                   [--hold-at-least D] [--once-per WINDOW] [--skip-status N] -- COMMAND [ARGS...]
+                   [--hold-at-least D] [--once-per WINDOW] [--skip-status N]
+                   [--rate KEY [--cost N]] -- COMMAND [ARGS...]
 
 Takes lease NAME (and/or K units, default 1, of the CAPACITY units of
 slot scope SCOPE, as one slot; with both, the lease first, then the slot), runs COMMAND while renewing it every TTL/3, and
@@ -77,6 +78,15 @@ leaves the window open (--wait retries it on the other hosts). With either,
 a host that does not run COMMAND (the lease is held, or the window is
 done) exits 0 silently, or --skip-status N.
 
+With --rate KEY, COMMAND runs only when N tokens (--cost, default 1) of
+the rate limit of KEY are granted (pglease.take, docs/limits.md), taken
+after the lease and slot and the --once-per window check, just before
+COMMAND starts; a token is spent whether COMMAND succeeds or not. When
+they are refused, pglease exits 0 silently (or --skip-status N), as a
+host skipped by --once-per does; with --wait it says once on stderr how
+long, waits until they are there and takes them. --rate works alone too
+(no lease or slot: nothing bounds how long COMMAND runs).
+
 SIGINT, SIGTERM and SIGHUP are forwarded to COMMAND's process group; the
 lease is released after COMMAND exits, and pglease exits with COMMAND's
 status (128+n when it died of signal n). Whatever COMMAND left running
@@ -109,7 +119,8 @@ Exit status: COMMAND's own; 1 when pglease failed (database error, or the
 reaper died: everything was killed); 2 usage error; 69 lease or slot lost,
 or no renewal in time: COMMAND and all it started stopped; 75 held
 elsewhere or full (--no-wait), command not run (with --once-per or
---hold-at-least: 0, or --skip-status); 126 command not
+--hold-at-least: 0, or --skip-status); 0 (or --skip-status) when --rate's
+tokens are refused (--no-wait); 126 command not
 executable; 127 command not found; 128+n killed by signal n (also when
 pglease got signal n while waiting, before COMMAND started).`,
 	signals: true,
@@ -133,6 +144,7 @@ pglease got signal n while waiting, before COMMAND started).`,
 		fs.BoolVar(&o.verbose, "verbose", false, "log acquisitions, renewal problems and releases to standard error")
 		fs.BoolVar(&o.verbose, "v", false, "short for --verbose")
 		registerCronFlags(fs, &o)
+		registerRateFlags(fs, &o)
 		return func(ctx context.Context, args []string) error {
 			if o.wait && noWait {
 				return usagef("run", "--wait and --no-wait contradict each other")
@@ -160,8 +172,11 @@ pglease got signal n while waiting, before COMMAND started).`,
 			case set["slot"] && slot == "":
 				return usagef("run", "--slot is empty: give SCOPE:CAPACITY")
 			}
-			if o.lease == "" && o.scope == "" {
-				return usagef("run", "name a --lease, a --slot, or both")
+			if err := checkRateFlags(&o, set); err != nil {
+				return err
+			}
+			if o.lease == "" && o.scope == "" && o.rate.key == "" {
+				return usagef("run", "name a --lease, a --slot, a --rate KEY, or several")
 			}
 			if len(args) == 0 {
 				return usagef("run", "no COMMAND to run: pglease run --lease NAME -- COMMAND [ARGS...]")
@@ -200,6 +215,7 @@ type runOptions struct {
 	verbose  bool
 	argv     []string
 	cron     cronOptions
+	rate     rateOptions
 }
 
 // held is a lease or slot held around the command.
@@ -255,9 +271,16 @@ type level struct {
 // deadline returns the earliest local deadline of the tenures held: the
 // command must be dead by then.
 func (r *runner) deadline() time.Time {
-	_, d := r.nearest()
+	what, d := r.nearest()
+	if what == "" { // --rate alone: no tenure bounds the command
+		return time.Now().Add(noDeadline)
+	}
 	return d
 }
+
+// noDeadline is the deadline of a command run under no tenure (--rate
+// alone): a century, within the reaper's nanosecond clock.
+const noDeadline = 100 * 365 * 24 * time.Hour
 
 // nearest returns the tenure held whose local deadline comes first, and
 // that deadline.
@@ -474,6 +497,16 @@ func (r *runner) takeError(ctx context.Context, what string, err error) error {
 // an outer tenure is lost.
 func (r *runner) hold(parent context.Context, steps []step, env []string) error {
 	if len(steps) == 0 {
+		if r.o.rate.key != "" {
+			tctx, cancel := context.WithCancel(parent)
+			stop := context.AfterFunc(r.sigCtx, cancel)
+			err := r.takeRate(tctx)
+			stop()
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
 		return r.runChild(parent, env)
 	}
 	st := steps[0]

@@ -18,7 +18,7 @@ import (
 
 var statusCommand = &command{
 	name:    "status",
-	summary: "List leases, slots and slot scopes as the server sees them now",
+	summary: "List leases, slots, slot scopes and rate limits as the server sees them now",
 	usage: `
 Usage: pglease status [--json] [--database URL]
 
@@ -28,6 +28,12 @@ server's clock when read. When a holder published a value, or a release
 was requested (pglease release --request), the leases get a VALUE column
 and a REQUEST column (docs/leadership.md); when a lease's name belongs to a
 role (pglease prefix bind, or a shard group's lease), an OWNER column.
+Rate limits (docs/limits.md) are listed with their level: how many keys'
+buckets are spending (KEYS), how many refuse a take now (LIMITED), the
+fewest tokens any key has left (LEFT, of the burst) and, for budgets, the
+most any key has used of it (USED) and the tokens held by reservations
+(RESERVED). A role that is not the schema owner nor a member of
+pglease_operator sees the limits and buckets pglease.peek shows it.
 
 With --json it prints one JSON object, whose shape is stable:
 
@@ -40,6 +46,11 @@ With --json it prints one JSON object, whose shape is stable:
                "state": "held", "expires_at": "...",
                "expires_in_ms": 1200, "expires_in": "1.2s"}],
    "scopes": [{"scope": "gpu", "in_use": 1, "slots": 2}],
+   "limits": [{"target": "tenant/", "exact": false, "rate": 100,
+               "per": "1m0s", "burst": 20, "owner": null, "buckets": 3,
+               "limited": 1, "min_remaining": 0, "used": 20,
+               "reserved": 0}],
+   "limits_left_out": 0,
    "jobs":   [{"name": "nightly", "last_success": "...", "last_run":
                {"holder": "...", "started_at": "...", "ended_at": "...",
                 "duration_ms": 300, "exit_status": 0, "outcome": "succeeded"}}]}
@@ -56,7 +67,12 @@ is kept). A lease's value is the live holder's value (null: none, or not
 held); release_requested is true while a requested release is pending;
 preferred_holder is the holder the last request preferred (null: none);
 owner is the role that owns the lease's name (null: a shared name, which
-any client may take).`,
+any client may take). limits lists the first 1000 limits by target (the
+others are counted in limits_left_out): buckets are the keys' buckets it
+is the longest match of that are not full, limited those that refuse a
+take of one token now, min_remaining the fewest whole tokens left in any
+(burst when none is spent), used = burst - min_remaining, reserved the
+tokens held by reservations neither settled nor expired.`,
 	interspersed: true,
 	flags: func(a *app, fs *flag.FlagSet) func(context.Context, []string) error {
 		var (
@@ -81,6 +97,24 @@ type statusJSON struct {
 	Scopes []scopeJSON `json:"scopes"`
 	Jobs   []jobJSON   `json:"jobs"`
 	Groups []groupJSON `json:"groups"`
+	Limits []limitJSON `json:"limits"`
+	// LimitsLeftOut counts the limits beyond maxStatusLimits.
+	LimitsLeftOut int64 `json:"limits_left_out"`
+}
+
+// limitJSON is one configured rate limit and its level (docs/limits.md).
+type limitJSON struct {
+	Target       string  `json:"target"`
+	Exact        bool    `json:"exact"`
+	Rate         int     `json:"rate"`
+	Per          string  `json:"per"`
+	Burst        int     `json:"burst"`
+	Owner        *string `json:"owner"`
+	Buckets      int64   `json:"buckets"`
+	Limited      int64   `json:"limited"`
+	MinRemaining int     `json:"min_remaining"`
+	Used         int     `json:"used"`
+	Reserved     int64   `json:"reserved"`
 }
 
 // jobJSON is a job of the run ledger: its last run and last success.
@@ -144,6 +178,9 @@ type scopeJSON struct {
 // maxStatusJobs is the most jobs status lists.
 const maxStatusJobs = 1000
 
+// maxStatusLimits is the most rate limits status lists.
+const maxStatusLimits = 1000
+
 // undefinedFunction is the SQLSTATE of a call to a function the schema
 // does not have (a schema older than the call).
 const undefinedFunction = "42883"
@@ -183,7 +220,22 @@ func (a *app) status(ctx context.Context, db *dbFlag, asJSON bool) error {
 	if err != nil {
 		return a.queryError(ctx, "list the shard groups", err)
 	}
-	out := statusJSON{Leases: []leaseJSON{}, Slots: []slotJSON{}, Scopes: []scopeJSON{}, Jobs: []jobJSON{}, Groups: []groupJSON{}}
+	limits, limitsTotal, err := pgleaseadmin.Limits(ctx, pool, maxStatusLimits)
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == undefinedFunction {
+		limits, err = nil, nil // a schema before 0.4.0 has no limits
+	}
+	if err != nil {
+		return a.queryError(ctx, "list the rate limits", err)
+	}
+	out := statusJSON{Leases: []leaseJSON{}, Slots: []slotJSON{}, Scopes: []scopeJSON{}, Jobs: []jobJSON{}, Groups: []groupJSON{},
+		Limits: []limitJSON{}, LimitsLeftOut: max(limitsTotal-int64(len(limits)), 0)}
+	for _, l := range limits {
+		out.Limits = append(out.Limits, limitJSON{
+			Target: l.Target, Exact: l.Exact, Rate: l.Rate, Per: l.Per.String(), Burst: l.Burst, Owner: nonEmpty(l.Owner),
+			Buckets: l.Buckets, Limited: l.Limited, MinRemaining: l.MinRemaining, Used: l.Burst - l.MinRemaining,
+			Reserved: l.Reserved,
+		})
+	}
 	for _, g := range groups {
 		gj := groupJSON{Name: g.Name, Role: g.Role, Shards: g.Shards, Unowned: g.Unowned, Members: []groupMemberJSON{}}
 		for _, m := range g.Members {
@@ -291,6 +343,30 @@ func printStatus(w io.Writer, s statusJSON) error {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", cell(g.Name), cell(m.Member), m.Shards, m.HandingOver, maxShards)
 			}
 			fmt.Fprintf(tw, "%s\t(unowned)\t%d\t-\t-\n", cell(g.Name), g.Unowned)
+		}
+	}
+	if len(s.Limits) > 0 {
+		owned := slices.ContainsFunc(s.Limits, func(l limitJSON) bool { return l.Owner != nil })
+		fmt.Fprintln(tw)
+		fmt.Fprint(tw, "LIMIT\tRATE\tBURST\tKEYS\tLIMITED\tLEFT\tUSED\tRESERVED")
+		if owned {
+			fmt.Fprint(tw, "\tOWNER")
+		}
+		fmt.Fprintln(tw)
+		for _, l := range s.Limits {
+			target := cell(l.Target)
+			if l.Exact {
+				target += " (exact)"
+			}
+			fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%d\t%d\t%d/%d\t%d", target, l.Rate, l.Per, l.Burst, l.Buckets, l.Limited,
+				l.MinRemaining, l.Used, l.Burst, l.Reserved)
+			if owned {
+				fmt.Fprintf(tw, "\t%s", orDash(l.Owner))
+			}
+			fmt.Fprintln(tw)
+		}
+		if s.LimitsLeftOut > 0 {
+			fmt.Fprintf(tw, "(%d more limits, not shown)\n", s.LimitsLeftOut)
 		}
 	}
 	return tw.Flush()

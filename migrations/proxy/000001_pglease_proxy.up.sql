@@ -1028,6 +1028,36 @@ AS $$
     RUN ON pglease._route(p_key);
 $$;
 
+-- Source: sql/functions/83_limit_views.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_limit_status(p_max integer DEFAULT 1000,
+    OUT target text, OUT exact boolean, OUT rate integer, OUT per interval, OUT burst integer,
+    OUT owner_role text, OUT buckets bigint, OUT limited bigint, OUT min_remaining integer,
+    OUT reserved bigint, OUT limits bigint, OUT read_at timestamptz)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.limit_status;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.limit_status(p_max integer DEFAULT 1000,
+    OUT target text, OUT exact boolean, OUT rate integer, OUT per interval, OUT burst integer,
+    OUT owner_role text, OUT buckets bigint, OUT limited bigint, OUT min_remaining integer,
+    OUT reserved bigint, OUT limits bigint, OUT read_at timestamptz)
+RETURNS SETOF record
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.target, bool_and(s.exact), max(s.rate), max(s.per), max(s.burst), max(s.owner_role),
+           sum(s.buckets)::bigint, sum(s.limited)::bigint, min(s.min_remaining),
+           sum(s.reserved)::bigint, max(s.limits), min(s.read_at)
+    FROM pglease._all_limit_status(p_max) AS s
+    GROUP BY s.target
+    ORDER BY s.target
+    LIMIT p_max;
+$$;
+
 -- Source: sql/proxy/20_views.sql
 
 -- Status views: the union of every partition's view (RUN ON ALL), read
@@ -1241,6 +1271,20 @@ BEGIN
             pglease.reserve(text, integer, interval),
             pglease.settle(text, bigint, integer)
             TO pglease_client;
+    END IF;
+END
+$pglease$;
+
+-- Limits' levels (0.4.0, #51): merged from every partition.
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION pglease.limit_status(integer), pglease._all_limit_status(integer)
+            TO pglease_client;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
+        GRANT EXECUTE ON FUNCTION pglease.limit_status(integer), pglease._all_limit_status(integer)
+            TO pglease_operator;
     END IF;
 END
 $pglease$;

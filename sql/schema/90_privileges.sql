@@ -190,3 +190,16 @@ BEGIN
     END IF;
 END
 $pglease$;
+
+-- Limits' levels (0.4.0, #51, docs/limits.md#levels): clients see what peek
+-- would show them, operators every limit (inside pglease.limit_status).
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION pglease.limit_status(integer) TO pglease_client;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
+        GRANT EXECUTE ON FUNCTION pglease.limit_status(integer) TO pglease_operator;
+    END IF;
+END
+$pglease$;

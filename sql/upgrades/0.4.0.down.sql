@@ -6,6 +6,9 @@
 DROP FUNCTION pglease._renew(text, text, text, bigint, interval);
 DROP FUNCTION pglease._free(text, timestamptz, text, text, interval, text, text, timestamptz);
 
+-- The limits' levels (sql/functions/83_limit_views.sql) go.
+DROP FUNCTION pglease.limit_status(integer);
+
 -- Rate limits go: their functions, the key states
 -- and the limits (every bucket is full again after an upgrade back), and
 -- the quota kind 'limits' with its caps.

@@ -496,7 +496,10 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 	}
 	want = append(want, "schema pglease pglease_operator USAGE", "relation lease_status pglease_operator SELECT",
 		"function pglease.request_release(text,text,interval) pglease_operator EXECUTE",
-		"function pglease.owner_of(text) pglease_operator EXECUTE")
+		"function pglease.owner_of(text) pglease_operator EXECUTE",
+		// The limits' levels (0.4.0, #51).
+		"function pglease.limit_status(integer) pglease_client EXECUTE",
+		"function pglease.limit_status(integer) pglease_operator EXECUTE")
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("ACL of schema pglease (grants to roles other than the owner):\n got: %s\nwant: %s",

@@ -420,6 +420,10 @@ var stallSweep = map[string][]hostileCall{
 		how: "quota_usage",
 		sql: `SELECT q::text FROM pglease.quota_usage() AS q`,
 	}},
+	"pglease.limit_status(integer)": {{
+		how: "limit_status",
+		sql: `SELECT s::text FROM pglease.limit_status(100000) AS s`,
+	}},
 	"pglease.owner_of(text)": {{
 		how:  "owner_of A's names",
 		sql:  `SELECT pglease.owner_of(u.n) FROM unnest($1::text[]) AS u(n)`,

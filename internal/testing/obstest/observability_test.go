@@ -358,12 +358,24 @@ func TestHandover(t *testing.T) {
 		}
 	}
 
+	// A daily budget 95% used by the exporter's own role (a client role
+	// sees its own buckets): the recording rule PgleaseBudgetNearExhaustion
+	// reads.
+	exporterURL := clientRoleURL(t, url)
+	if _, err := db.Exec(ctx, `SELECT pglease.limit_set('budget/', 1000, '1 day', 1000)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgtest.Pool(t, exporterURL).Exec(ctx, `SELECT pglease.take('budget/acme', 950)`); err != nil {
+		t.Fatal(err)
+	}
+
 	bin := buildPglease(t)
-	addr := startExporter(t, bin, clientRoleURL(t, url), "--timeout", "2s")
+	addr := startExporter(t, bin, exporterURL, "--timeout", "2s")
 	promtoolCheckMetrics(t, "pglease exporter", fetch(t, "http://"+addr+"/metrics"))
 
 	prom := startPrometheus(t, addr)
 	waitQuery(t, prom, "the first scrape", `pglease_up`, equals(1))
+	waitQuery(t, prom, "the budget's use", `target:pglease_limit_used:ratio{target="budget/"}`, equals(0.95))
 	start := time.Now()
 	var events []Event
 	event := func(label string) { events = append(events, Event{time.Now(), label}) }

@@ -9,7 +9,9 @@
 // and fence gauges, the per-scope occupancy and capacity, totals by state,
 // waiters, table rows and bytes, purge health, the schema version; then,
 // from their own calls, the jobs, the shard groups and each role's quotas
-// with their use (pglease.quota_usage; none on a schema without it); and the
+// with their use (pglease.quota_usage; none on a schema without it), the
+// configured rate limits with their levels, one set of series per limit,
+// never per key (pglease.limit_status; none before 0.4.0); and the
 // exporter's own pglease_up, scrape duration, scrape errors and series
 // dropped by the name cap.
 //

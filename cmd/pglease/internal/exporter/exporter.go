@@ -67,6 +67,7 @@ type Exporter struct {
 	droppedLeases atomic.Int64 // series
 	droppedScopes atomic.Int64 // series
 	droppedQuotas atomic.Int64 // series
+	droppedLimits atomic.Int64 // series
 
 	mu     sync.Mutex
 	failed bool   // the last scrape failed
@@ -135,6 +136,8 @@ func (e *Exporter) scrape(ctx context.Context, budget time.Duration) []byte {
 	var (
 		quotas   []quotaUsage
 		quotasOK bool
+		limits   []pgleaseadmin.LimitLevel
+		limitsOK bool
 	)
 	if err == nil {
 		e.droppedLeases.Add(m.LeasesDropped * seriesPerLease)
@@ -144,6 +147,8 @@ func (e *Exporter) scrape(ctx context.Context, budget time.Duration) []byte {
 		var dropped int64
 		quotas, dropped, quotasOK = e.readQuotas(ctx, e.maxNames())
 		e.droppedQuotas.Add(dropped * seriesPerQuota)
+		limits, dropped, limitsOK = e.readLimits(ctx, e.maxNames())
+		e.droppedLimits.Add(dropped * seriesPerLimit)
 	}
 
 	var w textWriter
@@ -154,14 +159,18 @@ func (e *Exporter) scrape(ctx context.Context, budget time.Duration) []byte {
 	w.family("pglease_exporter_scrape_errors_total", "counter", "Scrapes whose read of the database failed, since the exporter started.")
 	w.sampleInt("pglease_exporter_scrape_errors_total", e.scrapeErrors.Load())
 	w.family("pglease_exporter_series_dropped_total", "counter",
-		"Per-name series left out by --max-series (3 per lease, 2 per slot scope, 2 per quota), summed over the scrapes since the exporter started.")
+		"Per-name series left out by --max-series (3 per lease, 2 per slot scope, 2 per quota, 6 per rate limit), summed over the scrapes since the exporter started.")
 	w.sampleInt("pglease_exporter_series_dropped_total", e.droppedLeases.Load(), label{"kind", "lease"})
 	w.sampleInt("pglease_exporter_series_dropped_total", e.droppedScopes.Load(), label{"kind", "slot"})
 	w.sampleInt("pglease_exporter_series_dropped_total", e.droppedQuotas.Load(), label{"kind", "quota"})
+	w.sampleInt("pglease_exporter_series_dropped_total", e.droppedLimits.Load(), label{"kind", "limit"})
 	if err == nil {
 		writeMetrics(&w, m)
 		if quotasOK {
 			writeQuotas(&w, quotas)
+		}
+		if limitsOK {
+			writeLimits(&w, limits)
 		}
 		e.writeJobs(ctx, &w)
 		e.writeGroups(ctx, &w)
@@ -288,7 +297,8 @@ func (e *Exporter) writeGroups(ctx context.Context, w *textWriter) {
 	}
 }
 
-// maxNames is how many names of each kind (leases, scopes, jobs, quotas)
+// maxNames is how many names of each kind (leases, scopes, jobs, quotas,
+// rate limits)
 // are exported one by one: Options.MaxNames, its default when zero, none
 // when negative.
 func (e *Exporter) maxNames() int {
