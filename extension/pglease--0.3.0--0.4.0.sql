@@ -4262,10 +4262,10 @@ RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_n bigint := 0;
+    v_n bigint := 0::bigint;
 BEGIN
     IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
-        RETURN 0;
+        RETURN v_n;
     END IF;
     WITH gone AS (
         DELETE FROM pglease.tenures AS t
