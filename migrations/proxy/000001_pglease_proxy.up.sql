@@ -614,10 +614,12 @@ AS $$
 $$;
 
 -- Source: sql/functions/45_tenures.sql (signature), sql/proxy/routes (hash p_name)
-CREATE OR REPLACE FUNCTION pglease.tenures(p_name text, p_since timestamptz)
-RETURNS TABLE (slot integer, fence bigint, holder text, holder_role text, units integer,
-               granted_at timestamptz, ended_at timestamptz, ended_how text,
-               expires_at timestamptz)
+CREATE OR REPLACE FUNCTION pglease.tenures(
+    p_name text, p_since timestamptz,
+    OUT slot integer, OUT fence bigint, OUT holder text, OUT holder_role text, OUT units integer,
+    OUT granted_at timestamptz, OUT ended_at timestamptz, OUT ended_how text,
+    OUT expires_at timestamptz)
+RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
@@ -625,8 +627,8 @@ AS $$
 $$;
 
 -- Source: sql/functions/45_tenures.sql (signature), sql/proxy/routes (all)
-CREATE OR REPLACE FUNCTION pglease._all_tenure_ends()
-RETURNS SETOF TABLE (ended_how text, tenures bigint)
+CREATE OR REPLACE FUNCTION pglease._all_tenure_ends(OUT ended_how text, OUT tenures bigint)
+RETURNS SETOF record
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';
@@ -634,8 +636,8 @@ AS $$
     TARGET pglease.tenure_ends;
 $$;
 
-CREATE OR REPLACE FUNCTION pglease.tenure_ends()
-RETURNS TABLE (ended_how text, tenures bigint)
+CREATE OR REPLACE FUNCTION pglease.tenure_ends(OUT ended_how text, OUT tenures bigint)
+RETURNS SETOF record
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$

@@ -417,10 +417,12 @@ $$;
 -- the lease or slot row as it stands). Empty for a name whose history is
 -- off. Read-only, for every client (as pglease.lease_status). Raises 22004
 -- for a NULL name, 22023 for one not 1 to 256 bytes.
-CREATE OR REPLACE FUNCTION pglease.tenures(p_name text, p_since timestamptz)
-RETURNS TABLE (slot integer, fence bigint, holder text, holder_role text, units integer,
-               granted_at timestamptz, ended_at timestamptz, ended_how text,
-               expires_at timestamptz)
+CREATE OR REPLACE FUNCTION pglease.tenures(
+    p_name text, p_since timestamptz,
+    OUT slot integer, OUT fence bigint, OUT holder text, OUT holder_role text, OUT units integer,
+    OUT granted_at timestamptz, OUT ended_at timestamptz, OUT ended_how text,
+    OUT expires_at timestamptz)
+RETURNS SETOF record
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -446,8 +448,8 @@ $$;
 -- pglease.tenures.ended_how, always six rows), since the schema was made:
 -- counters, which purges never lower (a transaction that rolled back
 -- after an end keeps its count). Read-only, for every client.
-CREATE OR REPLACE FUNCTION pglease.tenure_ends()
-RETURNS TABLE (ended_how text, tenures bigint)
+CREATE OR REPLACE FUNCTION pglease.tenure_ends(OUT ended_how text, OUT tenures bigint)
+RETURNS SETOF record
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
