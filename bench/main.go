@@ -88,6 +88,8 @@ type config struct {
 	leaderOnly bool
 	// batchOnly runs only the batched calls' section (batch.go).
 	batchOnly bool
+	// historyOnly runs only the tenure history section (history.go).
+	historyOnly bool
 	// groupsOnly runs only the shard-group section (groups.go).
 	groupsOnly bool
 	// limitsOnly runs only the rate limits' section (limits.go), against
@@ -166,6 +168,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&cfg.cronOnly, "cron-only", false, "run only the cron section (the run ledger's cost per run against acquire + release) and print it")
 	fs.IntVar(&cfg.cronRuns, "cron-runs", 2000, "cycles of each kind in the cron section")
 	fullScrape := fs.String("full-scrape-leases", "10000", "lease counts of the scrape section in the full run")
+	fs.BoolVar(&cfg.historyOnly, "history-only", false, "run only the tenure history section (acquire + release and renew at C=8, names with history on against names with it off) and print it with its targets")
 	fs.BoolVar(&cfg.batchOnly, "batch-only", false, "run only the batched calls' section (8 goroutines sharing one pglease.Client, coalesced into acquire_batch/release_batch, against pglock and Redis one command at a time and pipelined; Redis started under -store-dir) and print it")
 	fs.BoolVar(&cfg.slotsOnly, "slots-only", false, "run only the slot section (claim + release against a lease's acquire + release at -clients, weighted claims of 1, 4 and 16 units of capacity 64, each cell at least 12s in 12 turns; renew_slot's server time and HOT share) and print it")
 	fs.BoolVar(&cfg.leaderOnly, "leader-only", false, "run only the leadership section (handover on request over -handovers, renew_lease, acquire with a value, observing at C=8) and print it")
@@ -283,6 +286,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	if cfg.batchOnly {
 		return runBatchBench(ctx, cfg)
 	}
+	if cfg.historyOnly {
+		return runHistoryBench(ctx, cfg)
+	}
 	if cfg.slotsOnly {
 		return runSlotsBench(ctx, cfg)
 	}
@@ -376,6 +382,9 @@ func run(ctx context.Context, cfg config) (err error) {
 
 	if r.Batch, err = measureBatch(ctx, cfg); err != nil {
 		return fmt.Errorf("batched calls: %w", err)
+	}
+	if r.History, err = measureHistory(ctx, cfg); err != nil {
+		return fmt.Errorf("tenure history: %w", err)
 	}
 	log.Printf("leadership: %d handovers on request", cfg.handovers)
 	if r.Leader, err = measureLeader(ctx, cfg); err != nil {

@@ -72,6 +72,10 @@ func (r *Report) writeMarkdown(w io.Writer, plot string) {
 		r.Batch.writeMarkdown(w)
 		p("")
 	}
+	if r.History != nil {
+		r.History.writeMarkdown(w)
+		p("")
+	}
 	rh := r.RenewHolder
 	p("## Renewing every lease of a holder")
 	p("")

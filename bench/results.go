@@ -7,30 +7,31 @@ import (
 // Report is every figure of one run; it is written as JSON and rendered as
 // markdown.
 type Report struct {
-	Command     string            `json:"command"`
-	Date        time.Time         `json:"date"`
-	Server      Server            `json:"server"`
-	Host        Host              `json:"host"`
-	Run         RunSettings       `json:"run"`
-	Throughput  []Row             `json:"throughput"`
-	Diagnostics []Row             `json:"diagnostics"`
-	ExecTimes   []ExecTime        `json:"execution_times"`
-	Pgbench     PgbenchResult     `json:"pgbench"`
-	Slots       []SlotRow         `json:"slots"`
-	SlotExec    []SlotExec        `json:"slot_execution"`
-	SlotCycles  *SlotCycles       `json:"slot_cycles,omitempty"`
-	Metrics     *MetricsOverhead  `json:"metrics,omitempty"`
-	RenewHolder RenewHolderResult `json:"renew_holder"`
-	Handover    []HandoverResult  `json:"handover"`
-	Purge       *PurgeResult      `json:"purge,omitempty"`
-	Stores      *StoreComparison  `json:"stores,omitempty"`
-	Fenced      *FencedWrites     `json:"fenced,omitempty"`
-	Batch       *BatchComparison  `json:"batch,omitempty"`
-	Leader      *Leadership       `json:"leadership,omitempty"`
-	Cron        *CronCost         `json:"cron,omitempty"`
-	Scrape      []ScrapeRow       `json:"scrape,omitempty"`
-	Limits      *LimitsComparison `json:"limits,omitempty"`
-	Targets     []Target          `json:"targets"`
+	Command     string             `json:"command"`
+	Date        time.Time          `json:"date"`
+	Server      Server             `json:"server"`
+	Host        Host               `json:"host"`
+	Run         RunSettings        `json:"run"`
+	Throughput  []Row              `json:"throughput"`
+	Diagnostics []Row              `json:"diagnostics"`
+	ExecTimes   []ExecTime         `json:"execution_times"`
+	Pgbench     PgbenchResult      `json:"pgbench"`
+	Slots       []SlotRow          `json:"slots"`
+	SlotExec    []SlotExec         `json:"slot_execution"`
+	SlotCycles  *SlotCycles        `json:"slot_cycles,omitempty"`
+	Metrics     *MetricsOverhead   `json:"metrics,omitempty"`
+	RenewHolder RenewHolderResult  `json:"renew_holder"`
+	Handover    []HandoverResult   `json:"handover"`
+	Purge       *PurgeResult       `json:"purge,omitempty"`
+	Stores      *StoreComparison   `json:"stores,omitempty"`
+	Fenced      *FencedWrites      `json:"fenced,omitempty"`
+	Batch       *BatchComparison   `json:"batch,omitempty"`
+	History     *HistoryComparison `json:"history,omitempty"`
+	Leader      *Leadership        `json:"leadership,omitempty"`
+	Cron        *CronCost          `json:"cron,omitempty"`
+	Scrape      []ScrapeRow        `json:"scrape,omitempty"`
+	Limits      *LimitsComparison  `json:"limits,omitempty"`
+	Targets     []Target           `json:"targets"`
 }
 
 // Host describes the machine the benchmark and the server shared.

@@ -50,6 +50,7 @@ func (r *Report) checkTargets() {
 	}
 	r.checkMetricsTarget(c)
 	r.checkLimitsTarget()
+	r.checkHistory()
 
 	for _, key := range []string{"acquire-release/pkg-try", "acquire-release/sql-async"} {
 		name := fmt.Sprintf("%s ≥ %.2f× pglock's cycles/s at C=%d", r.label(key), minVsPglock, c)

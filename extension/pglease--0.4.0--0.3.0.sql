@@ -43,6 +43,54 @@ ALTER TABLE pglease.quotas
     ADD CONSTRAINT quotas_kind_check
         CHECK (kind IN ('leases', 'slots', 'scopes', 'groups', 'queue', 'runs'));
 
+-- Tenure history goes: its triggers, functions, tables and counters, and
+-- btree_gist when this migration created it and nothing else uses it.
+DROP TRIGGER tenure_granted ON pglease.leases;
+DROP TRIGGER tenure_changed ON pglease.leases;
+DROP TRIGGER tenure_purged ON pglease.leases;
+DROP TRIGGER tenure_granted ON pglease.slots;
+DROP TRIGGER tenure_changed ON pglease.slots;
+DROP TRIGGER tenure_purged ON pglease.slots;
+DROP FUNCTION pglease.history_enable(text, interval);
+DROP FUNCTION pglease.history_disable(text);
+DROP FUNCTION pglease.history_delete(text, timestamptz);
+DROP FUNCTION pglease.tenures(text, timestamptz);
+DROP FUNCTION pglease.tenure_ends();
+DROP FUNCTION pglease._history_on(text);
+DROP FUNCTION pglease._history_purge(timestamptz, boolean, text);
+DROP FUNCTION pglease._tenure_forced(text, integer, bigint);
+DROP FUNCTION pglease._tenure_count(text);
+DROP FUNCTION pglease._tenure_write(text, integer, text, text, bigint, timestamptz, timestamptz, boolean,
+                                    text, text, bigint, timestamptz, timestamptz, integer);
+DROP FUNCTION pglease._history_admin(text, text);
+DROP TABLE pglease.tenures;
+DROP TABLE pglease.history_prefixes;
+DROP FUNCTION pglease._tenure_lease();
+DROP FUNCTION pglease._tenure_slot();
+DROP FUNCTION pglease._tenure_leases_purged();
+DROP FUNCTION pglease._tenure_slots_purged();
+DROP FUNCTION pglease._tenure_check();
+DROP SEQUENCE pglease.tenures_released;
+DROP SEQUENCE pglease.tenures_handed_over;
+DROP SEQUENCE pglease.tenures_forced;
+DROP SEQUENCE pglease.tenures_expired;
+DROP SEQUENCE pglease.tenures_taken_over;
+DROP SEQUENCE pglease.tenures_purged;
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension AS e
+               WHERE e.extname = 'btree_gist'
+                 AND pg_catalog.obj_description(e.oid, 'pg_extension')
+                     = 'pglease: created by the pglease migration') THEN
+        BEGIN
+            DROP EXTENSION btree_gist;
+        EXCEPTION WHEN dependent_objects_still_exist OR insufficient_privilege THEN
+            RAISE NOTICE 'pglease: kept extension btree_gist: %', SQLERRM;
+        END;
+    END IF;
+END
+$pglease$;
+
 -- Views of sql/schema/10_schema.sql
 
 

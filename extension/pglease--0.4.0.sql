@@ -416,6 +416,124 @@ COMMENT ON TABLE pglease.limit_reservations IS
     'pglease: reservations of rate-limit tokens awaiting settlement; change only through the pglease functions';
 CREATE INDEX limit_reservations_expires_idx ON pglease.limit_reservations (expires_at);
 
+-- Tenure history (0.4.0, #52, sql/functions/45_tenures.sql,
+-- docs/tenure-history.md). Opt-in per name prefix: one row of
+-- pglease.history_prefixes per prefix whose names (lease names and slot
+-- scopes) have their tenures written to pglease.tenures; keep is how long
+-- after its end pglease.purge keeps a tenure's row. enabled_by is the role
+-- that turned it on. Set only through pglease.history_enable and
+-- history_disable.
+CREATE TABLE pglease.history_prefixes (
+    prefix     text        PRIMARY KEY CHECK (octet_length(prefix) BETWEEN 1 AND 256),
+    keep       interval    NOT NULL CHECK (keep > interval '0'),
+    enabled_by text        NOT NULL,
+    enabled_at timestamptz NOT NULL
+);
+COMMENT ON TABLE pglease.history_prefixes IS
+    'pglease: name prefixes whose tenures are written to pglease.tenures; change only through pglease.history_enable and history_disable';
+
+-- One row per tenure of a name under a history prefix: a lease's (slot 0)
+-- or a slot's (slot >= 1 of scope name, units its units), written by
+-- triggers on pglease.leases and pglease.slots in the statements that grant
+-- and end the tenure (never by a renewal). ended_at is NULL while the
+-- tenure is open (held, or expired and not yet taken over or purged);
+-- ended_how says how it ended:
+--   released     its holder released it (ended_at: the release)
+--   handed_over  released while a release was requested (pglease.request_release)
+--   forced       pglease.force_release ended it while live
+--   expired      it ran out; the next tenure is the same holder's, or an
+--                operator cleared it after it ran out (ended_at: its expiry)
+--   taken_over   it ran out and another holder took the name (ended_at: its expiry)
+--   purged       it ran out and pglease.purge deleted its row (ended_at: its expiry)
+-- Postgres itself checks the history: tenures_no_overlap (below, when
+-- btree_gist is installed) refuses two tenures of one name (and slot)
+-- whose time ranges on the server's clock overlap, so a grant that would
+-- make a second live holder fails its statement; the trigger
+-- pglease._tenure_check refuses a fence that does not increase in the
+-- order of the grants. Not partitioned: an exclusion constraint cannot
+-- span time partitions (docs/tenure-history.md#how-big-it-gets).
+CREATE TABLE pglease.tenures (
+    name        text        NOT NULL,
+    slot        integer     NOT NULL CHECK (slot >= 0),
+    fence       bigint      NOT NULL CHECK (fence > 0),
+    holder      text        NOT NULL,
+    holder_role text,
+    units       integer,
+    granted_at  timestamptz NOT NULL,
+    ended_at    timestamptz,
+    ended_how   text        CHECK (ended_how IN ('released', 'handed_over', 'forced', 'expired',
+                                                 'taken_over', 'purged')),
+    PRIMARY KEY (name, slot, fence),
+    CHECK ((ended_at IS NULL) = (ended_how IS NULL)),
+    CHECK (ended_at >= granted_at)
+);
+COMMENT ON TABLE pglease.tenures IS
+    'pglease tenure history; written only by the triggers on pglease.leases and pglease.slots';
+CREATE INDEX tenures_ended_idx ON pglease.tenures (ended_at) WHERE ended_at IS NOT NULL;
+
+-- The tenures ended, by how, since the schema was made (the exporter's
+-- counter, pglease.tenure_ends): sequences, so that counting never makes
+-- one holder's transaction wait for another's. A transaction that rolls
+-- back after an end keeps its count.
+CREATE SEQUENCE pglease.tenures_released AS bigint MINVALUE 0 START 1;
+CREATE SEQUENCE pglease.tenures_handed_over AS bigint MINVALUE 0 START 1;
+CREATE SEQUENCE pglease.tenures_forced AS bigint MINVALUE 0 START 1;
+CREATE SEQUENCE pglease.tenures_expired AS bigint MINVALUE 0 START 1;
+CREATE SEQUENCE pglease.tenures_taken_over AS bigint MINVALUE 0 START 1;
+CREATE SEQUENCE pglease.tenures_purged AS bigint MINVALUE 0 START 1;
+
+-- The exclusion constraint needs btree_gist (the = of text and integer in
+-- a GiST index), which postgresql-contrib ships (a trusted extension: the
+-- database's owner may create it). Created here when the server has it and
+-- it is missing; without it pglease works as before and
+-- pglease.history_enable refuses (55000) until it is installed and the
+-- constraint added (docs/tenure-history.md#btree_gist). CREATE EXTENSION
+-- pglease cannot create it (no nested CREATE EXTENSION): create btree_gist
+-- first.
+DO $pglease$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension AS e WHERE e.extname = 'btree_gist') THEN
+        BEGIN
+            CREATE EXTENSION btree_gist;
+            COMMENT ON EXTENSION btree_gist IS 'pglease: created by the pglease migration';
+        EXCEPTION WHEN OTHERS THEN
+            RAISE NOTICE 'pglease: tenure history needs btree_gist, which cannot be created here (%): history stays off until it is (docs/tenure-history.md)', SQLERRM;
+        END;
+    END IF;
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension AS e WHERE e.extname = 'btree_gist') THEN
+        ALTER TABLE pglease.tenures ADD CONSTRAINT tenures_no_overlap
+            EXCLUDE USING gist (name WITH =, slot WITH =,
+                                tstzrange(granted_at, ended_at, '[)') WITH &&);
+    END IF;
+END
+$pglease$;
+
+-- The triggers that write the history. Their functions are defined in
+-- sql/functions/45_tenures.sql; these bodies are placeholders, replaced in
+-- the same transaction. A renewal changes neither fence nor holder, so the
+-- WHEN conditions keep every renewal from calling anything.
+CREATE FUNCTION pglease._tenure_lease() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE FUNCTION pglease._tenure_slot() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE FUNCTION pglease._tenure_leases_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE FUNCTION pglease._tenure_slots_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE FUNCTION pglease._tenure_check() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+CREATE TRIGGER tenure_granted AFTER INSERT ON pglease.leases
+    FOR EACH ROW WHEN (NEW.holder IS NOT NULL) EXECUTE FUNCTION pglease._tenure_lease();
+CREATE TRIGGER tenure_changed AFTER UPDATE ON pglease.leases
+    FOR EACH ROW WHEN (OLD.fence <> NEW.fence OR (OLD.holder IS NOT NULL AND NEW.holder IS NULL))
+    EXECUTE FUNCTION pglease._tenure_lease();
+CREATE TRIGGER tenure_purged AFTER DELETE ON pglease.leases
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_leases_purged();
+CREATE TRIGGER tenure_granted AFTER INSERT ON pglease.slots
+    FOR EACH ROW WHEN (NEW.holder IS NOT NULL) EXECUTE FUNCTION pglease._tenure_slot();
+CREATE TRIGGER tenure_changed AFTER UPDATE ON pglease.slots
+    FOR EACH ROW WHEN (OLD.fence <> NEW.fence OR (OLD.holder IS NOT NULL AND NEW.holder IS NULL))
+    EXECUTE FUNCTION pglease._tenure_slot();
+CREATE TRIGGER tenure_purged AFTER DELETE ON pglease.slots
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_slots_purged();
+CREATE TRIGGER tenure_order BEFORE INSERT OR UPDATE OF name, slot, fence, granted_at ON pglease.tenures
+    FOR EACH ROW EXECUTE FUNCTION pglease._tenure_check();
+
 -- Source: sql/functions/00_checks.sql
 
 -- Argument checks shared by every pglease function. Internal: not granted to
@@ -1942,6 +2060,7 @@ BEGIN
         UPDATE pglease.leases AS l
         SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
         WHERE l.name = p_name;
+        PERFORM pglease._tenure_forced(p_name, 0, fence); -- the history says forced (0.4.0)
         PERFORM pglease._wake('lease', p_name, v_sure);
         PERFORM pglease._observed_wake(p_name);
     END IF;
@@ -3600,6 +3719,9 @@ $$;
 --     earlier purge), with their shard lists and member rows;
 --   * rate-limit key states full since p_free_for ago (0.4.0: deleting
 --     one changes no decision; see pglease._limit_purge);
+--   * tenure history rows (0.4.0, pglease.tenures) whose tenures ended
+--     longer ago than the keep of the history prefixes covering them
+--     (see pglease._history_purge), whatever p_free_for;
 --   * waiter registrations past their until (and, uncounted, lapsed
 --     observer, candidate and slot queue registrations).
 -- Whose rows: the schema owner, a superuser and members of
@@ -3763,7 +3885,8 @@ BEGIN
     WHERE q.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.slot_queue AS d
                               WHERE d.until < v_now AND (v_all OR d.holder_role = v_role)
                               FOR UPDATE SKIP LOCKED));
-    v_limits := pglease._limit_purge(v_cutoff, v_all, v_role);
+    v_limits := pglease._limit_purge(v_cutoff, v_all, v_role)
+                + pglease._history_purge(v_now, v_all, v_role);
 
     IF v_leases + v_slots + v_waiters + v_runs + v_groups + v_limits > 0 THEN
         PERFORM pglease._raise_floors(v_lease_max, v_slot_max,
@@ -3814,6 +3937,476 @@ BEGIN
 END
 $$;
 
+-- Source: sql/functions/45_tenures.sql
+
+-- Tenure history (0.4.0, #52, docs/tenure-history.md): for names under a
+-- prefix turned on with pglease.history_enable, every tenure of a lease or
+-- a slot gets a row of pglease.tenures, written by triggers on
+-- pglease.leases and pglease.slots in the very statement that grants or
+-- ends it, so no function of the lease protocol has a history rule of its
+-- own (pglease.force_release alone says that its end was forced). A
+-- renewal changes neither fence nor holder: the triggers' WHEN conditions
+-- keep it from calling anything, and it stays a HOT update.
+--
+-- Locks: a trigger writes only the rows of the tenure whose lease or slot
+-- row its statement holds locked (the open row of the tenure that ends,
+-- the new row of the one that starts). Whoever else would write those
+-- rows waits for that row lock first, as it did without history; so a
+-- history write never makes one holder's open transaction delay another's
+-- renew, grant or takeover, and the exclusion constraint's check never
+-- waits for an uncommitted row of another transaction (only a forged row
+-- could make it). A purge closes the open rows of the lease rows it
+-- deletes, which it holds locked too.
+
+-- _history_on(p_name): whether the tenures of name p_name (a lease name
+-- or a slot scope) are written: some prefix turned on starts it.
+CREATE OR REPLACE FUNCTION pglease._history_on(p_name text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT FROM pglease.history_prefixes AS h
+                   WHERE pg_catalog.starts_with(p_name, h.prefix));
+$$;
+
+-- _tenure_count(p_how): counts one tenure ended p_how (the exporter's
+-- counter, pglease.tenure_ends).
+CREATE OR REPLACE FUNCTION pglease._tenure_count(p_how text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    CASE p_how
+        WHEN 'released' THEN PERFORM pg_catalog.nextval('pglease.tenures_released'::regclass);
+        WHEN 'handed_over' THEN PERFORM pg_catalog.nextval('pglease.tenures_handed_over'::regclass);
+        WHEN 'forced' THEN PERFORM pg_catalog.nextval('pglease.tenures_forced'::regclass);
+        WHEN 'expired' THEN PERFORM pg_catalog.nextval('pglease.tenures_expired'::regclass);
+        WHEN 'taken_over' THEN PERFORM pg_catalog.nextval('pglease.tenures_taken_over'::regclass);
+        ELSE PERFORM pg_catalog.nextval('pglease.tenures_purged'::regclass);
+    END CASE;
+END
+$$;
+
+-- _tenure_write(p_name, p_slot, p_old_*, p_new_*): the one rule of the
+-- history, for the row of a lease (p_slot 0) or a slot that changed from
+-- the tenure p_old_* to p_new_* (holder NULL: free).
+--   * a fence raised in place by the insert that made the row (the same
+--     holder, granted at the same time): the open row's fence follows;
+--   * the old tenure ends when the holder goes (released, handed_over, or
+--     expired when it had run out: ended_at the row's new end) or when a
+--     new fence is granted (expired when the same holder of the same role
+--     took it again, else taken_over: ended_at its expiry);
+--   * a new fence with a holder starts a tenure: a row open from its grant.
+-- The new row's time range starts at the grant, after the old one's end
+-- (every grant waits for the end on the server's clock), so
+-- tenures_no_overlap accepts it; a grant made while the old tenure was
+-- live (a bug, or a forged UPDATE) fails its statement there.
+CREATE OR REPLACE FUNCTION pglease._tenure_write(
+    p_name text, p_slot integer,
+    p_old_holder text, p_old_role text, p_old_fence bigint, p_old_acquired timestamptz,
+    p_old_expires timestamptz, p_old_requested boolean,
+    p_new_holder text, p_new_role text, p_new_fence bigint, p_new_acquired timestamptz,
+    p_new_expires timestamptz, p_new_units integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_how text;
+    v_end timestamptz;
+BEGIN
+    IF p_old_fence IS DISTINCT FROM p_new_fence AND p_old_acquired = p_new_acquired
+       AND p_old_holder IS NOT DISTINCT FROM p_new_holder THEN
+        UPDATE pglease.tenures AS t SET fence = p_new_fence
+        WHERE t.name = p_name AND t.slot = p_slot AND t.fence = p_old_fence AND t.ended_at IS NULL;
+        RETURN;
+    END IF;
+    IF p_old_holder IS NOT NULL THEN
+        IF p_old_fence IS DISTINCT FROM p_new_fence THEN
+            v_end := p_old_expires;
+            v_how := CASE WHEN p_new_holder = p_old_holder AND p_new_role IS NOT DISTINCT FROM p_old_role
+                          THEN 'expired' ELSE 'taken_over' END;
+        ELSE
+            v_end := p_new_expires;
+            v_how := CASE WHEN p_old_expires <= p_new_expires THEN 'expired'
+                          WHEN p_old_requested THEN 'handed_over'
+                          ELSE 'released' END;
+        END IF;
+        UPDATE pglease.tenures AS t SET ended_at = v_end, ended_how = v_how
+        WHERE t.name = p_name AND t.slot = p_slot AND t.fence = p_old_fence AND t.ended_at IS NULL;
+        IF FOUND THEN
+            PERFORM pglease._tenure_count(v_how);
+        END IF;
+    END IF;
+    IF p_new_holder IS NOT NULL AND p_old_fence IS DISTINCT FROM p_new_fence THEN
+        INSERT INTO pglease.tenures AS t (name, slot, fence, holder, holder_role, units, granted_at)
+        VALUES (p_name, p_slot, p_new_fence, p_new_holder, p_new_role, p_new_units, p_new_acquired);
+    END IF;
+END
+$$;
+
+-- _tenure_lease(): the trigger of pglease.leases' grants and ends (see
+-- pglease._tenure_write), for names whose history is on.
+CREATE OR REPLACE FUNCTION pglease._tenure_lease()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF NOT pglease._history_on(NEW.name) THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        PERFORM pglease._tenure_write(NEW.name, 0, NULL, NULL, NULL, NULL, NULL, false,
+                                      NEW.holder, NEW.holder_role, NEW.fence, NEW.acquired_at,
+                                      NEW.expires_at, NULL);
+    ELSE
+        PERFORM pglease._tenure_write(NEW.name, 0, OLD.holder, OLD.holder_role, OLD.fence,
+                                      OLD.acquired_at, OLD.expires_at,
+                                      OLD.release_requested_at IS NOT NULL,
+                                      NEW.holder, NEW.holder_role, NEW.fence, NEW.acquired_at,
+                                      NEW.expires_at, NULL);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- _tenure_slot(): the same for pglease.slots, per slot, with its units.
+CREATE OR REPLACE FUNCTION pglease._tenure_slot()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF NOT pglease._history_on(NEW.scope) THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        PERFORM pglease._tenure_write(NEW.scope, NEW.slot, NULL, NULL, NULL, NULL, NULL, false,
+                                      NEW.holder, NEW.holder_role, NEW.fence, NEW.acquired_at,
+                                      NEW.expires_at, NEW.units);
+    ELSE
+        PERFORM pglease._tenure_write(NEW.scope, NEW.slot, OLD.holder, OLD.holder_role, OLD.fence,
+                                      OLD.acquired_at, OLD.expires_at, false,
+                                      NEW.holder, NEW.holder_role, NEW.fence, NEW.acquired_at,
+                                      NEW.expires_at, NEW.units);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- _tenure_leases_purged(): a statement trigger of deletes from
+-- pglease.leases (pglease.purge): the open rows of the deleted rows'
+-- tenures end 'purged' at their expiry. One statement whatever the number
+-- of rows deleted; nothing when no prefix is on.
+CREATE OR REPLACE FUNCTION pglease._tenure_leases_purged()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
+        RETURN NULL;
+    END IF;
+    WITH closed AS (
+        UPDATE pglease.tenures AS t SET ended_at = g.expires_at, ended_how = 'purged'
+        FROM gone AS g
+        WHERE t.name = g.name AND t.slot = 0 AND t.fence = g.fence AND t.ended_at IS NULL
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_n FROM closed;
+    IF v_n > 0 THEN
+        PERFORM pg_catalog.nextval('pglease.tenures_purged'::regclass)
+        FROM pg_catalog.generate_series(1, v_n) AS i;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- _tenure_slots_purged(): the same for the slot rows a purge deletes.
+CREATE OR REPLACE FUNCTION pglease._tenure_slots_purged()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
+        RETURN NULL;
+    END IF;
+    WITH closed AS (
+        UPDATE pglease.tenures AS t SET ended_at = g.expires_at, ended_how = 'purged'
+        FROM gone AS g
+        WHERE t.name = g.scope AND t.slot = g.slot AND t.fence = g.fence AND t.ended_at IS NULL
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_n FROM closed;
+    IF v_n > 0 THEN
+        PERFORM pg_catalog.nextval('pglease.tenures_purged'::regclass)
+        FROM pg_catalog.generate_series(1, v_n) AS i;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- _tenure_check(): fences strictly increase in the order of the grants,
+-- per name and slot, for every row written, by the functions or by hand
+-- (the schema owner's forged row included): the row with the next lower
+-- fence must have been granted no later, the one with the next higher
+-- fence no earlier; else 23514 and the statement fails. Two primary-key
+-- probes. A row whose fence and grant stay (an end being written) is not
+-- looked at. Concurrent forged inserts of one name are not serialised
+-- here: the functions' own writes are, by the row lock of the lease or
+-- slot.
+CREATE OR REPLACE FUNCTION pglease._tenure_check()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_at timestamptz;
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF (NEW.name, NEW.slot, NEW.fence, NEW.granted_at)
+           IS NOT DISTINCT FROM (OLD.name, OLD.slot, OLD.fence, OLD.granted_at) THEN
+            RETURN NEW;
+        END IF;
+    END IF;
+    SELECT t.granted_at INTO v_at FROM pglease.tenures AS t
+    WHERE t.name = NEW.name AND t.slot = NEW.slot AND t.fence < NEW.fence
+    ORDER BY t.fence DESC LIMIT 1;
+    IF FOUND AND v_at > NEW.granted_at THEN
+        RAISE EXCEPTION USING ERRCODE = '23514',
+            MESSAGE = format('pglease: tenure of %L (slot %s) with fence %s granted at %s, before a tenure with a lower fence (granted at %s)',
+                             NEW.name, NEW.slot, NEW.fence, NEW.granted_at, v_at),
+            HINT = 'Fences strictly increase in the order of the grants (docs/tenure-history.md).';
+    END IF;
+    SELECT t.granted_at INTO v_at FROM pglease.tenures AS t
+    WHERE t.name = NEW.name AND t.slot = NEW.slot AND t.fence > NEW.fence
+    ORDER BY t.fence LIMIT 1;
+    IF FOUND AND v_at < NEW.granted_at THEN
+        RAISE EXCEPTION USING ERRCODE = '23514',
+            MESSAGE = format('pglease: tenure of %L (slot %s) with fence %s granted at %s, after a tenure with a higher fence (granted at %s)',
+                             NEW.name, NEW.slot, NEW.fence, NEW.granted_at, v_at),
+            HINT = 'Fences strictly increase in the order of the grants (docs/tenure-history.md).';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+-- _tenure_forced(p_name, p_slot, p_fence): pglease.force_release's mark:
+-- the tenure p_fence it ended while live was forced, not released.
+CREATE OR REPLACE FUNCTION pglease._tenure_forced(p_name text, p_slot integer, p_fence bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    UPDATE pglease.tenures AS t SET ended_how = 'forced'
+    WHERE t.name = p_name AND t.slot = p_slot AND t.fence = p_fence
+      AND t.ended_how IN ('released', 'handed_over');
+    IF FOUND THEN
+        PERFORM pg_catalog.nextval('pglease.tenures_forced'::regclass);
+    END IF;
+END
+$$;
+
+-- _history_admin(p_func, p_prefix): raises 42501 unless the caller may turn
+-- the history of p_prefix on or off: the schema owner, a superuser or a
+-- member of pglease_operator (pglease._trusted), or a member of the role
+-- owning p_prefix's longest bound prefix (pglease.prefix_bind), which must
+-- be p_prefix itself or a shorter prefix of it.
+CREATE OR REPLACE FUNCTION pglease._history_admin(p_func text, p_prefix text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_owner text;
+BEGIN
+    IF pglease._trusted() THEN
+        RETURN;
+    END IF;
+    SELECT o.owner_role INTO v_owner FROM pglease._owner(p_prefix) AS o;
+    IF v_owner IS NOT NULL AND pglease._may_take(p_prefix) THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = '42501',
+        MESSAGE = format('pglease.%s: role %I may not turn the history of prefix %L on or off',
+                         p_func, session_user, p_prefix),
+        HINT = 'The schema owner may, and the role a prefix is bound to (pglease.prefix_bind) for that prefix and longer ones.';
+END
+$$;
+
+-- pglease.history_enable(p_prefix, p_keep): from now on write the tenures
+-- of every lease name and slot scope starting with p_prefix to
+-- pglease.tenures, and keep each row p_keep after its tenure ended
+-- (pglease.purge deletes it then). Tenures live now get rows from their
+-- next grant. Turning on a prefix already on sets its p_keep. Returns the
+-- keep it had before (NULL: it was off).
+-- Who: the schema owner, superusers, pglease_operator, and members of the
+-- role a bound prefix covering p_prefix belongs to (42501 for anyone else).
+-- Raises 22004 for NULL arguments, 22023 for a prefix not 1 to 256 bytes
+-- or a p_keep not more than 0 or more than 100 years, 55000 when the
+-- exclusion constraint is missing (btree_gist not installed,
+-- docs/tenure-history.md#btree_gist); nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.history_enable(p_prefix text, p_keep interval, OUT previous_keep interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_keep interval;
+BEGIN
+    PERFORM pglease._check_text('history_enable', 'p_prefix', p_prefix);
+    v_keep := pglease._check_age('history_enable', 'p_keep', p_keep);
+    IF v_keep = interval '0' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.history_enable: p_keep must be more than 0, got %s', p_keep),
+            HINT = 'Pass how long to keep a tenure after its end, e.g. interval ''30 days''.';
+    END IF;
+    PERFORM pglease._history_admin('history_enable', p_prefix);
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_constraint AS c
+                   WHERE c.conrelid = 'pglease.tenures'::regclass AND c.conname = 'tenures_no_overlap') THEN
+        RAISE EXCEPTION USING ERRCODE = '55000',
+            MESSAGE = 'pglease.history_enable: the tenure history needs constraint tenures_no_overlap, which needs extension btree_gist',
+            HINT = 'Install btree_gist (Debian: postgresql-contrib) and add the constraint as docs/tenure-history.md says.';
+    END IF;
+    SELECT h.keep INTO previous_keep FROM pglease.history_prefixes AS h WHERE h.prefix = p_prefix;
+    INSERT INTO pglease.history_prefixes AS h (prefix, keep, enabled_by, enabled_at)
+    VALUES (p_prefix, v_keep, session_user, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT history_prefixes_pkey
+    DO UPDATE SET keep = excluded.keep, enabled_by = excluded.enabled_by, enabled_at = excluded.enabled_at;
+END
+$$;
+
+-- pglease.history_disable(p_prefix): stop writing the tenures of names
+-- starting with p_prefix (unless another prefix turned on covers them).
+-- Rows written stay, and are purged after the shortest keep of a prefix
+-- still on that covers them, or deleted by pglease.history_delete; a
+-- tenure open now keeps an open row. Returns the keep it had (NULL: it was
+-- off; nothing changes). Who: as pglease.history_enable. Raises 22004 for
+-- NULL, 22023 for a prefix not 1 to 256 bytes, 42501 as history_enable.
+CREATE OR REPLACE FUNCTION pglease.history_disable(p_prefix text, OUT previous_keep interval)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('history_disable', 'p_prefix', p_prefix);
+    PERFORM pglease._history_admin('history_disable', p_prefix);
+    DELETE FROM pglease.history_prefixes AS h WHERE h.prefix = p_prefix
+    RETURNING h.keep INTO previous_keep;
+END
+$$;
+
+-- pglease.history_delete(p_prefix, p_before): delete the rows of
+-- pglease.tenures of names starting with p_prefix whose tenures ended
+-- before p_before (NULL: every ended one). Open tenures' rows stay.
+-- Returns how many it deleted. The schema owner's call: granted to no
+-- role. Raises 22004 for a NULL prefix, 22023 for one not 1 to 256 bytes.
+CREATE OR REPLACE FUNCTION pglease.history_delete(p_prefix text, p_before timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_n bigint;
+BEGIN
+    PERFORM pglease._check_text('history_delete', 'p_prefix', p_prefix);
+    WITH gone AS (
+        DELETE FROM pglease.tenures AS t
+        WHERE pg_catalog.starts_with(t.name, p_prefix) AND t.ended_at IS NOT NULL
+          AND (p_before IS NULL OR t.ended_at < p_before)
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_n FROM gone;
+    RETURN v_n;
+END
+$$;
+
+-- _history_purge(p_now, p_all, p_role): pglease.purge's part: deletes the
+-- rows of tenures that ended longer ago than the shortest keep of the
+-- prefixes on that cover their names (rows no prefix on covers stay until
+-- pglease.history_delete); of every role for a trusted caller (p_all),
+-- else of the tenures p_role held. Rows locked by anyone are skipped.
+-- Returns how many it deleted.
+CREATE OR REPLACE FUNCTION pglease._history_purge(p_now timestamptz, p_all boolean, p_role text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_n bigint := 0::bigint;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
+        RETURN v_n;
+    END IF;
+    WITH gone AS (
+        DELETE FROM pglease.tenures AS t
+        WHERE t.ctid = ANY (ARRAY(
+            SELECT d.ctid FROM pglease.tenures AS d
+            WHERE d.ended_at IS NOT NULL
+              AND d.ended_at < p_now - (SELECT min(h.keep) FROM pglease.history_prefixes AS h)
+              AND (p_all OR d.holder_role = p_role)
+              AND d.ended_at < p_now - (SELECT min(h.keep) FROM pglease.history_prefixes AS h
+                                        WHERE pg_catalog.starts_with(d.name, h.prefix))
+            FOR UPDATE SKIP LOCKED))
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_n FROM gone;
+    RETURN v_n;
+END
+$$;
+
+-- pglease.tenures(p_name, p_since): the history of lease name or slot
+-- scope p_name: one row per tenure (slot NULL for the lease's, the slot
+-- number and units for a slot's) that was open at p_since or began after
+-- it (NULL: all kept), oldest grant first. ended_at and ended_how NULL: open
+-- (held, or run out and not yet taken over; expires_at says which, from
+-- the lease or slot row as it stands). Empty for a name whose history is
+-- off. Read-only, for every client (as pglease.lease_status). Raises 22004
+-- for a NULL name, 22023 for one not 1 to 256 bytes.
+CREATE OR REPLACE FUNCTION pglease.tenures(
+    p_name text, p_since timestamptz,
+    OUT slot integer, OUT fence bigint, OUT holder text, OUT holder_role text, OUT units integer,
+    OUT granted_at timestamptz, OUT ended_at timestamptz, OUT ended_how text,
+    OUT expires_at timestamptz)
+RETURNS SETOF record
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pglease._check_text('tenures', 'p_name', p_name);
+    RETURN QUERY
+    SELECT nullif(t.slot, 0), t.fence, t.holder, t.holder_role, t.units, t.granted_at,
+           t.ended_at, t.ended_how,
+           CASE WHEN t.ended_at IS NULL THEN
+               coalesce((SELECT l.expires_at FROM pglease.leases AS l
+                         WHERE t.slot = 0 AND l.name = t.name AND l.fence = t.fence),
+                        (SELECT s.expires_at FROM pglease.slots AS s
+                         WHERE t.slot > 0 AND s.scope = t.name AND s.slot = t.slot AND s.fence = t.fence))
+           END
+    FROM pglease.tenures AS t
+    WHERE t.name = p_name
+      AND (p_since IS NULL OR t.ended_at IS NULL OR t.ended_at >= p_since)
+    ORDER BY t.granted_at, t.slot, t.fence;
+END
+$$;
+
+-- pglease.tenure_ends(): how many tenures ended, by how (the six values of
+-- pglease.tenures.ended_how, always six rows), since the schema was made:
+-- counters, which purges never lower (a transaction that rolled back
+-- after an end keeps its count). Read-only, for every client.
+CREATE OR REPLACE FUNCTION pglease.tenure_ends(OUT ended_how text, OUT tenures bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'released', (SELECT s.last_value - (NOT s.is_called)::integer FROM pglease.tenures_released AS s)
+    UNION ALL
+    SELECT 'handed_over', (SELECT s.last_value - (NOT s.is_called)::integer FROM pglease.tenures_handed_over AS s)
+    UNION ALL
+    SELECT 'forced', (SELECT s.last_value - (NOT s.is_called)::integer FROM pglease.tenures_forced AS s)
+    UNION ALL
+    SELECT 'expired', (SELECT s.last_value - (NOT s.is_called)::integer FROM pglease.tenures_expired AS s)
+    UNION ALL
+    SELECT 'taken_over', (SELECT s.last_value - (NOT s.is_called)::integer FROM pglease.tenures_taken_over AS s)
+    UNION ALL
+    SELECT 'purged', (SELECT s.last_value - (NOT s.is_called)::integer FROM pglease.tenures_purged AS s);
+$$;
+
 -- Source: sql/functions/50_metrics.sql
 
 -- pglease.metrics(p_names, p_max_names): what a monitoring system needs of
@@ -3851,9 +4444,9 @@ $$;
 --   * tables, table_rows, table_bytes: every table of the schema that holds
 --     rows (leases, slots, slot_scopes, waiters, slot_queue, observers,
 --     candidates, runs, groups, group_shards, group_members, prefixes,
---     quotas, purge_turns, limits, limit_state, limit_reservations, in
---     this order; the first four as before 0.3.0, the last three from
---     0.4.0),
+--     quotas, purge_turns, limits, limit_state, limit_reservations,
+--     tenures, history_prefixes, in this order; the first four as before
+--     0.3.0, the last five from 0.4.0),
 --     their exact row counts and their sizes on disk with indexes and
 --     TOAST (pg_total_relation_size);
 --   * lease_oldest_free_seconds: how long the lease row free (released or
@@ -3977,7 +4570,8 @@ BEGIN
 
     tables := ARRAY['leases', 'slots', 'slot_scopes', 'waiters', 'slot_queue', 'observers',
                     'candidates', 'runs', 'groups', 'group_shards', 'group_members', 'prefixes',
-                    'quotas', 'purge_turns', 'limits', 'limit_state', 'limit_reservations'];
+                    'quotas', 'purge_turns', 'limits', 'limit_state', 'limit_reservations',
+                    'tenures', 'history_prefixes'];
     table_rows := ARRAY[leases_held + leases_expired + leases_free, v_slots, v_scopes, v_waiters,
                         (SELECT count(*) FROM pglease.slot_queue),
                         (SELECT count(*) FROM pglease.observers),
@@ -3991,7 +4585,9 @@ BEGIN
                         (SELECT count(*) FROM pglease.purge_turns),
                         (SELECT count(*) FROM pglease.limits),
                         (SELECT count(*) FROM pglease.limit_state),
-                        (SELECT count(*) FROM pglease.limit_reservations)];
+                        (SELECT count(*) FROM pglease.limit_reservations),
+                        (SELECT count(*) FROM pglease.tenures),
+                        (SELECT count(*) FROM pglease.history_prefixes)];
     table_bytes := ARRAY(SELECT pg_total_relation_size(('pglease.' || t)::regclass)
                          FROM unnest(tables) WITH ORDINALITY AS u(t, i) ORDER BY u.i);
 
@@ -6459,6 +7055,32 @@ BEGIN
 END
 $pglease$;
 
+-- Tenure history (0.4.0, #52, docs/tenure-history.md): every client reads
+-- it as it reads the status views; history_enable and history_disable
+-- refuse (42501) all but the schema owner, pglease_operator and the role
+-- owning a prefix's bound prefix, inside the functions; history_delete is
+-- the schema owner's alone. No role may write pglease.tenures.
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.tenures(text, timestamptz),
+            pglease.tenure_ends(),
+            pglease.history_enable(text, interval),
+            pglease.history_disable(text)
+            TO pglease_client;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.tenures(text, timestamptz),
+            pglease.tenure_ends(),
+            pglease.history_enable(text, interval),
+            pglease.history_disable(text)
+            TO pglease_operator;
+    END IF;
+END
+$pglease$;
+
 -- Extension only: pg_dump dumps the rows of these tables, so that a restored
 -- database keeps every fence (a restore that lost them would hand out fences
 -- again from 1).
@@ -6479,3 +7101,11 @@ SELECT pg_catalog.pg_extension_config_dump('pglease.quotas', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.limits', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.limit_state', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.limit_reservations', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.history_prefixes', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.tenures', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_released', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_handed_over', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_forced', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_expired', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_taken_over', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_purged', '');

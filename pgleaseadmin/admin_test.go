@@ -97,9 +97,9 @@ func TestReadMetrics(t *testing.T) {
 		m.Leases[0].Expiry <= 50*time.Second || m.Leases[0].Expiry > time.Minute || m.LeasesDropped != 1 {
 		t.Fatalf("ReadMetrics(^m/, 2): got %+v, %d dropped; want m/a and m/b held for about a minute, 1 dropped", m.Leases, m.LeasesDropped)
 	}
-	if m.LeaseStates != (pgleaseadmin.StateCounts{Held: 2, Free: 1}) || m.Version == "" || len(m.Tables) != 17 ||
+	if m.LeaseStates != (pgleaseadmin.StateCounts{Held: 2, Free: 1}) || m.Version == "" || len(m.Tables) != 19 ||
 		m.Tables[0].Name != "leases" || m.Tables[0].Rows != 3 || m.Tables[0].Bytes <= 0 {
-		t.Fatalf("ReadMetrics: states %+v, version %q, tables %+v; want 2 held and 1 free, a version, 17 tables with leases first (3 rows)",
+		t.Fatalf("ReadMetrics: states %+v, version %q, tables %+v; want 2 held and 1 free, a version, 19 tables with leases first (3 rows)",
 			m.LeaseStates, m.Version, m.Tables)
 	}
 	all, err := pgleaseadmin.ReadMetrics(ctx, pool, pgleaseadmin.Filter{MaxNames: -1})

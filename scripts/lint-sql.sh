@@ -31,7 +31,12 @@ SELECT p.oid::regprocedure || ': line ' || coalesce(c.lineno::text, '?') || ': '
 FROM pg_catalog.pg_proc AS p
 JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
 JOIN pg_catalog.pg_language AS l ON l.oid = p.prolang
-CROSS JOIN LATERAL plpgsql_check_function_tb(p.oid, all_warnings => true) AS c
+-- A trigger function is checked on a table of one of its triggers, with
+-- its transition table (0.4.0's tenure history).
+LEFT JOIN LATERAL (SELECT tg.tgrelid, tg.tgoldtable FROM pg_catalog.pg_trigger AS tg
+                   WHERE tg.tgfoid = p.oid ORDER BY tg.tgrelid::regclass::text LIMIT 1) AS tr ON true
+CROSS JOIN LATERAL plpgsql_check_function_tb(p.oid, coalesce(tr.tgrelid, 0), all_warnings => true,
+                                             oldtable => tr.tgoldtable) AS c
 WHERE n.nspname = 'pglease' AND l.lanname = 'plpgsql'
 ORDER BY 1;
 SQL

@@ -45,6 +45,7 @@ func TestCLI(t *testing.T) {
 		{"Release", testRelease},
 		{"RunCronFlags", testRunCronFlags},
 		{"RunOncePer", testRunOncePer},
+		{"Tenures", testTenures},
 		{"ReleaseRequest", testReleaseRequest},
 		{"Demo", testDemo},
 		{"DemoDiscovery", testDemoDiscovery},

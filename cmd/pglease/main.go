@@ -36,6 +36,7 @@ var commands = []*command{
 	statusCommand,
 	runCommand,
 	historyCommand,
+	tenuresCommand,
 	releaseCommand,
 	purgeCommand,
 	prefixCommand,

@@ -42,6 +42,14 @@ type PgleaseGroupShard struct {
 	Ord       int32
 }
 
+// pglease: name prefixes whose tenures are written to pglease.tenures; change only through pglease.history_enable and history_disable
+type PgleaseHistoryPrefix struct {
+	Prefix    string
+	Keep      time.Duration
+	EnabledBy string
+	EnabledAt time.Time
+}
+
 // pglease leases; change only through the pglease functions
 type PgleaseLease struct {
 	Name               string
@@ -201,6 +209,19 @@ type PgleaseSlotStatus struct {
 	ExpiresAt time.Time
 	ExpiresIn interface{}
 	Units     int32
+}
+
+// pglease tenure history; written only by the triggers on pglease.leases and pglease.slots
+type PgleaseTenure struct {
+	Name       string
+	Slot       int32
+	Fence      int64
+	Holder     string
+	HolderRole pgtype.Text
+	Units      pgtype.Int4
+	GrantedAt  time.Time
+	EndedAt    *time.Time
+	EndedHow   pgtype.Text
 }
 
 // pglease: refused acquires and claims waiting for a release notification

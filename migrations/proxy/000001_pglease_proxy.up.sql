@@ -561,6 +561,93 @@ AS $$
     SELECT sum(n)::bigint FROM pglease._all_purge_due(p_every, p_free_for) AS n;
 $$;
 
+-- Source: sql/functions/45_tenures.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_history_enable(p_prefix text, p_keep interval, OUT previous_keep interval)
+RETURNS SETOF interval
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.history_enable;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.history_enable(p_prefix text, p_keep interval, OUT previous_keep interval)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT max(r) FROM pglease._all_history_enable(p_prefix, p_keep) AS r;
+$$;
+
+-- Source: sql/functions/45_tenures.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_history_disable(p_prefix text, OUT previous_keep interval)
+RETURNS SETOF interval
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.history_disable;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.history_disable(p_prefix text, OUT previous_keep interval)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT max(r) FROM pglease._all_history_disable(p_prefix) AS r;
+$$;
+
+-- Source: sql/functions/45_tenures.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_history_delete(p_prefix text, p_before timestamptz)
+RETURNS SETOF bigint
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.history_delete;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.history_delete(p_prefix text, p_before timestamptz)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(sum(n), 0)::bigint FROM pglease._all_history_delete(p_prefix, p_before) AS n;
+$$;
+
+-- Source: sql/functions/45_tenures.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.tenures(
+    p_name text, p_since timestamptz,
+    OUT slot integer, OUT fence bigint, OUT holder text, OUT holder_role text, OUT units integer,
+    OUT granted_at timestamptz, OUT ended_at timestamptz, OUT ended_how text,
+    OUT expires_at timestamptz)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
+-- Source: sql/functions/45_tenures.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_tenure_ends(OUT ended_how text, OUT tenures bigint)
+RETURNS SETOF record
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.tenure_ends;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.tenure_ends(OUT ended_how text, OUT tenures bigint)
+RETURNS SETOF record
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT e.ended_how, sum(e.tenures)::bigint
+    FROM pglease._all_tenure_ends() AS e
+    GROUP BY e.ended_how
+    ORDER BY min(array_position(ARRAY['released', 'handed_over', 'forced', 'expired', 'taken_over',
+                                      'purged'], e.ended_how));
+$$;
+
 -- Source: sql/functions/50_metrics.sql (signature), sql/proxy/routes (all)
 CREATE OR REPLACE FUNCTION pglease._all_metrics(
     p_names text, p_max_names integer,
@@ -1284,6 +1371,36 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
         GRANT EXECUTE ON FUNCTION pglease.limit_status(integer), pglease._all_limit_status(integer)
+            TO pglease_operator;
+    END IF;
+END
+$pglease$;
+
+-- Tenure history (0.4.0, #52): read by name on its partition, the ends
+-- summed over all; turned on and off on every partition (each refuses
+-- whom it refuses); history_delete the owner's alone.
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.tenures(text, timestamptz),
+            pglease.tenure_ends(),
+            pglease._all_tenure_ends(),
+            pglease.history_enable(text, interval),
+            pglease.history_disable(text),
+            pglease._all_history_enable(text, interval),
+            pglease._all_history_disable(text)
+            TO pglease_client;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.tenures(text, timestamptz),
+            pglease.tenure_ends(),
+            pglease._all_tenure_ends(),
+            pglease.history_enable(text, interval),
+            pglease.history_disable(text),
+            pglease._all_history_enable(text, interval),
+            pglease._all_history_disable(text)
             TO pglease_operator;
     END IF;
 END

@@ -39,6 +39,7 @@ BEGIN
         UPDATE pglease.leases AS l
         SET holder = NULL, expires_at = least(l.expires_at, clock_timestamp()), value = NULL
         WHERE l.name = p_name;
+        PERFORM pglease._tenure_forced(p_name, 0, fence); -- the history says forced (0.4.0)
         PERFORM pglease._wake('lease', p_name, v_sure);
         PERFORM pglease._observed_wake(p_name);
     END IF;

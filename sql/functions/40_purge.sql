@@ -18,6 +18,9 @@
 --     earlier purge), with their shard lists and member rows;
 --   * rate-limit key states full since p_free_for ago (0.4.0: deleting
 --     one changes no decision; see pglease._limit_purge);
+--   * tenure history rows (0.4.0, pglease.tenures) whose tenures ended
+--     longer ago than the keep of the history prefixes covering them
+--     (see pglease._history_purge), whatever p_free_for;
 --   * waiter registrations past their until (and, uncounted, lapsed
 --     observer, candidate and slot queue registrations).
 -- Whose rows: the schema owner, a superuser and members of
@@ -181,7 +184,8 @@ BEGIN
     WHERE q.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.slot_queue AS d
                               WHERE d.until < v_now AND (v_all OR d.holder_role = v_role)
                               FOR UPDATE SKIP LOCKED));
-    v_limits := pglease._limit_purge(v_cutoff, v_all, v_role);
+    v_limits := pglease._limit_purge(v_cutoff, v_all, v_role)
+                + pglease._history_purge(v_now, v_all, v_role);
 
     IF v_leases + v_slots + v_waiters + v_runs + v_groups + v_limits > 0 THEN
         PERFORM pglease._raise_floors(v_lease_max, v_slot_max,

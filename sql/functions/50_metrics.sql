@@ -33,9 +33,9 @@
 --   * tables, table_rows, table_bytes: every table of the schema that holds
 --     rows (leases, slots, slot_scopes, waiters, slot_queue, observers,
 --     candidates, runs, groups, group_shards, group_members, prefixes,
---     quotas, purge_turns, limits, limit_state, limit_reservations, in
---     this order; the first four as before 0.3.0, the last three from
---     0.4.0),
+--     quotas, purge_turns, limits, limit_state, limit_reservations,
+--     tenures, history_prefixes, in this order; the first four as before
+--     0.3.0, the last five from 0.4.0),
 --     their exact row counts and their sizes on disk with indexes and
 --     TOAST (pg_total_relation_size);
 --   * lease_oldest_free_seconds: how long the lease row free (released or
@@ -159,7 +159,8 @@ BEGIN
 
     tables := ARRAY['leases', 'slots', 'slot_scopes', 'waiters', 'slot_queue', 'observers',
                     'candidates', 'runs', 'groups', 'group_shards', 'group_members', 'prefixes',
-                    'quotas', 'purge_turns', 'limits', 'limit_state', 'limit_reservations'];
+                    'quotas', 'purge_turns', 'limits', 'limit_state', 'limit_reservations',
+                    'tenures', 'history_prefixes'];
     table_rows := ARRAY[leases_held + leases_expired + leases_free, v_slots, v_scopes, v_waiters,
                         (SELECT count(*) FROM pglease.slot_queue),
                         (SELECT count(*) FROM pglease.observers),
@@ -173,7 +174,9 @@ BEGIN
                         (SELECT count(*) FROM pglease.purge_turns),
                         (SELECT count(*) FROM pglease.limits),
                         (SELECT count(*) FROM pglease.limit_state),
-                        (SELECT count(*) FROM pglease.limit_reservations)];
+                        (SELECT count(*) FROM pglease.limit_reservations),
+                        (SELECT count(*) FROM pglease.tenures),
+                        (SELECT count(*) FROM pglease.history_prefixes)];
     table_bytes := ARRAY(SELECT pg_total_relation_size(('pglease.' || t)::regclass)
                          FROM unnest(tables) WITH ORDINALITY AS u(t, i) ORDER BY u.i);
 

@@ -168,3 +168,33 @@ BEGIN
     END IF;
 END
 $pglease$;
+
+-- Tenure history (0.4.0, #52): read by name on its partition, the ends
+-- summed over all; turned on and off on every partition (each refuses
+-- whom it refuses); history_delete the owner's alone.
+DO $pglease$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.tenures(text, timestamptz),
+            pglease.tenure_ends(),
+            pglease._all_tenure_ends(),
+            pglease.history_enable(text, interval),
+            pglease.history_disable(text),
+            pglease._all_history_enable(text, interval),
+            pglease._all_history_disable(text)
+            TO pglease_client;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_operator') THEN
+        GRANT EXECUTE ON FUNCTION
+            pglease.tenures(text, timestamptz),
+            pglease.tenure_ends(),
+            pglease._all_tenure_ends(),
+            pglease.history_enable(text, interval),
+            pglease.history_disable(text),
+            pglease._all_history_enable(text, interval),
+            pglease._all_history_disable(text)
+            TO pglease_operator;
+    END IF;
+END
+$pglease$;

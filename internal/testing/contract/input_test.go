@@ -29,6 +29,8 @@ const (
 	windowArg                  // run_begin's p_window: more than 0, at most 366 days
 	exitArg                    // run_end's p_exit_status: 0 to 255
 	limitArg                   // run_history's p_limit: 1 to 10000
+	keepArg                    // history_enable's p_keep: more than 0, at most 100 years
+	sinceArg                   // a point in time, NULL for none: no bad value
 )
 
 type fnArg struct {
@@ -140,6 +142,15 @@ func badValues(a fnArg) []badValue {
 			{"negative", int32(-1), "22023", ""},
 			{"256", int32(256), "22023", ""},
 		}
+	case sinceArg:
+		return nil
+	case keepArg:
+		return []badValue{
+			{"NULL", nil, "22004", ""},
+			{"zero", time.Duration(0), "22023", ""},
+			{"negative", -time.Second, "22023", ""},
+			{"101 years", 101 * 366 * 24 * time.Hour, "22023", ""},
+		}
 	case limitArg:
 		return []badValue{
 			{"NULL", nil, "22004", ""},
@@ -173,6 +184,11 @@ var publicFunctions = []fnSpec{
 	{"run_summary", []fnArg{{"p_names", regexArg, "^seed"}, {"p_max_names", maxNamesArg, int32(10)}}},
 	// Leadership (0.3.0).
 	{"renew_lease", []fnArg{{"p_name", textArg, "seeded"}, {"p_holder", textArg, "h"}, {"p_fence", fenceArg, int64(1)}, {"p_ttl", ttlArg, time.Hour}}},
+	// Tenure history (0.4.0, #52): "seed" is on (see TestBadInputRefused).
+	{"history_enable", []fnArg{{"p_prefix", textArg, "seeded"}, {"p_keep", keepArg, time.Hour}}},
+	{"history_disable", []fnArg{{"p_prefix", textArg, "seed"}}},
+	{"history_delete", []fnArg{{"p_prefix", textArg, "seed"}, {"p_before", sinceArg, nil}}},
+	{"tenures", []fnArg{{"p_name", textArg, "seeded"}, {"p_since", sinceArg, nil}}},
 }
 
 // tablesSnapshot returns the full contents of pglease's tables.
@@ -185,7 +201,9 @@ func tablesSnapshot(t testing.TB, q querier) string {
 		(SELECT jsonb_agg(to_jsonb(l) ORDER BY l.name) FROM pglease.leases AS l),
 		(SELECT jsonb_agg(to_jsonb(s) ORDER BY s.scope, s.slot) FROM pglease.slots AS s),
 		(SELECT jsonb_agg(to_jsonb(c) ORDER BY c.scope) FROM pglease.slot_scopes AS c),
-		(SELECT jsonb_agg(to_jsonb(r) ORDER BY r.name, r.fence) FROM pglease.runs AS r))`).Scan(&s)
+		(SELECT jsonb_agg(to_jsonb(r) ORDER BY r.name, r.fence) FROM pglease.runs AS r),
+		(SELECT jsonb_agg(to_jsonb(h) ORDER BY h.name, h.slot, h.fence) FROM pglease.tenures AS h),
+		(SELECT jsonb_agg(to_jsonb(p) ORDER BY p.prefix) FROM pglease.history_prefixes AS p))`).Scan(&s)
 	if err != nil {
 		t.Fatalf("snapshot pglease tables: %v", err)
 	}
@@ -200,6 +218,7 @@ func TestBadInputRefused(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := testContext(t)
 
+	mustExec(t, pool, `SELECT pglease.history_enable('seed', '1 day')`)
 	mustAcquire(t, pool, "seeded", "h", time.Hour, 1)
 	mustClaimSlot(t, pool, "scope-a", "h", 5, time.Hour, 1, 1)
 	before := tablesSnapshot(t, pool)

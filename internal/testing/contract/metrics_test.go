@@ -171,7 +171,8 @@ func testMetricsTotals(t *testing.T) {
 		t.Errorf("waiters: got %d lease, %d slot, want 1 and 1", m.LeaseWaiters, m.SlotWaiters)
 	}
 	if want := []string{"leases", "slots", "slot_scopes", "waiters", "slot_queue", "observers", "candidates",
-		"runs", "groups", "group_shards", "group_members", "prefixes", "quotas", "purge_turns", "limits", "limit_state", "limit_reservations"}; !slices.Equal(m.Tables, want) {
+		"runs", "groups", "group_shards", "group_members", "prefixes", "quotas", "purge_turns", "limits", "limit_state", "limit_reservations",
+		"tenures", "history_prefixes"}; !slices.Equal(m.Tables, want) {
 		t.Fatalf("tables: got %q, want %q", m.Tables, want)
 	}
 	for i, table := range m.Tables {

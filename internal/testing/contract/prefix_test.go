@@ -558,13 +558,14 @@ func testPurgeDeletesIdleGroups(t *testing.T, db *testDB) {
 	}
 }
 
-// testMetricsListEveryTable: metrics lists the 17 tables in order, with
+// testMetricsListEveryTable: metrics lists the 19 tables in order, with
 // the row counts count(*) gives in the same snapshot and their sizes.
 func testMetricsListEveryTable(t *testing.T, db *testDB) {
 	n := namer(t)
 	ctx := testContext(t)
 	// At least one row in every table.
 	bindPrefix(t, db, n("m/"), "pglease_client")
+	mustExec(t, db.pool, `SELECT pglease.history_enable($1, '1 day')`, n(""))
 	lease := n("lease")
 	fence := grant(t, db.pool, lease, "h", time.Hour)
 	if ok, _, _ := acquireValue(t, db.pool, lease, "other", time.Hour, "v"); ok {
@@ -591,7 +592,8 @@ func testMetricsListEveryTable(t *testing.T, db *testDB) {
 	mustExec(t, db.pool, `SELECT * FROM pglease.reserve($1, 1, '1 hour')`, n("m/k"))
 
 	want := []string{"leases", "slots", "slot_scopes", "waiters", "slot_queue", "observers",
-		"candidates", "runs", "groups", "group_shards", "group_members", "prefixes", "quotas", "purge_turns", "limits", "limit_state", "limit_reservations"}
+		"candidates", "runs", "groups", "group_shards", "group_members", "prefixes", "quotas", "purge_turns", "limits", "limit_state", "limit_reservations",
+		"tenures", "history_prefixes"}
 	var counts []string
 	for _, table := range want {
 		counts = append(counts, fmt.Sprintf("(SELECT count(*) FROM pglease.%s)", table))

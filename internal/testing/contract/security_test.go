@@ -494,6 +494,14 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 	} {
 		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
 	}
+	// Tenure history (0.4.0, #52): read and turned on or off (refused
+	// inside but for the prefix's role) by clients and operators.
+	for _, f := range []string{
+		"tenures(text,timestamp with time zone)", "tenure_ends()",
+		"history_enable(text,interval)", "history_disable(text)",
+	} {
+		want = append(want, "function pglease."+f+" pglease_client EXECUTE", "function pglease."+f+" pglease_operator EXECUTE")
+	}
 	want = append(want, "schema pglease pglease_operator USAGE", "relation lease_status pglease_operator SELECT",
 		"function pglease.request_release(text,text,interval) pglease_operator EXECUTE",
 		"function pglease.owner_of(text) pglease_operator EXECUTE",

@@ -634,6 +634,27 @@ var stallSweep = map[string][]hostileCall{
 		args:   func(e *stallEnv) []any { names, _, fences := e.liveLeases(); return []any{names, fences} },
 		raises: "PGL20",
 	}},
+	"pglease.tenures(text,timestamp with time zone)": {{
+		how:  "read of the tenure history of A's names",
+		sql:  `SELECT count(*)::text FROM unnest($1::text[]) AS u(n), pglease.tenures(u.n, NULL) AS h`,
+		args: func(e *stallEnv) []any { return []any{append(e.allLeases(), scopesOfA(e)...)} },
+	}},
+	"pglease.tenure_ends()": {{
+		how: "read of the tenures ended",
+		sql: `SELECT string_agg(e::text, ',') FROM pglease.tenure_ends() AS e`,
+	}},
+	"pglease.history_enable(text,interval)": {{
+		how:    "history_enable of A's names (shared: the owner's)",
+		sql:    `SELECT pglease.history_enable($1, '1 microsecond')::text`,
+		args:   func(e *stallEnv) []any { return []any{e.live} },
+		raises: "42501",
+	}},
+	"pglease.history_disable(text)": {{
+		how:    "history_disable of A's names",
+		sql:    `SELECT pglease.history_disable($1)::text`,
+		args:   func(e *stallEnv) []any { return []any{e.live} },
+		raises: "42501",
+	}},
 	"pglease.claim_and_take(text,text,integer,interval,integer,text[],integer[])": {{
 		how:    "claim_and_take of A's full scope with a key without a limit",
 		sql:    `SELECT c::text FROM pglease.claim_and_take($1, $2, 1, '1 hour', 1, ARRAY[$1], NULL) AS c`,
@@ -796,6 +817,10 @@ func testStall(t *testing.T, db *testDB, h hostileCall) {
 	b := connectAs(t, db.url, createLoginRole(t, adminURL, db.url, true))
 	owner := connect(t, db.url)
 	e := newStallEnv(t)
+	// Every name of the sweep has its tenure history on (0.4.0, #52): the
+	// history's writes must delay nobody either.
+	mustExec(t, owner, `SELECT pglease.history_enable($1, '1 day'), pglease.history_enable($2, '1 day')`,
+		t.Name()+"/", "{"+e.group+"}/")
 	if h.before != nil {
 		h.before(t, e, b)
 	}

@@ -56,6 +56,12 @@ func CreateExtension(t testing.TB, url string) {
 		t.Fatalf("pgtest: connect to create extension pglease: %v", err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	// btree_gist first, as docs/tenure-history.md says: CREATE EXTENSION
+	// pglease cannot create it (no nested CREATE EXTENSION), and without
+	// it the tenure history stays off (pglease.history_enable: 55000).
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS btree_gist"); err != nil {
+		t.Logf("pgtest: no btree_gist (the tenure history's tests will fail): %v", err)
+	}
 	if _, err := conn.Exec(ctx, "CREATE EXTENSION pglease"); err != nil {
 		t.Fatalf("pgtest: %v", extensionError(err, Source(t)))
 	}

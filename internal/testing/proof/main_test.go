@@ -256,3 +256,43 @@ func failViolations(t testing.TB, what string, vs []history.Violation) {
 
 // quiet is a logger that drops everything.
 var quiet = slog.New(slog.DiscardHandler)
+
+// historyOn turns the tenure history (#52) on for the names under
+// prefixes in the migrated database at url.
+func historyOn(t testing.TB, url string, prefixes ...string) {
+	t.Helper()
+	pool := openPool(t, url, 1, "pglease-proof-setup")
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, p := range prefixes {
+		if _, err := pool.Exec(ctx, `SELECT pglease.history_enable($1, '1 day')`, p); err != nil {
+			t.Fatalf("turn the tenure history on for %q: %v", p, err)
+		}
+	}
+}
+
+// readTenures returns every row of pglease.tenures, once the clients have
+// stopped.
+func readTenures(t testing.TB, pool *pgxpool.Pool) []history.Tenure {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rows, err := pool.Query(ctx, `SELECT name, slot, fence, holder, granted_at, coalesce(ended_at, 'epoch'), coalesce(ended_how, '')
+		FROM pglease.tenures ORDER BY name, slot, fence`)
+	if err != nil {
+		t.Fatalf("read pglease.tenures: %v", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (history.Tenure, error) {
+		var h history.Tenure
+		err := r.Scan(&h.Name, &h.Slot, &h.Fence, &h.Holder, &h.Granted, &h.Ended, &h.How)
+		if h.How == "" {
+			h.Ended = time.Time{}
+		}
+		return h, err
+	})
+	if err != nil {
+		t.Fatalf("read pglease.tenures: %v", err)
+	}
+	return out
+}

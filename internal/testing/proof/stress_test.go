@@ -71,6 +71,7 @@ func TestStress(t *testing.T) {
 	dur := envDuration(t, EnvStressDuration, 20*time.Second)
 	url := pgtest.NewMigrated(t)
 	installAudit(t, url)
+	historyOn(t, url, "lease-", "scope-")
 	// Commits need not wait for the WAL flush: crashes are not this test's
 	// subject (TestFaultServerRestart's, with the default), and the shared
 	// server's disk is the bottleneck otherwise.
@@ -151,6 +152,7 @@ func TestStress(t *testing.T) {
 	evs := readAudit(t, pool)
 	srep := history.CheckServer(evs, stressCapacity)
 	agree := history.Agree(ops, evs)
+	tenures := history.CompareTenures(history.ServerTenures(evs), readTenures(t, pool))
 
 	t.Logf("stress: %d clients, %s, %d ops (%.0f/s), checked in %s", stressClients, elapsed, len(ops),
 		float64(len(ops))/elapsed.Seconds(), checkTime.Round(time.Millisecond))
@@ -165,7 +167,9 @@ func TestStress(t *testing.T) {
 	t.Logf("client/server agreement: %d server writes matched, %d violations", agree.Writes, len(agree.Violations))
 	failViolations(t, "history", rep.Violations)
 	failViolations(t, "server history", srep.Violations)
+	t.Logf("tenure history: %d tenures of pglease.tenures match the audit's, %d violations", tenures.Grants, len(tenures.Violations))
 	failViolations(t, "client/server agreement", agree.Violations)
+	failViolations(t, "tenure history", tenures.Violations)
 	// Liveness, generously: the run did something of everything.
 	if total.grants < 20 || total.writesOK < 10 || total.claims < 20 || total.takeovers < 5 || purged < 10 || killed < 10 {
 		t.Errorf("too little happened to prove much: %s; %d rows purged, %d backends terminated", total, purged, killed)

@@ -174,6 +174,7 @@ func (e *Exporter) scrape(ctx context.Context, budget time.Duration) []byte {
 		}
 		e.writeJobs(ctx, &w)
 		e.writeGroups(ctx, &w)
+		e.writeTenureEnds(ctx, &w)
 	}
 	return w.b.Bytes()
 }
@@ -294,6 +295,25 @@ func (e *Exporter) writeGroups(ctx context.Context, w *textWriter) {
 		for _, m := range g.Members {
 			w.sampleInt("pglease_group_member_shards", int64(m.Shards), label{"group", g.Name}, label{"member", m.Name})
 		}
+	}
+}
+
+// writeTenureEnds writes the tenures ended by how, of the names whose
+// tenure history is on (docs/tenure-history.md): six series whatever the
+// fleet, one per way a tenure ends. A schema before 0.4.0 has no history:
+// no series then. A failed read is logged and leaves the series out.
+func (e *Exporter) writeTenureEnds(ctx context.Context, w *textWriter) {
+	ends, err := pgleaseadmin.TenureEnds(ctx, e.db)
+	if err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "42883" { // undefined_function: before 0.4.0
+			e.opts.Log.Warn("pglease exporter: read the tenures ended", "err", err)
+		}
+		return
+	}
+	w.family("pglease_tenures_ended_total", "counter",
+		"Tenures ended of names whose tenure history is on, by how (released, handed_over, forced, expired, taken_over, purged).")
+	for _, how := range []string{"released", "handed_over", "forced", "expired", "taken_over", "purged"} {
+		w.sampleInt("pglease_tenures_ended_total", ends[how], label{"how", how})
 	}
 }
 
