@@ -1689,40 +1689,6 @@ $$;
 -- pglease._lease_lock); expires_in = p_ttl, true when the call returns.
 -- Raises 22004 for a NULL argument, 22023 for a bad name, holder, TTL or a
 -- negative fence; nothing is changed then.
--- _renew(p_func, p_name, p_holder, p_fence, p_ttl): the renewal of
--- pglease.renew and pglease.renew_lease, their errors naming p_func.
--- Returns what pglease.renew_lease returns: release_requested is read from
--- the row version the renewal writes (a request locks the row too, so none
--- is in flight), false when not renewed.
-CREATE OR REPLACE FUNCTION pglease._renew(
-    p_func text, p_name text, p_holder text, p_fence bigint, p_ttl interval,
-    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
-    OUT release_requested boolean)
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_role text := session_user::text;
-    v_ttl  interval;
-    v_tid  tid;
-BEGIN
-    IF NOT pglease._tenure_ok(p_name, p_holder, p_fence) THEN
-        PERFORM pglease._check_tenure(p_func, p_name, p_holder, p_fence);
-    END IF;
-    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl(p_func, p_ttl));
-    v_tid := pglease._lease_lock(p_name, p_holder, p_fence, v_role);
-    renewed := v_tid IS NOT NULL;
-    release_requested := false;
-    IF renewed THEN
-        UPDATE pglease.leases AS l
-        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
-        WHERE l.ctid = v_tid
-        RETURNING l.expires_at, l.release_requested_at IS NOT NULL
-        INTO expires_at, release_requested;
-        expires_in := v_ttl;
-    END IF;
-END
-$$;
-
 CREATE OR REPLACE FUNCTION pglease.renew(
     p_name text, p_holder text, p_fence bigint, p_ttl interval,
     OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval)
@@ -1730,12 +1696,24 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_r record;
+    v_role text := session_user::text;
+    v_ttl  interval;
+    v_tid  tid;
 BEGIN
-    v_r := pglease._renew('renew', p_name, p_holder, p_fence, p_ttl);
-    renewed := v_r.renewed;
-    expires_at := v_r.expires_at;
-    expires_in := v_r.expires_in;
+    IF NOT pglease._tenure_ok(p_name, p_holder, p_fence) THEN
+        PERFORM pglease._check_tenure('renew', p_name, p_holder, p_fence);
+    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('renew', p_ttl));
+
+    v_tid := pglease._lease_lock(p_name, p_holder, p_fence, v_role);
+    renewed := v_tid IS NOT NULL;
+    IF renewed THEN
+        UPDATE pglease.leases AS l
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE l.ctid = v_tid
+        RETURNING l.expires_at INTO expires_at;
+        expires_in := v_ttl;
+    END IF;
 END
 $$;
 
@@ -4735,8 +4713,10 @@ $$;
 -- Returns what pglease.renew returns, and release_requested: true when
 -- the renewal succeeded and pglease.request_release has asked this tenure's
 -- holder to hand over (release, and acquire no more for a while); false
--- otherwise. Raises what pglease.renew raises, naming renew_lease. Both
--- are pglease._renew: the same checks, lock and decision.
+-- otherwise. Raises what pglease.renew raises, naming renew_lease. Decides
+-- as pglease.renew, with the same checks and the same lock
+-- (pglease._lease_lock); the request is read from the row version the
+-- renewal writes (a request locks the row too, so none is in flight).
 CREATE OR REPLACE FUNCTION pglease.renew_lease(
     p_name text, p_holder text, p_fence bigint, p_ttl interval,
     OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
@@ -4745,13 +4725,25 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_r record;
+    v_role text := session_user::text;
+    v_ttl  interval;
+    v_tid  tid;
 BEGIN
-    v_r := pglease._renew('renew_lease', p_name, p_holder, p_fence, p_ttl);
-    renewed := v_r.renewed;
-    expires_at := v_r.expires_at;
-    expires_in := v_r.expires_in;
-    release_requested := v_r.release_requested;
+    IF NOT pglease._tenure_ok(p_name, p_holder, p_fence) THEN
+        PERFORM pglease._check_tenure('renew_lease', p_name, p_holder, p_fence);
+    END IF;
+    v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('renew_lease', p_ttl));
+    v_tid := pglease._lease_lock(p_name, p_holder, p_fence, v_role);
+    renewed := v_tid IS NOT NULL;
+    release_requested := false;
+    IF renewed THEN
+        UPDATE pglease.leases AS l
+        SET expires_at = clock_timestamp() + v_ttl, holder_role = v_role
+        WHERE l.ctid = v_tid
+        RETURNING l.expires_at, l.release_requested_at IS NOT NULL
+        INTO expires_at, release_requested;
+        expires_in := v_ttl;
+    END IF;
 END
 $$;
 

@@ -1,9 +1,7 @@
 -- pglease 0.4.0 -> 0.3.0: undoes sql/upgrades/0.4.0.up.sql. Runs before the
 -- functions, views and privileges of 0.3.0 are applied again.
 
--- renew, renew_lease, _takeable and group_sync are written out again
--- by 0.3.0's functions.
-DROP FUNCTION pglease._renew(text, text, text, bigint, interval);
+-- _takeable and group_sync are written out again by 0.3.0's functions.
 DROP FUNCTION pglease._free(text, timestamptz, text, text, interval, text, text, timestamptz);
 
 -- The limits' levels (sql/functions/83_limit_views.sql) go.
