@@ -184,7 +184,7 @@ DECLARE
     v_tat     timestamptz[];
     v_amount  integer;
     v_expires timestamptz;
-    v_rows    integer;
+    v_rows    bigint;
     v_now_us  bigint;
     v_tat_us  bigint;
     v_role    text;
