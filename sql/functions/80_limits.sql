@@ -75,6 +75,26 @@ BEGIN
 END
 $$;
 
+-- _limit_cost(p_func, p_arg, p_key, p_cost): the limit of p_key as
+-- _limit_of finds it (emission_us, burst), when p_cost tokens of it could
+-- ever be allowed: raises PGL21 naming p_func, p_arg and p_key when
+-- p_cost is more than the burst, and PGL20 as _limit_of. The one rule of
+-- a cost against its key's burst (take, claim_and_take, reserve_all).
+CREATE OR REPLACE FUNCTION pglease._limit_cost(p_func text, p_arg text, p_key text, p_cost integer,
+    OUT emission_us bigint, OUT burst integer)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    SELECT l.emission_us, l.burst INTO emission_us, burst FROM pglease._limit_of(p_func, p_key) AS l;
+    IF p_cost > burst THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGL21',
+            MESSAGE = format('pglease.%s: %s %s is more than the burst %s of key %L: it could never be allowed',
+                             p_func, p_arg, p_cost, burst, p_key),
+            HINT = 'Take at most the burst at once, or ask for a larger burst (pglease.limit_set).';
+    END IF;
+END
+$$;
+
 -- _limit_admin(p_func, p_arg, p_target): returns when the caller may set,
 -- unset or reset limits of p_target: the schema owner (or a superuser), or
 -- a member of the role owning p_target's bound prefix or group. Raises
@@ -129,13 +149,7 @@ BEGIN
     PERFORM pglease._check_text(p_func, 'p_key', p_key);
     PERFORM pglease._check_int(p_func, 'p_cost', p_cost, 1, 2147483647);
     PERFORM pglease._check_owner(p_func, 'p_key', p_key);
-    SELECT l.emission_us, l.burst INTO v_emit, burst FROM pglease._limit_of(p_func, p_key) AS l;
-    IF p_cost > burst THEN
-        RAISE EXCEPTION USING ERRCODE = 'PGL21',
-            MESSAGE = format('pglease.%s: p_cost %s is more than the burst %s of key %L: it could never be allowed',
-                             p_func, p_cost, burst, p_key),
-            HINT = 'Take at most the burst at once, or ask for a larger burst (pglease.limit_set).';
-    END IF;
+    SELECT l.emission_us, l.burst INTO v_emit, burst FROM pglease._limit_cost(p_func, 'p_cost', p_key, p_cost) AS l;
     v_role := pglease._limit_key_role(p_key);
     v_tol := v_emit * burst;
     BEGIN
@@ -191,10 +205,9 @@ RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_n     integer := coalesce(cardinality(p_keys), 0);
-    v_key   text;
-    v_cost  integer;
-    v_burst integer;
+    v_n    integer := coalesce(cardinality(p_keys), 0);
+    v_key  text;
+    v_cost integer;
 BEGIN
     IF p_keys IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22004',
@@ -224,13 +237,7 @@ BEGIN
         PERFORM pglease._check_text(p_func, p_keys_arg, v_key);
         PERFORM pglease._check_int(p_func, p_costs_arg, v_cost, 1, 2147483647);
         PERFORM pglease._check_owner(p_func, p_keys_arg, v_key);
-        SELECT l.burst INTO v_burst FROM pglease._limit_of(p_func, v_key) AS l;
-        IF v_cost > v_burst THEN
-            RAISE EXCEPTION USING ERRCODE = 'PGL21',
-                MESSAGE = format('pglease.%s: cost %s is more than the burst %s of key %L: it could never be allowed',
-                                 p_func, v_cost, v_burst, v_key),
-                HINT = 'Take at most the burst at once, or ask for a larger burst (pglease.limit_set).';
-        END IF;
+        PERFORM pglease._limit_cost(p_func, p_costs_arg, v_key, v_cost);
     END LOOP;
 END
 $$;

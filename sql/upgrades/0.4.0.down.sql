@@ -12,6 +12,7 @@ DROP FUNCTION pglease.limit_unset(text);
 DROP FUNCTION pglease.limit_reset(text);
 DROP FUNCTION pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]);
 DROP FUNCTION pglease._limit_take(text, text, integer);
+DROP FUNCTION pglease._limit_cost(text, text, text, integer);
 DROP FUNCTION pglease._limit_of(text, text);
 DROP FUNCTION pglease._limit_admin(text, text, text);
 DROP FUNCTION pglease._limit_key_role(text);
