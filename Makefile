@@ -110,8 +110,9 @@ test-pgbouncer: ## Client and supervisor suites through PgBouncer in transaction
 proof: ## Reliability tests at CI size, with their figures: history checker, stress, faults, fuzz seeds, secrets
 	$(GO) test -tags proof -race -count=1 -v ./internal/testing/history/ ./internal/testing/proof/
 
-stress: ## Long history-checked stress run (PGLEASE_STRESS_DURATION, default 5m)
+stress: ## Long history-checked stress runs: leases and slots, then rate limits (PGLEASE_STRESS_DURATION, PGLEASE_LIMITS_DURATION, default 5m each)
 	PGLEASE_STRESS_DURATION=$${PGLEASE_STRESS_DURATION:-5m} $(GO) test -tags proof -race -count=1 -timeout 60m -run '^TestStress$$' -v ./internal/testing/proof/
+	PGLEASE_LIMITS_DURATION=$${PGLEASE_LIMITS_DURATION:-5m} $(GO) test -tags proof -race -count=1 -timeout 60m -run '^TestLimitsChaos$$' -v ./internal/testing/proof/
 
 chaos-groups: ## History-checked chaos run of a shard group: 8 worker processes, M=64, joins, leaves, kill -9, backend kills (PGLEASE_GROUPS_DURATION, default 2m)
 	PGLEASE_GROUPS_DURATION=$${PGLEASE_GROUPS_DURATION:-2m} $(GO) test -tags proof -race -count=1 -timeout 30m -run '^TestGroupChaos$$' -v ./internal/testing/proof/

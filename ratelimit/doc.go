@@ -19,6 +19,12 @@
 // there, and TakeTx spends inside the caller's pgx.Tx: the spend commits
 // or rolls back with the caller's work.
 //
+// When the cost is known only afterwards, Reserve spends the most it can
+// be and Settle gives the unused rest back, until the reservation's TTL
+// passes on the server's clock. ReserveAll reserves at several levels at
+// once, all or nothing (a user, its tenant and their pool): one
+// reservation, settled at every level by one Settle with any of its keys.
+//
 // # Safety
 //
 // Every decision is pglease.take's (sql/functions/80_limits.sql): the

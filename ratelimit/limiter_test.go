@@ -278,3 +278,47 @@ func TestReserveSettle(t *testing.T) {
 		t.Fatalf("Reserve with a TTL over 24 h: got %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestReserveAll: a reservation over a user, its tenant and their pool is
+// all or nothing, and one Settle, given any of the keys, gives the rest
+// back at every level.
+func TestReserveAll(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	l := newLimiter(t, pool, ratelimit.Config{})
+	ctx := callContext(t)
+	set(t, l, "p", ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 10})
+	set(t, l, "p/t1", ratelimit.Limit{Rate: 1, Per: time.Hour, Burst: 6})
+	levels := []string{"p/t1/u1", "p/t1", "p"}
+	r, err := l.ReserveAll(ctx, levels, 6, time.Minute)
+	if err != nil || !r.Allowed || r.ID == 0 || r.RefusedBy != "" || r.Remaining != 0 {
+		t.Fatalf("ReserveAll(6): got %+v, %v; want reserved, 0 left at the user", r, err)
+	}
+	r2, err := l.ReserveAll(ctx, []string{"p/t1/u2", "p/t1", "p"}, 1, time.Minute)
+	if err != nil || r2.Allowed || r2.RefusedBy != "p/t1" || r2.ID != 0 || r2.RetryIn <= 0 {
+		t.Fatalf("ReserveAll(1) of a spent tenant: got %+v, %v; want refused by p/t1", r2, err)
+	}
+	if p, err := l.Peek(ctx, "p/t1/u2"); err != nil || p.Remaining != 6 {
+		t.Fatalf("the refused user's bucket: got %+v, %v; want 6, untouched", p, err)
+	}
+	if ok, err := l.Settle(ctx, "p/t1", r.ID, 2); err != nil || !ok {
+		t.Fatalf("Settle at 2 through the tenant's key: got %v, %v; want settled", ok, err)
+	}
+	for key, want := range map[string]int{"p/t1/u1": 4, "p/t1": 4, "p": 8} {
+		if p, err := l.Peek(ctx, key); err != nil || p.Remaining != want {
+			t.Fatalf("%s after settling 2 of 6: got %+v, %v; want %d left", key, p, err, want)
+		}
+	}
+	if ok, err := l.Settle(ctx, "p/t1/u1", r.ID, 0); err != nil || ok {
+		t.Fatalf("Settle again: got %v, %v; want false", ok, err)
+	}
+	if _, err := l.ReserveAll(ctx, []string{"p/a", "p/a"}, 1, time.Minute); !errors.Is(err, pglease.ErrInvalidArgument) {
+		t.Fatalf("ReserveAll of a key twice: got %v, want ErrInvalidArgument", err)
+	}
+	if _, err := l.ReserveAll(ctx, nil, 1, time.Minute); !errors.Is(err, pglease.ErrInvalidArgument) {
+		t.Fatalf("ReserveAll of no key: got %v, want ErrInvalidArgument", err)
+	}
+	if _, err := l.ReserveAll(ctx, []string{"p/a", "q"}, 1, time.Minute); !errors.Is(err, ratelimit.ErrNoLimit) {
+		t.Fatalf("ReserveAll with a key of no limit: got %v, want ErrNoLimit", err)
+	}
+}

@@ -24,6 +24,9 @@ type Reservation struct {
 	// longer be settled: its tokens then stay spent. Zero when not
 	// reserved.
 	ExpiresAt time.Time
+	// RefusedBy is, for ReserveAll, the key that refused the reservation
+	// (its Decision is that key's); empty when reserved, and for Reserve.
+	RefusedBy string
 }
 
 // Reserve takes n tokens of key as Take does and, when allowed, records
@@ -53,8 +56,51 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int, ttl time.Durat
 	return res, nil
 }
 
+// MaxReserveKeys is the most keys ReserveAll reserves at once.
+const MaxReserveKeys = 64
+
+// ReserveAll reserves n tokens of every key of keys at once, all or
+// nothing: a user within a tenant within a pool ("pool/t1/u1", "pool/t1",
+// "pool"). The server takes the keys narrowest first, the longest first;
+// when one refuses, nothing is spent at any key and RefusedBy names it,
+// with its Decision. When reserved, one ID settles every key (Settle with
+// any of them), and the Decision is that of the key with the fewest
+// tokens left. Through a PL/Proxy proxy the keys must share a routing tag
+// ({t1}/pool, {t1}/u1), else ErrInvalidArgument. Errors as Reserve's.
+func (l *Limiter) ReserveAll(ctx context.Context, keys []string, n int, ttl time.Duration) (Reservation, error) {
+	if len(keys) < 1 || len(keys) > MaxReserveKeys {
+		return Reservation{}, tenure.Invalidf("keys must hold 1 to %d keys, got %d", MaxReserveKeys, len(keys))
+	}
+	for _, key := range keys {
+		if err := tenure.CheckText("key", key); err != nil {
+			return Reservation{}, err
+		}
+	}
+	if n < 1 || n > math.MaxInt32 {
+		return Reservation{}, tenure.Invalidf("n must be from 1 to %d, got %d", math.MaxInt32, n)
+	}
+	if ttl <= 0 || ttl > MaxReserveTTL {
+		return Reservation{}, tenure.Invalidf("ttl must be more than 0 and at most %v, got %v", MaxReserveTTL, ttl)
+	}
+	r, err := l.q.LimitReserveAll(ctx, db.LimitReserveAllParams{Keys: keys, Amount: int32(n), Ttl: ttl})
+	if err != nil {
+		return Reservation{}, interpret(ctx, err)
+	}
+	res := Reservation{Decision: decision(r.Reserved, r.Remaining, r.RetryIn, r.ResetIn, r.Burst, r.DecidedAt)}
+	if r.Reserved {
+		res.ID = r.Reservation.Int64
+		res.ExpiresAt = *r.ExpiresAt
+	}
+	res.RefusedBy = r.RefusedBy.String
+	for _, key := range keys {
+		l.m.decided(ctx, key, r.Reserved, n)
+	}
+	return res, nil
+}
+
 // Settle settles reservation id of key at actual tokens used: the rest go
-// back to the bucket. It reports false, changing nothing, when the
+// back to the bucket (for a reservation of ReserveAll, key is any of its
+// keys, and the rest go back to each of them). It reports false, changing nothing, when the
 // reservation is not the caller's bucket's, was settled already, or has
 // expired (its tokens stay spent). actual must be from 0 to the amount
 // reserved.

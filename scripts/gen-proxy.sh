@@ -59,10 +59,11 @@ gen_functions() {
         [ -n "$head" ] || die "cannot read the signature of pglease.$name in $file"
         printf '\n-- Source: %s (signature), %s (%s)\n' "$file" "$routes" "$kind${arg:+ $arg}"
         case $kind in
-        hash | scopes | partition)
+        hash | scopes | keys | partition)
             case $kind in
             hash) run="pglease._route($arg)" ;;
             scopes) run="pglease._route_scopes($arg)" ;;
+            keys) run="pglease._route_keys($arg)" ;;
             partition) run=$arg ;;
             esac
             printf '%s\n' "$head"

@@ -82,6 +82,48 @@ func (q *Queries) LimitReserve(ctx context.Context, arg LimitReserveParams) (Lim
 	return i, err
 }
 
+const limitReserveAll = `-- name: LimitReserveAll :one
+SELECT r.reserved::boolean AS reserved, r.reservation, r.expires_at, r.refused_by,
+       r.remaining::integer AS remaining, r.retry_in, r.reset_in::interval AS reset_in,
+       r.burst::integer AS burst, r.decided_at::timestamptz AS decided_at
+FROM pglease.reserve_all($1::text[], $2::integer, $3::interval) AS r
+`
+
+type LimitReserveAllParams struct {
+	Keys   []string
+	Amount int32
+	Ttl    time.Duration
+}
+
+type LimitReserveAllRow struct {
+	Reserved    bool
+	Reservation pgtype.Int8
+	ExpiresAt   *time.Time
+	RefusedBy   pgtype.Text
+	Remaining   int32
+	RetryIn     *time.Duration
+	ResetIn     time.Duration
+	Burst       int32
+	DecidedAt   time.Time
+}
+
+func (q *Queries) LimitReserveAll(ctx context.Context, arg LimitReserveAllParams) (LimitReserveAllRow, error) {
+	row := q.db.QueryRow(ctx, limitReserveAll, arg.Keys, arg.Amount, arg.Ttl)
+	var i LimitReserveAllRow
+	err := row.Scan(
+		&i.Reserved,
+		&i.Reservation,
+		&i.ExpiresAt,
+		&i.RefusedBy,
+		&i.Remaining,
+		&i.RetryIn,
+		&i.ResetIn,
+		&i.Burst,
+		&i.DecidedAt,
+	)
+	return i, err
+}
+
 const limitReset = `-- name: LimitReset :one
 SELECT pglease.limit_reset($1)::integer AS reset
 `

@@ -75,6 +75,26 @@ BEGIN
 END
 $$;
 
+-- _limit_cost(p_func, p_arg, p_key, p_cost): the limit of p_key as
+-- _limit_of finds it (emission_us, burst), when p_cost tokens of it could
+-- ever be allowed: raises PGL21 naming p_func, p_arg and p_key when
+-- p_cost is more than the burst, and PGL20 as _limit_of. The one rule of
+-- a cost against its key's burst (take, claim_and_take, reserve_all).
+CREATE OR REPLACE FUNCTION pglease._limit_cost(p_func text, p_arg text, p_key text, p_cost integer,
+    OUT emission_us bigint, OUT burst integer)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    SELECT l.emission_us, l.burst INTO emission_us, burst FROM pglease._limit_of(p_func, p_key) AS l;
+    IF p_cost > burst THEN
+        RAISE EXCEPTION USING ERRCODE = 'PGL21',
+            MESSAGE = format('pglease.%s: %s %s is more than the burst %s of key %L: it could never be allowed',
+                             p_func, p_arg, p_cost, burst, p_key),
+            HINT = 'Take at most the burst at once, or ask for a larger burst (pglease.limit_set).';
+    END IF;
+END
+$$;
+
 -- _limit_admin(p_func, p_arg, p_target): returns when the caller may set,
 -- unset or reset limits of p_target: the schema owner (or a superuser), or
 -- a member of the role owning p_target's bound prefix or group. Raises
@@ -129,13 +149,7 @@ BEGIN
     PERFORM pglease._check_text(p_func, 'p_key', p_key);
     PERFORM pglease._check_int(p_func, 'p_cost', p_cost, 1, 2147483647);
     PERFORM pglease._check_owner(p_func, 'p_key', p_key);
-    SELECT l.emission_us, l.burst INTO v_emit, burst FROM pglease._limit_of(p_func, p_key) AS l;
-    IF p_cost > burst THEN
-        RAISE EXCEPTION USING ERRCODE = 'PGL21',
-            MESSAGE = format('pglease.%s: p_cost %s is more than the burst %s of key %L: it could never be allowed',
-                             p_func, p_cost, burst, p_key),
-            HINT = 'Take at most the burst at once, or ask for a larger burst (pglease.limit_set).';
-    END IF;
+    SELECT l.emission_us, l.burst INTO v_emit, burst FROM pglease._limit_cost(p_func, 'p_cost', p_key, p_cost) AS l;
     v_role := pglease._limit_key_role(p_key);
     v_tol := v_emit * burst;
     BEGIN
@@ -173,6 +187,73 @@ BEGIN
         NULL; -- refused: the row lock goes with the subtransaction
     END;
 END
+$$;
+
+-- _limit_keys(p_func, p_keys_arg, p_keys, p_costs_arg, p_costs): returns
+-- when p_keys (argument p_keys_arg of pglease.p_func) and their costs
+-- p_costs (argument p_costs_arg; NULL: 1 each) can be taken together:
+-- 1 to 64 keys in one dimension, none twice, one cost per key; each key
+-- and cost as pglease.take checks them. Raises 22004 for NULL (the array,
+-- a key or a cost); 22023 for the count, a duplicate, the costs' length,
+-- a key not 1 to 256 bytes or a cost less than 1; 42501 for a key under a
+-- prefix bound to a role the caller is not a member of; PGL20 for a key
+-- with no limit; PGL21 for a cost more than its key's burst. Locks
+-- nothing. The one check of multi-key calls (claim_and_take, reserve_all).
+CREATE OR REPLACE FUNCTION pglease._limit_keys(p_func text, p_keys_arg text, p_keys text[],
+    p_costs_arg text, p_costs integer[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_n    integer := coalesce(cardinality(p_keys), 0);
+    v_key  text;
+    v_cost integer;
+BEGIN
+    IF p_keys IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = format('pglease.%s: %s must not be NULL', p_func, p_keys_arg),
+            HINT = 'Pass the rate-limited keys, 1 to 64 of them.';
+    END IF;
+    IF v_n NOT BETWEEN 1 AND 64 OR array_ndims(p_keys) <> 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: %s must hold 1 to 64 keys, got %s', p_func, p_keys_arg, v_n),
+            HINT = 'Pass 1 to 64 keys in a one-dimensional array; split larger sets over several calls.';
+    END IF;
+    IF p_costs IS NOT NULL AND (cardinality(p_costs) <> v_n OR array_ndims(p_costs) <> 1) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: %s must hold one cost per key (%s), got %s',
+                             p_func, p_costs_arg, v_n, cardinality(p_costs)),
+            HINT = 'Pass one cost per key, in the order of the keys, or NULL for 1 each.';
+    END IF;
+    IF (SELECT count(DISTINCT k) FROM unnest(p_keys) AS k) <> v_n
+       AND NOT EXISTS (SELECT FROM unnest(p_keys) AS k WHERE k IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = format('pglease.%s: %s must not name a key twice', p_func, p_keys_arg),
+            HINT = 'Name each key once, with the sum of its costs.';
+    END IF;
+    FOR i IN 1 .. v_n LOOP
+        v_cost := coalesce(p_costs[array_lower(p_costs, 1) + i - 1], CASE WHEN p_costs IS NULL THEN 1 END);
+        v_key := p_keys[array_lower(p_keys, 1) + i - 1];
+        PERFORM pglease._check_text(p_func, p_keys_arg, v_key);
+        PERFORM pglease._check_int(p_func, p_costs_arg, v_cost, 1, 2147483647);
+        PERFORM pglease._check_owner(p_func, p_keys_arg, v_key);
+        PERFORM pglease._limit_cost(p_func, p_costs_arg, v_key, v_cost);
+    END LOOP;
+END
+$$;
+
+-- _limit_order(p_keys, p_costs): p_keys with their costs (p_costs NULL: 1
+-- each) in the one order every multi-key call locks keys in: narrowest
+-- first (the longest key first, ties in byte order), so that two such
+-- calls never deadlock on each other's keys. Checked by _limit_keys first.
+CREATE OR REPLACE FUNCTION pglease._limit_order(p_keys text[], p_costs integer[],
+    OUT key text, OUT cost integer)
+RETURNS SETOF record
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT k.key, coalesce(k.cost, 1)
+    FROM unnest(p_keys, coalesce(p_costs, array_fill(1, ARRAY[cardinality(p_keys)]))) AS k(key, cost)
+    ORDER BY pg_catalog.octet_length(k.key) DESC, k.key COLLATE "C"
 $$;
 
 -- pglease.take(p_key, p_cost): spend p_cost tokens (default 1) of key
@@ -429,9 +510,10 @@ BEGIN
     GET DIAGNOSTICS v_n = ROW_COUNT;
     WITH gone AS (
         DELETE FROM pglease.limit_reservations AS r
-        WHERE r.id = ANY (ARRAY(SELECT d.id FROM pglease.limit_reservations AS d
-                                WHERE d.expires_at <= p_cutoff AND (p_all OR d.key_role = p_role)
-                                FOR UPDATE SKIP LOCKED))
+        WHERE r.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.limit_reservations AS d
+                                  WHERE d.expires_at <= p_cutoff AND (p_all OR d.key_role = p_role)
+                                  FOR UPDATE SKIP LOCKED))
+          AND r.expires_at <= p_cutoff
         RETURNING 1
     )
     SELECT v_n + count(*) INTO v_n FROM gone;

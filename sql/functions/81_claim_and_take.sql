@@ -40,10 +40,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_n     integer := coalesce(cardinality(p_keys), 0);
     v_key   text;
     v_cost  integer;
-    v_burst integer;
     v_ok    boolean;
     v_retry interval;
 BEGIN
@@ -53,42 +51,7 @@ BEGIN
     PERFORM pglease._check_int('claim_and_take', 'p_units', p_units, 1, p_capacity);
     PERFORM pglease._check_ttl('claim_and_take', p_ttl);
     PERFORM pglease._check_owner('claim_and_take', 'p_scope', p_scope);
-    IF p_keys IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22004',
-            MESSAGE = 'pglease.claim_and_take: p_keys must not be NULL',
-            HINT = 'Pass the rate-limited keys to take, 1 to 64 of them.';
-    END IF;
-    IF v_n NOT BETWEEN 1 AND 64 OR array_ndims(p_keys) <> 1 THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.claim_and_take: p_keys must hold 1 to 64 keys, got %s', v_n),
-            HINT = 'Take more keys in more calls, or claim alone with pglease.claim_slot.';
-    END IF;
-    IF p_costs IS NOT NULL AND (cardinality(p_costs) <> v_n OR array_ndims(p_costs) <> 1) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = format('pglease.claim_and_take: p_costs must hold one cost per key (%s), got %s',
-                             v_n, cardinality(p_costs)),
-            HINT = 'Pass one cost per key, in the order of p_keys, or NULL for 1 each.';
-    END IF;
-    IF (SELECT count(DISTINCT k) FROM unnest(p_keys) AS k) <> v_n
-       AND NOT EXISTS (SELECT FROM unnest(p_keys) AS k WHERE k IS NULL) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'pglease.claim_and_take: p_keys must not name a key twice',
-            HINT = 'Name each key once, with the sum of its costs.';
-    END IF;
-    FOR i IN 1 .. v_n LOOP
-        v_cost := coalesce(p_costs[array_lower(p_costs, 1) + i - 1], CASE WHEN p_costs IS NULL THEN 1 END);
-        v_key := p_keys[array_lower(p_keys, 1) + i - 1];
-        PERFORM pglease._check_text('claim_and_take', 'p_keys', v_key);
-        PERFORM pglease._check_int('claim_and_take', 'p_costs', v_cost, 1, 2147483647);
-        PERFORM pglease._check_owner('claim_and_take', 'p_keys', v_key);
-        SELECT l.burst INTO v_burst FROM pglease._limit_of('claim_and_take', v_key) AS l;
-        IF v_cost > v_burst THEN
-            RAISE EXCEPTION USING ERRCODE = 'PGL21',
-                MESSAGE = format('pglease.claim_and_take: cost %s is more than the burst %s of key %L: it could never be allowed',
-                                 v_cost, v_burst, v_key),
-                HINT = 'Take at most the burst at once, or ask for a larger burst (pglease.limit_set).';
-        END IF;
-    END LOOP;
+    PERFORM pglease._limit_keys('claim_and_take', 'p_keys', p_keys, 'p_costs', p_costs);
 
     BEGIN
         SELECT c.claimed, c.slot, c.fence, c.expires_at, c.expires_in, c.units, c.retry_in
@@ -100,9 +63,7 @@ BEGIN
             refused_by := p_scope;
         ELSE
             FOR v_key, v_cost IN
-                SELECT k.key, coalesce(k.cost, 1)
-                FROM unnest(p_keys, coalesce(p_costs, array_fill(1, ARRAY[v_n]))) AS k(key, cost)
-                ORDER BY pg_catalog.octet_length(k.key) DESC, k.key COLLATE "C"
+                SELECT k.key, k.cost FROM pglease._limit_order(p_keys, p_costs) AS k
             LOOP
                 SELECT t.allowed, t.retry_in INTO v_ok, v_retry
                 FROM pglease._limit_take('claim_and_take', v_key, v_cost) AS t;

@@ -66,12 +66,13 @@ AS $$
     WHERE s.srvname = 'pglease' AND o ~ '^p[0-9]+=';
 $$;
 
--- pglease._route_scopes(p_scopes): the hash of the routing key every scope
--- of p_scopes shares. Raises 22023 when two scopes have different routing
--- keys: a claim_slots call is all or nothing only within one partition. A
--- NULL or empty array goes to partition 0, which raises the contract's
--- error.
-CREATE OR REPLACE FUNCTION pglease._route_scopes(p_scopes text[])
+-- pglease._route_same(p_func, p_what, p_names): the hash of the routing
+-- key every name of p_names shares. Raises 22023, naming pglease.p_func
+-- and its p_what, when two names have different routing keys: a call over
+-- several names is all or nothing only within one partition. A NULL or
+-- empty array, or one with a NULL name, goes to partition 0, which raises
+-- the contract's error.
+CREATE OR REPLACE FUNCTION pglease._route_same(p_func text, p_what text, p_names text[])
 RETURNS integer
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -79,23 +80,43 @@ AS $$
 DECLARE
     v_key   text;
     v_first text;
-    v_scope text;
+    v_name  text;
 BEGIN
-    IF p_scopes IS NULL OR cardinality(p_scopes) = 0 OR array_position(p_scopes, NULL) IS NOT NULL THEN
+    IF p_names IS NULL OR cardinality(p_names) = 0 OR array_position(p_names, NULL) IS NOT NULL THEN
         RETURN 0;
     END IF;
-    v_first := p_scopes[1];
-    FOREACH v_scope IN ARRAY p_scopes LOOP
-        v_key := pglease._route_key(v_scope);
+    v_first := p_names[array_lower(p_names, 1)];
+    FOREACH v_name IN ARRAY p_names LOOP
+        v_key := pglease._route_key(v_name);
         IF v_key <> pglease._route_key(v_first) THEN
             RAISE EXCEPTION USING ERRCODE = '22023',
-                MESSAGE = format('pglease.claim_slots: scopes %L and %L are routed by different keys (%L, %L) and may live on different partitions',
-                    v_first, v_scope, pglease._route_key(v_first), v_key),
-                HINT = 'Through the pglease proxy, scopes claimed together must share one routing tag: name them {group}/scope, e.g. {tenant-42}/cpu and {tenant-42}/gpu.';
+                MESSAGE = format('pglease.%s: %s %L and %L are routed by different keys (%L, %L) and may live on different partitions',
+                    p_func, p_what, v_first, v_name, pglease._route_key(v_first), v_key),
+                HINT = format('Through the pglease proxy, %s taken together must share one routing tag: name them {group}/name, e.g. {tenant-42}/cpu and {tenant-42}/gpu.', p_what);
         END IF;
     END LOOP;
     RETURN pglease._route(v_first);
 END
+$$;
+
+-- pglease._route_scopes(p_scopes): pglease._route_same for claim_slots.
+CREATE OR REPLACE FUNCTION pglease._route_scopes(p_scopes text[])
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pglease._route_same('claim_slots', 'scopes', p_scopes);
+$$;
+
+-- pglease._route_keys(p_keys): pglease._route_same for reserve_all: the
+-- keys of one reservation must live on one partition (a reservation over
+-- partitions would be all or nothing on none of them), else 22023.
+CREATE OR REPLACE FUNCTION pglease._route_keys(p_keys text[])
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pglease._route_same('reserve_all', 'keys', p_keys);
 $$;
 
 -- pglease.partition_of(p_key): the partition that owns the lease name or

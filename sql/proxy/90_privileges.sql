@@ -44,7 +44,9 @@ BEGIN
             pglease.partition_of(text),
             pglease._route_key(text),
             pglease._route(text),
+            pglease._route_same(text, text, text[]),
             pglease._route_scopes(text[]),
+            pglease._route_keys(text[]),
             pglease._all_renew_holder(text, interval),
             pglease._all_purge(interval),
             pglease._all_purge_due(interval, interval),
@@ -149,6 +151,7 @@ BEGIN
             pglease.limit_reset(text),
             pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]),
             pglease.reserve(text, integer, interval),
+            pglease.reserve_all(text[], integer, interval),
             pglease.settle(text, bigint, integer)
             TO pglease_client;
     END IF;

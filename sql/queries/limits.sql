@@ -31,3 +31,9 @@ FROM pglease.reserve(@key, @amount::integer, @ttl::interval) AS r;
 SELECT s.settled::boolean AS settled, s.refunded::integer AS refunded,
        s.remaining::integer AS remaining, s.decided_at::timestamptz AS decided_at
 FROM pglease.settle(@key, @reservation::bigint, @actual::integer) AS s;
+
+-- name: LimitReserveAll :one
+SELECT r.reserved::boolean AS reserved, r.reservation, r.expires_at, r.refused_by,
+       r.remaining::integer AS remaining, r.retry_in, r.reset_in::interval AS reset_in,
+       r.burst::integer AS burst, r.decided_at::timestamptz AS decided_at
+FROM pglease.reserve_all(@keys::text[], @amount::integer, @ttl::interval) AS r;

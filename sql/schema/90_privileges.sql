@@ -185,6 +185,7 @@ BEGIN
             pglease.limit_reset(text),
             pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]),
             pglease.reserve(text, integer, interval),
+            pglease.reserve_all(text[], integer, interval),
             pglease.settle(text, bigint, integer)
             TO pglease_client;
     END IF;

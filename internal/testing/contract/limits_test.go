@@ -39,6 +39,12 @@ func TestLimits(t *testing.T) {
 		{"ReserveSettle", testReserveSettle},
 		{"ReservationExpires", testReservationExpires},
 		{"ConcurrentReserversNeverOvershoot", testReserveConcurrent},
+		{"ReserveAll", testReserveAll},
+		{"ReserveAllExpires", testReserveAllExpires},
+		{"ReserveAllBadInput", testReserveAllBadInput},
+		{"ReserveAllRoles", testReserveAllRoles},
+		{"ReserveAllCannotDelay", testReserveAllCannotDelay},
+		{"ReserveAllIsolation", testReserveAllIsolation},
 	})
 }
 

@@ -490,7 +490,7 @@ func requireDocumentedACL(t *testing.T, ctx context.Context, owner *pgx.Conn) {
 		"take(text,integer)", "peek(text)", "take_wait(text,integer,interval)",
 		"limit_set(text,integer,interval,integer,boolean)", "limit_unset(text)", "limit_reset(text)",
 		"claim_and_take(text,text,integer,interval,integer,text[],integer[])",
-		"reserve(text,integer,interval)", "settle(text,bigint,integer)",
+		"reserve(text,integer,interval)", "reserve_all(text[],integer,interval)", "settle(text,bigint,integer)",
 	} {
 		want = append(want, "function pglease."+f+" pglease_client EXECUTE")
 	}

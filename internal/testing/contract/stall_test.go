@@ -628,6 +628,12 @@ var stallSweep = map[string][]hostileCall{
 		args:   func(e *stallEnv) []any { return []any{e.allLeases()} },
 		raises: "PGL20",
 	}},
+	"pglease.reserve_all(text[],integer,interval)": {{
+		how:    "reserve_all of A's lease names as keys",
+		sql:    `SELECT r::text FROM pglease.reserve_all($1, 1, '1 hour') AS r`,
+		args:   func(e *stallEnv) []any { return []any{e.allLeases()} },
+		raises: "PGL20",
+	}},
 	"pglease.settle(text,bigint,integer)": {{
 		how:    "settle of A's lease names as keys, with A's fences as reservations",
 		sql:    `SELECT r::text FROM unnest($1::text[], $2::bigint[]) AS u(n, f), pglease.settle(u.n, u.f, 0) AS r`,
