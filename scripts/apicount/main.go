@@ -24,7 +24,7 @@ import (
 )
 
 // public is what the module offers users: the packages counted by default.
-var public = []string{"./pglease", "./runslots", "./supervisor", "./shardgroup", "./pgleaseadmin", "./pgleasemigrate"}
+var public = []string{"./pglease", "./runslots", "./supervisor", "./shardgroup", "./ratelimit", "./pgleaseadmin", "./pgleasemigrate"}
 
 // count is the exported API of one package.
 type count struct {
