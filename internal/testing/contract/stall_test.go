@@ -943,7 +943,7 @@ func hostile(t *testing.T, tx pgx.Tx, sql string, args []any) (string, error) {
 func retryBlockedBy(t *testing.T, db *testDB, conn *pgx.Conn, blocker uint32,
 	call func(ctx context.Context, q querier) error) (blocked bool, detail string) {
 	t.Helper()
-	mustExec(t, conn, `SET lock_timeout = '10s'`)
+	mustExec(t, conn, `SET lock_timeout = '1min'`)
 	defer mustExec(t, conn, `SET lock_timeout = '100ms'`)
 	pid := conn.PgConn().PID()
 	ctx, cancel := callContext(t)

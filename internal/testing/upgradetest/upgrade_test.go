@@ -305,8 +305,9 @@ func startTraffic(ctx context.Context, t *testing.T, pool *pgxpool.Pool, downgra
 	runCtx, stop := context.WithCancel(context.Background())
 	tr.stop = stop
 	go func() {
+		var once sync.Once // a tenure lost under load starts the workload again
 		tr.supDone <- tr.sup.Run(runCtx, func(ctx context.Context) error {
-			close(acquired)
+			once.Do(func() { close(acquired) })
 			<-ctx.Done()
 			return nil
 		})
