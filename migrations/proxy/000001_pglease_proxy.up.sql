@@ -273,6 +273,17 @@ AS $$
     RUN ON pglease._route(p_name);
 $$;
 
+-- Source: sql/functions/11_renew.sql (signature), sql/proxy/routes (hash p_name)
+CREATE OR REPLACE FUNCTION pglease.renew_lease(
+    p_name text, p_holder text, p_fence bigint, p_ttl interval,
+    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
+    OUT release_requested boolean)
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON pglease._route(p_name);
+$$;
+
 -- Source: sql/functions/12_release.sql (signature), sql/proxy/routes (hash p_name)
 CREATE OR REPLACE FUNCTION pglease.release(
     p_name text, p_holder text, p_fence bigint,
@@ -801,17 +812,6 @@ $$;
 CREATE OR REPLACE FUNCTION pglease.set_value(
     p_name text, p_holder text, p_fence bigint, p_value text,
     OUT value_set boolean)
-LANGUAGE plproxy VOLATILE
-AS $$
-    CLUSTER 'pglease';
-    RUN ON pglease._route(p_name);
-$$;
-
--- Source: sql/functions/60_leader.sql (signature), sql/proxy/routes (hash p_name)
-CREATE OR REPLACE FUNCTION pglease.renew_lease(
-    p_name text, p_holder text, p_fence bigint, p_ttl interval,
-    OUT renewed boolean, OUT expires_at timestamptz, OUT expires_in interval,
-    OUT release_requested boolean)
 LANGUAGE plproxy VOLATILE
 AS $$
     CLUSTER 'pglease';

@@ -2,7 +2,7 @@
 -- once per table into sql/functions/03_row_locks.sql by scripts/gen-rules.sh
 -- (make generate). @NAME@ placeholders: FUNC, ARGS, PARAMS, WHAT, TABLE,
 -- A (the table's alias), KEY (the row's key equality).
---8<--
+--8<-- body
 -- @FUNC@(@ARGS@):
 -- the row of @WHAT@ locked FOR NO KEY UPDATE when it is the live
 -- tenure (p_holder, p_fence) of role p_role, or NULL, with no lock kept,
