@@ -11,7 +11,7 @@ FUZZ_TARGETS := FuzzAcquire FuzzFenced FuzzInterval FuzzClaimSlot FuzzClaimSlots
 .DEFAULT_GOAL := help
 .PHONY: help demo generate freeze verify lint lint-go lint-sql test test-race test-repeat test-isolation deps \
 	install-extension test-compat test-extension bench bench-quick test-matrix test-pgbouncer stress fuzz proof test-failover \
-	test-clients test-sharded test-run-margins test-rules test-observability test-cron \
+	test-clients test-sharded test-run-margins test-rules test-observability test-cron test-integration \
 	chaos-groups model model-core
 
 help: ## List the targets
@@ -87,6 +87,8 @@ install-extension: ## Install the extension (extension/) into $(pg_config --shar
 
 test-compat: ## The last release's client and SQL contract suites against the head schema (old clients keep working)
 	./scripts/test-compat.sh
+
+test-integration: test-extension test-compat test-pgbouncer test-sharded ## The suites that need more than the local server: CREATE EXTENSION, the last release's clients, PgBouncer, PL/Proxy (~7 min; not in CI: run before merging SQL or client changes)
 
 test-differential: ## Head's SQL functions against those of commit BASE (required): the same random calls from two roles, the same results and rows (PGLEASE_DIFF_CALLS per seed, default 1500)
 	@[ -n "$(BASE)" ] || { echo "test-differential: name the commit to compare with: make test-differential BASE=<commit>" >&2; exit 2; }

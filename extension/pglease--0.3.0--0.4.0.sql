@@ -4010,7 +4010,12 @@ $$;
 -- The new row's time range starts at the grant, after the old one's end
 -- (every grant waits for the end on the server's clock), so
 -- tenures_no_overlap accepts it; a grant made while the old tenure was
--- live (a bug, or a forged UPDATE) fails its statement there.
+-- live (a bug, or a forged UPDATE) fails its statement there. Times stay
+-- in order when the server's clock was stepped back (or a row's times
+-- were edited by hand), so that a clock step never makes a grant, end or
+-- purge fail here: an end is never before its grant; a grant is never
+-- before the last tenure's grant, nor before its end when that tenure
+-- ended in an earlier statement.
 CREATE OR REPLACE FUNCTION pglease._tenure_write(
     p_name text, p_slot integer,
     p_old_holder text, p_old_role text, p_old_fence bigint, p_old_acquired timestamptz,
@@ -4021,8 +4026,9 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_how text;
-    v_end timestamptz;
+    v_how   text;
+    v_end   timestamptz;
+    v_grant timestamptz;
 BEGIN
     IF p_old_fence IS DISTINCT FROM p_new_fence AND p_old_acquired = p_new_acquired
        AND p_old_holder IS NOT DISTINCT FROM p_new_holder THEN
@@ -4041,15 +4047,23 @@ BEGIN
                           WHEN p_old_requested THEN 'handed_over'
                           ELSE 'released' END;
         END IF;
-        UPDATE pglease.tenures AS t SET ended_at = v_end, ended_how = v_how
+        UPDATE pglease.tenures AS t SET ended_at = greatest(v_end, t.granted_at), ended_how = v_how
         WHERE t.name = p_name AND t.slot = p_slot AND t.fence = p_old_fence AND t.ended_at IS NULL;
         IF FOUND THEN
             PERFORM pglease._tenure_count(v_how);
         END IF;
     END IF;
     IF p_new_holder IS NOT NULL AND p_old_fence IS DISTINCT FROM p_new_fence THEN
+        -- Never before the last tenure's grant, nor before its end when it
+        -- ended in an earlier call; an end written just above is not
+        -- waited for, so that a grant before it stays an overlap.
+        v_grant := greatest(p_new_acquired, CASE
+            WHEN p_old_holder IS NOT NULL THEN p_old_acquired
+            ELSE (SELECT e.ended_at FROM pglease.tenures AS e
+                  WHERE e.name = p_name AND e.slot = p_slot AND e.fence < p_new_fence
+                  ORDER BY e.fence DESC LIMIT 1) END);
         INSERT INTO pglease.tenures AS t (name, slot, fence, holder, holder_role, units, granted_at)
-        VALUES (p_name, p_slot, p_new_fence, p_new_holder, p_new_role, p_new_units, p_new_acquired);
+        VALUES (p_name, p_slot, p_new_fence, p_new_holder, p_new_role, p_new_units, v_grant);
     END IF;
 END
 $$;
@@ -4117,7 +4131,7 @@ BEGIN
         RETURN NULL;
     END IF;
     WITH closed AS (
-        UPDATE pglease.tenures AS t SET ended_at = g.expires_at, ended_how = 'purged'
+        UPDATE pglease.tenures AS t SET ended_at = greatest(g.expires_at, t.granted_at), ended_how = 'purged'
         FROM gone AS g
         WHERE t.name = g.name AND t.slot = 0 AND t.fence = g.fence AND t.ended_at IS NULL
         RETURNING 1
@@ -4143,7 +4157,7 @@ BEGIN
         RETURN NULL;
     END IF;
     WITH closed AS (
-        UPDATE pglease.tenures AS t SET ended_at = g.expires_at, ended_how = 'purged'
+        UPDATE pglease.tenures AS t SET ended_at = greatest(g.expires_at, t.granted_at), ended_how = 'purged'
         FROM gone AS g
         WHERE t.name = g.scope AND t.slot = g.slot AND t.fence = g.fence AND t.ended_at IS NULL
         RETURNING 1

@@ -61,11 +61,17 @@ type subtest struct {
 
 // runGroup runs tests as parallel subtests of t on one fresh migrated
 // database, dropped when they have all finished. Databases cost about two
-// seconds each to create and drop, so groups keep the suite fast.
+// seconds each to create and drop, so groups keep the suite fast. The
+// tenure history is on for every name the subtests make with namer, so
+// that their grants and ends also pass the history's checks (no two
+// tenures of a name or slot overlap, fences rise in grant order).
 func runGroup(t *testing.T, maxConns int32, tests []subtest) {
 	t.Helper()
 	url := pgtest.NewMigrated(t)
 	db := &testDB{url: url, pool: newPool(t, url, maxConns)}
+	if !strings.HasPrefix(t.Name(), "TestTenureHistory") { // it turns the history on and off itself
+		mustExec(t, db.pool, `SELECT pglease.history_enable($1, '1 day')`, t.Name()+"/")
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
