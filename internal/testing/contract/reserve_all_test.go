@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pglease/pglease/internal/testing/pgtest"
 )
 
 // reserveAllResult is one row of pglease.reserve_all.
@@ -94,22 +96,40 @@ func testReserveAll(t *testing.T, db *testDB) {
 	}
 }
 
-// testReserveAllExpires: after its expiry on the server's clock a
-// reservation over several levels settles at none of them: false, 0, and
-// the amount stays spent at every level.
+// testReserveAllExpires: a reservation over several levels never settled
+// gives its amount back at every level at its expiry on the server's
+// clock: peek counts it back at each; a take at one level gives back that
+// level's only, and a settle through another level is refused and gives
+// back the levels it locks; at no level does it come back twice.
 func testReserveAllExpires(t *testing.T, db *testDB) {
 	n := namer(t)
 	setLimit(t, db.pool, n(""), 1, time.Hour, 5, false)
-	levels := []string{n("t/u"), n("t")}
+	levels := []string{n("t/u"), n("t"), n("")}
 	r := reserveAll(t, db.pool, levels, 3, 100*time.Millisecond)
 	var expires time.Time
 	mustScan(t, db.pool, `SELECT max(expires_at) FROM pglease.limit_reservations WHERE id = $1`, []any{*r.Reservation}, &expires)
 	waitServerPast(t, db.pool, expires)
-	if s := settle(t, db.pool, levels[1], *r.Reservation, 0); s.Settled || s.Refunded != 0 || s.Remaining != 2 {
-		t.Fatalf("settle after the expiry: got %+v, want not settled, 2 left (the 3 stay spent)", s)
+	for _, key := range levels {
+		if p := peek(t, db.pool, key); p.Remaining != 5 {
+			t.Fatalf("%s after the expiry: got %s, want 5 remaining (the 3 back)", key, p)
+		}
 	}
-	if p := peek(t, db.pool, levels[0]); p.Remaining != 2 {
-		t.Fatalf("the user after the late settle: got %s, want 2 remaining", p)
+	if tk := take(t, db.pool, levels[0], 1); !tk.Allowed || tk.Remaining != 4 {
+		t.Fatalf("take of the user after the expiry: got %s, want allowed, 4 remaining", tk)
+	}
+	if got := countRows(t, db.pool, `SELECT count(*) FROM pglease.limit_reservations WHERE id = $1`, *r.Reservation); got != 2 {
+		t.Fatalf("rows of the reservation after the user's take: got %d, want the tenant's and the pool's 2", got)
+	}
+	if s := settle(t, db.pool, levels[1], *r.Reservation, 0); s.Settled || s.Refunded != 0 || s.Remaining != 5 {
+		t.Fatalf("settle through the tenant after the expiry: got %+v, want not settled, 5 left (the 3 came back)", s)
+	}
+	if got := countRows(t, db.pool, `SELECT count(*) FROM pglease.limit_reservations WHERE id = $1`, *r.Reservation); got != 0 {
+		t.Fatalf("rows of the reservation after the late settle: got %d, want 0", got)
+	}
+	for key, want := range map[string]int32{levels[0]: 4, levels[1]: 5, levels[2]: 5} {
+		if p := peek(t, db.pool, key); p.Remaining != want {
+			t.Fatalf("%s at the end: got %s, want %d remaining (back once)", key, p, want)
+		}
 	}
 }
 
@@ -274,7 +294,10 @@ func testReserveAllIsolation(t *testing.T, db *testDB) {
 	n := namer(t)
 	ctx := testContext(t)
 	setLimit(t, db.pool, n(""), 1, time.Hour, 3, false)
-	c, other := connect(t, db.url), connect(t, db.url)
+	// Two sessions of one role of the test's own, whose purge reaches only
+	// its buckets (the owner's would reach every subtest's).
+	role := createLoginRole(t, pgtest.AdminURL(t), db.url, true)
+	c, other := connectAs(t, db.url, role), connectAs(t, db.url, role)
 	levels := []string{n("u"), n("t")}
 	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		reserveAll(t, c, levels, 3, time.Hour) // every level spent
@@ -284,7 +307,7 @@ func testReserveAllIsolation(t *testing.T, db *testDB) {
 		}
 		mustExec(t, tx, `SELECT 1`) // the snapshot
 		for _, key := range levels {
-			mustExec(t, other, `SELECT pglease.limit_reset($1)`, key)
+			mustExec(t, db.pool, `SELECT pglease.limit_reset($1)`, key)
 		}
 		r, err := tryReserveAll(ctx, tx, levels, 3, time.Hour)
 		if err == nil && !r.Reserved {
@@ -306,7 +329,7 @@ func testReserveAllIsolation(t *testing.T, db *testDB) {
 			t.Fatal(err)
 		}
 		mustExec(t, tx, `SELECT 1`)
-		mustExec(t, db.pool, `SELECT pglease.purge('0')`)
+		mustExec(t, other, `SELECT pglease.purge('0')`)
 		s, err := trySettle(ctx, tx, levels[0], *rr.Reservation, 0)
 		if err == nil && (s.Settled || s.Refunded != 0) {
 			t.Fatalf("%s: settle of a purged reservation: got %+v, want not settled or 40001", level, s)
