@@ -231,8 +231,8 @@ func testReserveAllRoles(t *testing.T, db *testDB) {
 // timeout off, delay nobody's take, reserve, reserve_all or settle of a
 // different key or bucket: another role's open reserve_all, its settle of
 // its own reservation, its settle naming the other role's reservation,
-// and its refused reserve_all. The victim's calls run with lock_timeout
-// 100ms.
+// its refused reserve_all, and its take and purge that give back its own
+// expired reservation. The victim's calls run with lock_timeout 100ms.
 func testReserveAllCannotDelay(t *testing.T, db *testDB) {
 	n := namer(t)
 	ctx := testContext(t)
@@ -240,6 +240,17 @@ func testReserveAllCannotDelay(t *testing.T, db *testDB) {
 	setLimit(t, db.pool, n("shared/"), 1000, time.Second, 1000, false)
 	rb := reserveAll(t, b, []string{n("shared/bu"), n("shared/")}, 1, time.Hour)
 	ra := reserveAll(t, a, []string{n("shared/ar"), n("shared/")}, 1, time.Hour)
+	// B's reservations over its own buckets, expired and not given back
+	// yet: one for its take, one for its purge; and one of A's, which B's
+	// purge must leave alone.
+	bx := []*int64{
+		reserveAll(t, b, []string{n("shared/bx"), n("shared/")}, 1, 50*time.Millisecond).Reservation,
+		reserveAll(t, b, []string{n("shared/by"), n("shared/")}, 1, 50*time.Millisecond).Reservation,
+		reserveAll(t, a, []string{n("shared/ax")}, 1, 50*time.Millisecond).Reservation,
+	}
+	var expires time.Time
+	mustScan(t, db.pool, `SELECT max(expires_at) FROM pglease.limit_reservations WHERE id = ANY ($1)`, []any{bx}, &expires)
+	waitServerPast(t, db.pool, expires)
 	mustExec(t, a, `SET lock_timeout = '100ms'`)
 	mustExec(t, b, `SET lock_timeout = 0; SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0`)
 	victim := func(what string) {
@@ -267,13 +278,22 @@ func testReserveAllCannotDelay(t *testing.T, db *testDB) {
 		{"settle of its own", `SELECT * FROM pglease.settle($1, $2, 0)`, []any{n("shared/"), *rb.Reservation}},
 		{"settle naming A's reservation", `SELECT * FROM pglease.settle($1, $2, 0)`, []any{n("shared/ar"), *ra.Reservation}},
 		{"refused reserve_all", `SELECT * FROM pglease.reserve_all($1, 1, '1 hour')`, []any{[]string{n("shared/bu"), n("a/k")}}},
+		{"take giving back its expired reservation", `SELECT * FROM pglease.take($1, 1)`, []any{n("shared/bx")}},
+		{"purge giving back its expired reservations", `SELECT pglease.purge('0')`, nil},
 	} {
 		tx, err := b.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _ = tx.Exec(ctx, hostile.sql, hostile.args...)
+		if _, err := tx.Exec(ctx, hostile.sql, hostile.args...); err != nil && hostile.what != "refused reserve_all" {
+			t.Fatalf("B's %s: %v", hostile.what, err)
+		}
 		victim(hostile.what)
+		if hostile.what == "purge giving back its expired reservations" {
+			if r, err := tryTake(ctx, a, n("shared/ax"), 1); err != nil || !r.Allowed || r.Remaining != 999 {
+				t.Fatalf("A's take of its key with an expired reservation while B's purge is open: got %s, %v; want allowed, the 1 back", r, err)
+			}
+		}
 		if hostile.what == "settle naming A's reservation" {
 			if s, err := trySettle(ctx, a, n("shared/ar"), *ra.Reservation, 0); err != nil || !s.Settled {
 				t.Fatalf("A's settle of the reservation B's open settle named: got %+v, %v; want settled", s, err)
