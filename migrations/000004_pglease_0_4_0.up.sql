@@ -6536,7 +6536,7 @@ RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_n    bigint := 0;
+    v_n    bigint := 0::bigint;
     v_gone bigint;
     v_b    record;
 BEGIN

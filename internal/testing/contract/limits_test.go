@@ -1001,6 +1001,14 @@ func testReservationExpiryAtLimitAsItStands(t *testing.T, db *testDB) {
 	}
 }
 
+// ownRoleSessions returns two sessions of a login role of t's own, whose
+// purge reaches only its own buckets (the owner's would reach every
+// subtest's, which share the database).
+func ownRoleSessions(t *testing.T, db *testDB) (c, other *pgx.Conn) {
+	role := createLoginRole(t, pgtest.AdminURL(t), db.url, true)
+	return connectAs(t, db.url, role), connectAs(t, db.url, role)
+}
+
 // testReservationExpiryIsolation: under REPEATABLE READ and SERIALIZABLE,
 // a settle, take or reserve whose snapshot predates a committed give-back
 // of an expired reservation (by another take, or by purge) raises 40001
@@ -1010,10 +1018,7 @@ func testReservationExpiryIsolation(t *testing.T, db *testDB) {
 	n := namer(t)
 	ctx := testContext(t)
 	setLimit(t, db.pool, n(""), 1, time.Hour, 6, false)
-	// Two sessions of one role of the test's own, whose purge reaches only
-	// its buckets.
-	role := createLoginRole(t, pgtest.AdminURL(t), db.url, true)
-	c, other := connectAs(t, db.url, role), connectAs(t, db.url, role)
+	c, other := ownRoleSessions(t, db)
 	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		for _, giver := range []string{`SELECT * FROM pglease.take($1, 1)`, `SELECT pglease.purge('0') FROM (SELECT $1::text) AS k`} {
 			for _, racer := range []string{"settle", "take", "reserve"} {

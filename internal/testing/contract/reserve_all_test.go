@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/pglease/pglease/internal/testing/pgtest"
 )
 
 // reserveAllResult is one row of pglease.reserve_all.
@@ -314,10 +312,7 @@ func testReserveAllIsolation(t *testing.T, db *testDB) {
 	n := namer(t)
 	ctx := testContext(t)
 	setLimit(t, db.pool, n(""), 1, time.Hour, 3, false)
-	// Two sessions of one role of the test's own, whose purge reaches only
-	// its buckets (the owner's would reach every subtest's).
-	role := createLoginRole(t, pgtest.AdminURL(t), db.url, true)
-	c, other := connectAs(t, db.url, role), connectAs(t, db.url, role)
+	c, other := ownRoleSessions(t, db)
 	levels := []string{n("u"), n("t")}
 	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		reserveAll(t, c, levels, 3, time.Hour) // every level spent
