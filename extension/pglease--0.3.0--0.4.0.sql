@@ -383,6 +383,7 @@ CREATE TABLE pglease.limit_state (
     key        text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 256),
     key_role   text        NOT NULL,
     tat        timestamptz NOT NULL,
+    due        timestamptz,
     created_by text,
     PRIMARY KEY (key, key_role)
 ) WITH (fillfactor = 70);
@@ -404,7 +405,7 @@ CREATE TABLE pglease.limit_reservations (
 );
 COMMENT ON TABLE pglease.limit_reservations IS
     'pglease: reservations of rate-limit tokens awaiting settlement; change only through the pglease functions';
-CREATE INDEX limit_reservations_expires_idx ON pglease.limit_reservations (expires_at);
+CREATE INDEX limit_reservations_bucket_idx ON pglease.limit_reservations (key, key_role, expires_at);
 
 -- Tenure history (0.4.0, #52, sql/functions/45_tenures.sql,
 -- docs/tenure-history.md). Opt-in per name prefix: one row of
@@ -3728,8 +3729,10 @@ $$;
 --   * shard groups (pglease.group_create) nobody has taken part in since
 --     p_free_for ago and whose shard leases are all gone (purged by an
 --     earlier purge), with their shard lists and member rows;
---   * rate-limit key states full since p_free_for ago (0.4.0: deleting
---     one changes no decision; see pglease._limit_purge);
+--   * rate-limit key states full since p_free_for ago and holding no
+--     reservation (0.4.0: deleting one changes no decision), and
+--     reservations expired by now, whose amounts it gives back to their
+--     buckets as their next take would (see pglease._limit_purge);
 --   * tenure history rows (0.4.0, pglease.tenures) whose tenures ended
 --     longer ago than the keep of the history prefixes covering them
 --     (see pglease._history_purge), whatever p_free_for;
@@ -6010,13 +6013,12 @@ AS $$
     SELECT coalesce((pglease._owner(p_key)).owner_role, session_user::text)
 $$;
 
--- _limit_of(p_func, p_key): the limit of p_key: its longest matching
--- target (an exact target only when it is p_key) no shorter than p_key's
--- bound prefix; target, emission_us and burst. Raises PGL20 naming p_func
--- and p_key when there is none. Reads pglease.limits without a lock, by
--- primary key: one probe per prefix of p_key (at most 256), whatever the
--- number of limits.
-CREATE OR REPLACE FUNCTION pglease._limit_of(p_func text, p_key text,
+-- _limit_find(p_key): the limit of p_key: its longest matching target (an
+-- exact target only when it is p_key) no shorter than p_key's bound
+-- prefix; target, emission_us and burst, all NULL when there is none.
+-- Reads pglease.limits without a lock, by primary key: one probe per
+-- prefix of p_key (at most 256), whatever the number of limits.
+CREATE OR REPLACE FUNCTION pglease._limit_find(p_key text,
     OUT target text, OUT emission_us bigint, OUT burst integer)
 LANGUAGE plpgsql STABLE
 AS $$
@@ -6030,7 +6032,19 @@ BEGIN
       AND (NOT l.exact OR l.target = p_key)
     ORDER BY pg_catalog.octet_length(l.target) DESC
     LIMIT 1;
-    IF NOT FOUND THEN
+END
+$$;
+
+-- _limit_of(p_func, p_key): the limit of p_key as _limit_find finds it.
+-- Raises PGL20 naming p_func and p_key when there is none.
+CREATE OR REPLACE FUNCTION pglease._limit_of(p_func text, p_key text,
+    OUT target text, OUT emission_us bigint, OUT burst integer)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    SELECT l.target, l.emission_us, l.burst INTO target, emission_us, burst
+    FROM pglease._limit_find(p_key) AS l;
+    IF target IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PGL20',
             MESSAGE = format('pglease.%s: no rate limit is set for key %L', p_func, p_key),
             HINT = 'Set one for the key or a prefix of it: pglease.limit_set (the schema owner, or the role owning the key''s prefix).';
@@ -6087,14 +6101,67 @@ BEGIN
 END
 $$;
 
+-- _limit_refund(p_tat, p_tokens, p_emit, p_now): a bucket's theoretical
+-- arrival time p_tat after p_tokens tokens of emission p_emit microseconds
+-- go back to it at p_now: p_tat - p_tokens * p_emit, never before p_now
+-- (a bucket holds at most its burst); p_tat itself when p_tokens is 0. Exact to the microsecond, for any
+-- p_tokens (no overflow). The one rule of a refund (settle, expiry).
+CREATE OR REPLACE FUNCTION pglease._limit_refund(p_tat timestamptz, p_tokens bigint, p_emit bigint,
+    p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN p_tokens <= 0 THEN p_tat
+        WHEN p_tat <= p_now THEN p_now
+        ELSE p_now + greatest((pglease._limit_us(p_tat) - pglease._limit_us(p_now))
+                              - least(p_tokens, (pglease._limit_us(p_tat) - pglease._limit_us(p_now)) / p_emit + 1)
+                                * p_emit, 0) * interval '1 microsecond'
+    END
+$$;
+
+-- _limit_expire(p_key, p_role, p_tat, p_now, p_emit): gives back the
+-- reservations of bucket (p_key, p_role) expired by p_now: deletes their
+-- rows and returns their amounts to the bucket at p_now (_limit_refund at
+-- emission p_emit, the key's limit as it stands; p_emit NULL, a key with
+-- no limit: nothing to give back to), and sets the bucket's due to its
+-- next reservation's expiry (NULL: none). p_tat is the bucket's tat; tat
+-- is the bucket's after the call, gone how many rows it deleted. The
+-- caller holds the bucket's row lock (so a reservation comes back once:
+-- a settle or another expiry of it waits for the lock, then finds its rows
+-- gone) and reads p_now after taking it.
+CREATE OR REPLACE FUNCTION pglease._limit_expire(p_key text, p_role text, p_tat timestamptz,
+    p_now timestamptz, p_emit bigint, OUT tat timestamptz, OUT gone bigint)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_back bigint;
+BEGIN
+    WITH expired AS (
+        DELETE FROM pglease.limit_reservations AS r
+        WHERE r.key = p_key AND r.key_role = p_role AND r.expires_at <= p_now
+        RETURNING r.amount
+    )
+    SELECT coalesce(sum(e.amount), 0), count(*) INTO v_back, gone FROM expired AS e;
+    tat := CASE WHEN p_emit IS NULL THEN p_tat ELSE pglease._limit_refund(p_tat, v_back, p_emit, p_now) END;
+    UPDATE pglease.limit_state AS s
+    SET tat = _limit_expire.tat,
+        due = (SELECT min(r.expires_at) FROM pglease.limit_reservations AS r
+               WHERE r.key = p_key AND r.key_role = p_role)
+    WHERE s.key = p_key AND s.key_role = p_role;
+END
+$$;
+
 -- _limit_take(p_func, p_key, p_cost): the decision of pglease.take, for
 -- the functions that take (p_func names the caller in errors). Checks its
 -- arguments first (22004, 22023, 42501, PGL20, PGL21: see pglease.take);
 -- then, in a subtransaction, locks the key's row FOR NO KEY UPDATE
 -- (creating it, under the 'limits' quota, when missing: 53400 at the cap),
--- reads the clock and decides. An allowed take writes the row, which stays
--- locked until the caller's transaction ends; a refused one rolls the
--- subtransaction back with the lock and writes nothing.
+-- reads the clock, gives back the bucket's reservations expired by then
+-- (_limit_expire, when the row's due has come) and decides. An allowed
+-- take writes the row, which stays locked until the caller's transaction
+-- ends; a refused one rolls the subtransaction back with the lock and
+-- writes nothing (an expiry it gave back is given back by the next call).
 CREATE OR REPLACE FUNCTION pglease._limit_take(p_func text, p_key text, p_cost integer,
     OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
     OUT burst integer, OUT decided_at timestamptz)
@@ -6104,6 +6171,7 @@ DECLARE
     v_role   text;
     v_emit   bigint;
     v_tat    timestamptz;
+    v_due    timestamptz;
     v_now_us bigint;
     v_base   bigint;
     v_new    bigint;
@@ -6116,7 +6184,7 @@ BEGIN
     v_role := pglease._limit_key_role(p_key);
     v_tol := v_emit * burst;
     BEGIN
-        SELECT s.tat INTO v_tat FROM pglease.limit_state AS s
+        SELECT s.tat, s.due INTO v_tat, v_due FROM pglease.limit_state AS s
         WHERE s.key = p_key AND s.key_role = v_role
         FOR NO KEY UPDATE;
         IF NOT FOUND THEN
@@ -6126,11 +6194,14 @@ BEGIN
             VALUES (p_key, v_role, clock_timestamp(),
                     CASE WHEN pglease._check_quota(p_func, 'limits') THEN session_user END)
             ON CONFLICT ON CONSTRAINT limit_state_pkey DO NOTHING;
-            SELECT s.tat INTO v_tat FROM pglease.limit_state AS s
+            SELECT s.tat, s.due INTO v_tat, v_due FROM pglease.limit_state AS s
             WHERE s.key = p_key AND s.key_role = v_role
             FOR NO KEY UPDATE;
         END IF;
         decided_at := clock_timestamp();
+        IF v_due <= decided_at THEN
+            SELECT e.tat INTO v_tat FROM pglease._limit_expire(p_key, v_role, v_tat, decided_at, v_emit) AS e;
+        END IF;
         v_now_us := pglease._limit_us(decided_at);
         v_base := greatest(pglease._limit_us(v_tat), v_now_us);
         v_new := v_base + v_emit * p_cost;
@@ -6234,6 +6305,8 @@ $$;
 -- Exact to the microsecond on the server's clock: decided_at + reset_in is
 -- the key's new theoretical arrival time. A key with no row yet is full;
 -- the first take creates its row (counted in the caller's 'limits' quota).
+-- Reservations of the bucket (pglease.reserve) that expired by decided_at
+-- have their amounts back in it before it decides.
 -- Locks: the key's row FOR NO KEY UPDATE: an allowed take holds it until
 -- the caller's transaction ends (takes of the same bucket wait for it, as
 -- claims of a scope do: take in short transactions); a refused take gives
@@ -6261,9 +6334,11 @@ $$;
 -- pglease.peek(p_key): what pglease.take(p_key, 1) would answer now,
 -- without spending, writing or locking anything: allowed (one token is
 -- there), remaining (whole tokens there), retry_in (NULL when allowed,
--- else until one token is), reset_in, burst, decided_at. Reads the newest
--- committed state (its snapshot's, under REPEATABLE READ); a take left
--- open in another transaction is not seen until it commits.
+-- else until one token is), reset_in, burst, decided_at, counting back
+-- the amounts of the bucket's reservations expired by decided_at. Reads
+-- the newest committed state (its snapshot's, under REPEATABLE READ), in
+-- one statement; a take left open in another transaction is not seen
+-- until it commits.
 -- Raises 22004, 22023, 42501 and PGL20 as pglease.take.
 CREATE OR REPLACE FUNCTION pglease.peek(p_key text,
     OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
@@ -6283,7 +6358,13 @@ BEGIN
     v_tol := v_emit * burst;
     decided_at := clock_timestamp();
     v_now_us := pglease._limit_us(decided_at);
-    SELECT greatest(pglease._limit_us(s.tat), v_now_us) INTO v_base FROM pglease.limit_state AS s
+    SELECT greatest(pglease._limit_us(CASE WHEN s.due <= decided_at
+            THEN pglease._limit_refund(s.tat,
+                     (SELECT coalesce(sum(r.amount), 0) FROM pglease.limit_reservations AS r
+                      WHERE r.key = s.key AND r.key_role = s.key_role AND r.expires_at <= decided_at),
+                     v_emit, decided_at)
+            ELSE s.tat END), v_now_us) INTO v_base
+    FROM pglease.limit_state AS s
     WHERE s.key = p_key AND s.key_role = pglease._limit_key_role(p_key);
     v_base := coalesce(v_base, v_now_us);
     allowed := v_base + v_emit - v_now_us <= v_tol;
@@ -6424,12 +6505,14 @@ BEGIN
 END
 $$;
 
--- pglease.limit_reset(p_key): refill key p_key's bucket (delete its state
--- row): for a key under a bound prefix, the one bucket its role's members
--- share; for a shared key called by the schema owner, every role's bucket
--- of it. Returns how many buckets were reset (0: they were full already).
--- Waits for takes of the key in flight (their row locks). Who: as
--- pglease.limit_set (42501; a client cannot refill its own bucket of a
+-- pglease.limit_reset(p_key): refill key p_key's bucket: for a key under a
+-- bound prefix, the one bucket its role's members share; for a shared key
+-- called by the schema owner, every role's bucket of it. A bucket's state
+-- row is deleted, or, while it holds reservations, set full (their
+-- settles and expiries give back into the full bucket, which changes
+-- nothing). Returns how many buckets were reset (0: they were full
+-- already). Waits for takes of the key in flight (their row locks). Who:
+-- as pglease.limit_set (42501; a client cannot refill its own bucket of a
 -- shared key, which the owner limits). Raises 22004 for NULL, 22023 for a
 -- key not 1 to 256 bytes; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.limit_reset(p_key text)
@@ -6440,43 +6523,58 @@ AS $$
 DECLARE
     v_owner text;
     v_n     integer;
+    v_held  integer;
 BEGIN
     PERFORM pglease._check_text('limit_reset', 'p_key', p_key);
     PERFORM pglease._limit_admin('limit_reset', 'p_key', p_key);
     v_owner := (pglease._owner(p_key)).owner_role;
+    PERFORM FROM pglease.limit_state AS s
+    WHERE s.key = p_key AND (v_owner IS NULL OR s.key_role = v_owner)
+    FOR UPDATE;
     DELETE FROM pglease.limit_state AS s
-    WHERE s.key = p_key AND (v_owner IS NULL OR s.key_role = v_owner);
+    WHERE s.key = p_key AND (v_owner IS NULL OR s.key_role = v_owner) AND s.due IS NULL;
     GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
+    UPDATE pglease.limit_state AS s SET tat = clock_timestamp()
+    WHERE s.key = p_key AND (v_owner IS NULL OR s.key_role = v_owner) AND s.due IS NOT NULL;
+    GET DIAGNOSTICS v_held = ROW_COUNT;
+    RETURN v_n + v_held;
 END
 $$;
 
--- _limit_purge(p_cutoff, p_all, p_role): for pglease.purge: deletes the
--- key states full since p_cutoff (tat <= p_cutoff: deleting them changes
--- no decision) and the reservations (sql/functions/82_reservations.sql)
--- expired by p_cutoff (they can no longer be settled), of every role when
--- p_all, else those of p_role's buckets (and states it created); skips
--- rows locked by a take or settle in flight. Returns how many it deleted.
+-- _limit_purge(p_cutoff, p_all, p_role): for pglease.purge: gives back the
+-- reservations (sql/functions/82_reservations.sql) expired by now, as
+-- the next call of their bucket would (_limit_expire; a key with no limit
+-- has none to give back to), and deletes the key states full since
+-- p_cutoff (tat <= p_cutoff) that hold no reservation: deleting them
+-- changes no decision. Of every role's buckets when p_all, else those of
+-- p_role (and states it created). Skips rows locked by a take or settle
+-- in flight. Returns how many rows it deleted (states and reservations).
 CREATE OR REPLACE FUNCTION pglease._limit_purge(p_cutoff timestamptz, p_all boolean, p_role text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_n bigint;
+    v_n    bigint := 0::bigint;
+    v_gone bigint;
+    v_b    record;
 BEGIN
-    DELETE FROM pglease.limit_state AS s
-    WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.limit_state AS d
-                              WHERE d.tat <= p_cutoff
-                                AND (p_all OR d.key_role = p_role OR d.created_by = p_role)
-                              FOR UPDATE SKIP LOCKED))
-      AND s.tat <= p_cutoff;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    FOR v_b IN
+        SELECT s.key, s.key_role, s.tat FROM pglease.limit_state AS s
+        WHERE s.due <= clock_timestamp() AND (p_all OR s.key_role = p_role OR s.created_by = p_role)
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        SELECT e.gone INTO v_gone
+        FROM pglease._limit_expire(v_b.key, v_b.key_role, v_b.tat, clock_timestamp(),
+                                   (pglease._limit_find(v_b.key)).emission_us) AS e;
+        v_n := v_n + v_gone;
+    END LOOP;
     WITH gone AS (
-        DELETE FROM pglease.limit_reservations AS r
-        WHERE r.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.limit_reservations AS d
-                                  WHERE d.expires_at <= p_cutoff AND (p_all OR d.key_role = p_role)
+        DELETE FROM pglease.limit_state AS s
+        WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.limit_state AS d
+                                  WHERE d.tat <= p_cutoff AND d.due IS NULL
+                                    AND (p_all OR d.key_role = p_role OR d.created_by = p_role)
                                   FOR UPDATE SKIP LOCKED))
-          AND r.expires_at <= p_cutoff
+          AND s.tat <= p_cutoff AND s.due IS NULL
         RETURNING 1
     )
     SELECT v_n + count(*) INTO v_n FROM gone;
@@ -6583,14 +6681,17 @@ $$;
 -- budget before the cost is known, settle with the cost once it is. A key's
 -- limit is its budget: reserve(key, amount, ttl) takes amount tokens as
 -- pglease.take does (so reservations and takes of a bucket never spend
--- more than its limit together, however many race), and settle(key,
--- reservation, actual) gives amount - actual of them back, until the
--- reservation expires (ttl after the reserve, on the server's clock);
--- after that they stay spent, so a reserver that dies never lets the
--- bucket overshoot. reserve_all does the same over several keys at once
--- (a user within a tenant within a pool), all or nothing: one reservation
--- holds the amount at every key, and one settle gives the rest back to
--- each of them.
+-- more than its limit together, however many race) and holds them until
+-- the reservation expires (ttl after the reserve, on the server's clock);
+-- settle(key, reservation, actual) before then spends actual of them and
+-- gives the rest back. A reservation never settled gives its whole amount
+-- back at its expiry, like a lease's end: the first call that locks the
+-- bucket's row after it (a take, reserve, settle or purge) deletes it and
+-- refunds it, as a settle at 0 would, before deciding; peek and
+-- limit_status count it back. A settle at or after the expiry is refused.
+-- reserve_all does the same over several keys at once (a user within a
+-- tenant within a pool), all or nothing: one reservation holds the amount
+-- at every key, and one settle gives the rest back to each of them.
 
 -- _limit_reserve(p_func, p_keys_arg, p_keys, p_amount, p_ttl): the one
 -- reserve of pglease.reserve and pglease.reserve_all (p_func and
@@ -6598,7 +6699,8 @@ $$;
 -- argument first (_check_ttl, _check_int, _limit_keys); then takes
 -- p_amount tokens of each key in _limit_order's order, in a
 -- subtransaction: every key allowed, it records one reservation (one row
--- per key, one id) expiring at the first key's decided_at + p_ttl;
+-- per key, one id) expiring at the first key's decided_at + p_ttl, and
+-- each key's bucket is due no later than that;
 -- a key refused, the keys taken before it roll back and nothing is
 -- written. Returns reserved, reservation, expires_at; refused_by = the
 -- refusing key (NULL when reserved); remaining, retry_in, reset_in and
@@ -6648,6 +6750,9 @@ BEGIN
         SELECT reservation, k.key, pglease._limit_key_role(k.key), p_amount, decided_at, expires_at
         FROM unnest(p_keys) WITH ORDINALITY AS k(key, i)
         WHERE k.i > 1;
+        UPDATE pglease.limit_state AS s SET due = least(s.due, _limit_reserve.expires_at)
+        FROM unnest(p_keys) AS k(key)
+        WHERE s.key = k.key AND s.key_role = pglease._limit_key_role(k.key);
     EXCEPTION WHEN SQLSTATE 'PGL02' THEN
         -- A key refused: the keys taken before it go with the
         -- subtransaction.
@@ -6659,9 +6764,11 @@ END
 $$;
 
 -- pglease.reserve(p_key, p_amount, p_ttl): take p_amount tokens of key
--- p_key as pglease.take(p_key, p_amount) decides, and when allowed record
--- them as a reservation that pglease.settle can settle until now + p_ttl.
--- One row: reserved and the columns of pglease.take (remaining, retry_in,
+-- p_key as pglease.take(p_key, p_amount) decides, and when allowed hold
+-- them as a reservation that pglease.settle can settle before its
+-- expires_at; unsettled then, the whole amount goes back to the bucket at
+-- expires_at, on the server's clock (work paid for by it must stop
+-- before then, as under a lease). One row: reserved and the columns of pglease.take (remaining, retry_in,
 -- reset_in, burst, decided_at); reservation = the reservation's number and
 -- expires_at = decided_at + p_ttl when reserved, both NULL when refused
 -- (nothing spent, nothing written). The reservation belongs to the key's
@@ -6694,8 +6801,10 @@ $$;
 -- byte order: one order for every caller, so that two such calls never
 -- deadlock on each other's keys). One row:
 --   * every key allowed: reserved = true; reservation = one number that
---     pglease.settle, given any of the keys, settles at every key at once;
---     expires_at = decided_at + p_ttl; refused_by and retry_in NULL;
+--     pglease.settle, given any of the keys, settles at every key at once
+--     before expires_at = decided_at + p_ttl (unsettled, the amount goes
+--     back to every key then, as for pglease.reserve); refused_by and
+--     retry_in NULL;
 --     remaining, reset_in and burst of the key with the fewest tokens
 --     left (the first in lock order on ties).
 --   * a key refused: reserved = false; refused_by = that key, with its
@@ -6735,19 +6844,25 @@ $$;
 -- p_actual tokens go back to the bucket of each of its keys (which never
 -- holds more than its burst), and the reservation is gone. One row:
 --   * settled = true, refunded = amount - p_actual (given back to each
---     key), when the reservation is the caller's buckets' and has not
---     expired on the server's clock;
---   * settled = false, refunded = 0, nothing changed: no such reservation
---     of the caller's bucket of p_key (another role's, settled already,
---     purged, or never made), or it expired (its amount stays spent at
---     every key);
+--     key), when the reservation is the caller's buckets' and decided_at
+--     is before its expires_at;
+--   * settled = false, refunded = 0, the reservation unchanged: no such
+--     reservation of the caller's bucket of p_key (another role's,
+--     settled already, or never made), or it expired: at decided_at or
+--     later it is refused, as a renew after a lease's expiry is, and its
+--     whole amount went back to every key at expires_at instead;
 --   remaining = whole tokens in p_key's bucket after the call; decided_at
 --   = the clock reading it decided on (after the keys' row locks).
--- A refund counts at each key's limit as it stands (a limit changed since
--- the reserve refunds at the new rate). Locks the rows of the
--- reservation's keys in pglease.reserve_all's order, then the
--- reservation's rows, until the caller's transaction ends, as reserve
--- does.
+-- Like any call that locks a bucket's row, it first gives back the
+-- reservations of the locked buckets expired by decided_at (this one
+-- included, when it has expired). A refund counts at each key's limit as
+-- it stands (a limit changed since the reserve refunds at the new rate).
+-- Locks the rows of the reservation's keys in pglease.reserve_all's
+-- order, then the reservation's rows, until the caller's transaction
+-- ends, as reserve does; only rows of the caller's buckets. Under
+-- REPEATABLE READ or SERIALIZABLE a settle whose snapshot predates a
+-- committed change of those rows (a take, a settle, an expiry given back)
+-- raises 40001, changing nothing: retry.
 -- Raises 22004 for NULL; 22023 for a key not 1 to 256 bytes, a
 -- reservation less than 1, an actual less than 0 or more than the
 -- reservation's amount; 42501 for a key under a prefix bound to a role the
@@ -6760,16 +6875,18 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_keys    text[];
+    v_roles   text[];
     v_emit    bigint[];
     v_burst   integer[];
     v_tat     timestamptz[];
+    v_due     timestamptz[];
     v_amount  integer;
     v_expires timestamptz;
     v_rows    bigint;
     v_now_us  bigint;
     v_tat_us  bigint;
-    v_role    text;
     v_lim     record;
+    v_row     record;
 BEGIN
     PERFORM pglease._check_text('settle', 'p_key', p_key);
     IF p_reservation IS NULL THEN
@@ -6787,7 +6904,7 @@ BEGIN
     PERFORM pglease._limit_of('settle', p_key);
 
     -- The reservation's keys, when p_key's bucket is one of them (its keys
-    -- never change: rows are only deleted, all at once).
+    -- never change: rows are only deleted).
     IF EXISTS (SELECT FROM pglease.limit_reservations AS r
                WHERE r.id = p_reservation AND r.key = p_key
                  AND r.key_role = pglease._limit_key_role(p_key)) THEN
@@ -6802,12 +6919,21 @@ BEGIN
         SELECT l.emission_us, l.burst INTO v_lim FROM pglease._limit_of('settle', v_keys[i]) AS l;
         v_emit[i] := v_lim.emission_us;
         v_burst[i] := v_lim.burst;
-        v_tat[i] := (SELECT s.tat FROM pglease.limit_state AS s
-                     WHERE s.key = v_keys[i] AND s.key_role = pglease._limit_key_role(v_keys[i])
-                     FOR NO KEY UPDATE);
+        v_roles[i] := pglease._limit_key_role(v_keys[i]);
+        SELECT s.tat, s.due INTO v_row FROM pglease.limit_state AS s
+        WHERE s.key = v_keys[i] AND s.key_role = v_roles[i]
+        FOR NO KEY UPDATE;
+        v_tat[i] := v_row.tat;
+        v_due[i] := v_row.due;
     END LOOP;
     decided_at := clock_timestamp();
     v_now_us := pglease._limit_us(decided_at);
+    FOR i IN 1 .. cardinality(v_keys) LOOP
+        IF v_due[i] <= decided_at THEN
+            v_tat[i] := (SELECT e.tat
+                         FROM pglease._limit_expire(v_keys[i], v_roles[i], v_tat[i], decided_at, v_emit[i]) AS e);
+        END IF;
+    END LOOP;
 
     -- Only rows of the caller's buckets are locked: another role's
     -- reservation number locks nothing of that role.
@@ -6832,15 +6958,13 @@ BEGIN
         refunded := v_amount - p_actual;
     END IF;
     FOR i IN 1 .. cardinality(v_keys) LOOP
-        v_tat_us := greatest(coalesce(pglease._limit_us(v_tat[i]), v_now_us), v_now_us);
         IF refunded > 0 AND v_tat[i] IS NOT NULL THEN
-            v_tat_us := greatest(v_tat_us - refunded * v_emit[i], v_now_us);
-            v_role := pglease._limit_key_role(v_keys[i]);
-            UPDATE pglease.limit_state AS s
-            SET tat = decided_at + (v_tat_us - v_now_us) * interval '1 microsecond'
-            WHERE s.key = v_keys[i] AND s.key_role = v_role;
+            v_tat[i] := pglease._limit_refund(v_tat[i], refunded, v_emit[i], decided_at);
+            UPDATE pglease.limit_state AS s SET tat = v_tat[i]
+            WHERE s.key = v_keys[i] AND s.key_role = v_roles[i];
         END IF;
         IF v_keys[i] = p_key THEN
+            v_tat_us := greatest(coalesce(pglease._limit_us(v_tat[i]), v_now_us), v_now_us);
             remaining := greatest((v_emit[i] * v_burst[i] - (v_tat_us - v_now_us)) / v_emit[i], 0)::integer;
         END IF;
     END LOOP;
@@ -6876,7 +7000,9 @@ $$;
 -- its roles own, and only the buckets of roles it is a member of (its own
 -- bucket of a shared key, its prefixes' buckets); another role's buckets
 -- are not counted. Takes no lock; reads every bucket that is not full
--- (one pass over pglease.limit_state) and every unsettled reservation.
+-- (one pass over pglease.limit_state) and every unsettled reservation;
+-- the amounts of reservations expired by read_at count as back in their
+-- buckets, as the buckets' next take finds them.
 -- Raises 22004 for a NULL p_max, 22023 for one not from 1 to 100,000.
 CREATE OR REPLACE FUNCTION pglease.limit_status(p_max integer DEFAULT 1000,
     OUT target text, OUT exact boolean, OUT rate integer, OUT per interval, OUT burst integer,
@@ -6911,7 +7037,14 @@ BEGIN
         ORDER BY s.target
         LIMIT p_max
     ), spent AS (
-        SELECT st.key, st.key_role, st.tat FROM pglease.limit_state AS st
+        -- Each bucket not full, or holding reservations expired by v_now
+        -- whose amounts it has back (as the next take of it gives them).
+        SELECT st.key, st.key_role, st.tat,
+               CASE WHEN st.due <= v_now THEN
+                   (SELECT coalesce(pg_catalog.sum(r.amount), 0) FROM pglease.limit_reservations AS r
+                    WHERE r.key = st.key AND r.key_role = st.key_role AND r.expires_at <= v_now)
+               ELSE 0 END AS back
+        FROM pglease.limit_state AS st
         WHERE st.tat > v_now AND (v_all OR st.key_role IN (SELECT m.role FROM mine AS m))
     ), held AS (
         SELECT r.key, r.key_role, pg_catalog.sum(r.amount) AS amount
@@ -6920,30 +7053,27 @@ BEGIN
         GROUP BY r.key, r.key_role
     ), keyed AS (
         -- Each bucket not full or holding reservations, with its key's
-        -- limit: the longest matching target no shorter than the key's
-        -- bound prefix, as pglease._limit_of finds it.
-        SELECT coalesce(s.key, h.key) AS key, s.tat, coalesce(h.amount, 0) AS amount, m.target
+        -- limit (pglease._limit_find).
+        SELECT coalesce(s.key, h.key) AS key, s.tat, s.back, coalesce(h.amount, 0) AS amount, m.target
         FROM spent AS s
         FULL JOIN held AS h ON h.key = s.key AND h.key_role = s.key_role
-        CROSS JOIN LATERAL (
-            SELECT l.target FROM pglease.limits AS l
-            WHERE l.target = ANY (ARRAY(
-                      SELECT pg_catalog.left(coalesce(s.key, h.key), i)
-                      FROM pg_catalog.generate_series(
-                          greatest(pg_catalog.char_length((pglease._owner(coalesce(s.key, h.key))).prefix), 1),
-                          pg_catalog.char_length(coalesce(s.key, h.key))) AS i))
-              AND (NOT l.exact OR l.target = coalesce(s.key, h.key))
-            ORDER BY pg_catalog.octet_length(l.target) DESC
-            LIMIT 1) AS m
+        CROSS JOIN LATERAL pglease._limit_find(coalesce(s.key, h.key)) AS m
+    ), levels AS (
+        -- Each bucket's tat with what its expired reservations gave back.
+        SELECT k.target, k.amount,
+               CASE WHEN k.tat IS NOT NULL
+                    THEN pglease._limit_refund(k.tat, k.back, sh.emission_us, v_now) END AS tat
+        FROM keyed AS k
+        JOIN shown AS sh ON sh.target = k.target
     ), per_target AS (
         SELECT k.target,
-               pg_catalog.count(k.tat) AS buckets,
-               pg_catalog.max(k.tat) AS max_tat,
+               pg_catalog.count(k.tat) FILTER (WHERE k.tat > v_now) AS buckets,
+               pg_catalog.max(k.tat) FILTER (WHERE k.tat > v_now) AS max_tat,
                pg_catalog.count(*) FILTER (
                    WHERE pglease._limit_us(k.tat) - pglease._limit_us(v_now)
                          > sh.emission_us * (sh.burst - 1)) AS limited,
                pg_catalog.sum(k.amount) AS reserved
-        FROM keyed AS k
+        FROM levels AS k
         JOIN shown AS sh ON sh.target = k.target
         GROUP BY k.target
     )

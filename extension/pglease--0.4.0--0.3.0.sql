@@ -27,6 +27,9 @@ DROP FUNCTION pglease.claim_and_take(text, text, integer, interval, integer, tex
 DROP FUNCTION pglease._limit_take(text, text, integer);
 DROP FUNCTION pglease._limit_cost(text, text, text, integer);
 DROP FUNCTION pglease._limit_of(text, text);
+DROP FUNCTION pglease._limit_find(text);
+DROP FUNCTION pglease._limit_expire(text, text, timestamptz, timestamptz, bigint);
+DROP FUNCTION pglease._limit_refund(timestamptz, bigint, bigint, timestamptz);
 DROP FUNCTION pglease._limit_admin(text, text, text);
 DROP FUNCTION pglease._limit_key_role(text);
 DROP FUNCTION pglease._limit_purge(timestamptz, boolean, text);

@@ -19,11 +19,14 @@
 // there, and TakeTx spends inside the caller's pgx.Tx: the spend commits
 // or rolls back with the caller's work.
 //
-// When the cost is known only afterwards, Reserve spends the most it can
-// be and Settle gives the unused rest back, until the reservation's TTL
-// passes on the server's clock. ReserveAll reserves at several levels at
-// once, all or nothing (a user, its tenant and their pool): one
-// reservation, settled at every level by one Settle with any of its keys.
+// When the cost is known only afterwards, Reserve holds the most it can
+// be and Settle spends what was used and gives the rest back, before the
+// reservation's TTL passes on the server's clock; like a lease, the work
+// must stop by then. A reservation never settled gives its whole amount
+// back at its expiry, and a Settle after it reports false. ReserveAll
+// reserves at several levels at once, all or nothing (a user, its tenant
+// and their pool): one reservation, settled at every level by one Settle
+// with any of its keys.
 //
 // # Safety
 //
@@ -51,5 +54,7 @@
 // Not guaranteed: fairness between waiters (the first take after the
 // tokens are there wins, not the first waiter), and decisions across
 // partitions of a PL/Proxy proxy for keys that do not share a routing
-// key (each key lives on one partition, whose clock decides).
+// key (each key lives on one partition, whose clock decides). Nor does
+// anything stop work paid for by a reservation at its expiry: the amount
+// goes back to the key then, and work still running spends uncounted.
 package ratelimit

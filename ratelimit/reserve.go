@@ -12,27 +12,32 @@ import (
 // MaxReserveTTL is the longest a reservation can wait for its settlement.
 const MaxReserveTTL = tenure.MaxTTL
 
-// Reservation is tokens of a key spent ahead of a cost not yet known
-// (Limiter.Reserve), to be settled with the cost once it is.
+// Reservation is tokens of a key held ahead of a cost not yet known
+// (Limiter.Reserve), to be settled with the cost once it is. Like a
+// lease, it ends at ExpiresAt on the server's clock: the work it pays for
+// must stop before then. Settled before ExpiresAt, it spends the actual
+// cost and gives the rest back; never settled, its whole amount goes back
+// to the key at ExpiresAt, and a Settle from then on reports false.
 type Reservation struct {
 	// Decision is the take's: Allowed is true when the tokens were
 	// reserved (spent); the rest as for Take.
 	Decision
 	// ID identifies the reservation to Settle; zero when not reserved.
 	ID int64
-	// ExpiresAt is when, on the server's clock, the reservation can no
-	// longer be settled: its tokens then stay spent. Zero when not
-	// reserved.
+	// ExpiresAt is when, on the server's clock, the reservation ends:
+	// unsettled, its tokens go back to the key then, and Settle reports
+	// false from then on. Zero when not reserved.
 	ExpiresAt time.Time
 	// RefusedBy is, for ReserveAll, the key that refused the reservation
 	// (its Decision is that key's); empty when reserved, and for Reserve.
 	RefusedBy string
 }
 
-// Reserve takes n tokens of key as Take does and, when allowed, records
-// them as a reservation that Settle can give back in part until ttl has
-// passed on the server's clock. Takes and reservations of a key never
-// spend more than its limit together. Errors as Take's.
+// Reserve takes n tokens of key as Take does and, when allowed, holds them
+// as a reservation that Settle settles before ttl has passed on the
+// server's clock; unsettled by then, they go back to the key. Takes and
+// reservations of a key never spend more than its limit together. Errors
+// as Take's.
 func (l *Limiter) Reserve(ctx context.Context, key string, n int, ttl time.Duration) (Reservation, error) {
 	if err := tenure.CheckText("key", key); err != nil {
 		return Reservation{}, err
@@ -98,12 +103,14 @@ func (l *Limiter) ReserveAll(ctx context.Context, keys []string, n int, ttl time
 	return res, nil
 }
 
-// Settle settles reservation id of key at actual tokens used: the rest go
-// back to the bucket (for a reservation of ReserveAll, key is any of its
-// keys, and the rest go back to each of them). It reports false, changing nothing, when the
-// reservation is not the caller's bucket's, was settled already, or has
-// expired (its tokens stay spent). actual must be from 0 to the amount
-// reserved.
+// Settle settles reservation id of key at actual tokens used: actual are
+// spent and the rest go back to the bucket (for a reservation of
+// ReserveAll, key is any of its keys, and the rest go back to each of
+// them). It reports false, changing nothing, when the reservation is not
+// the caller's bucket's, was settled already, or has expired: at or after
+// its ExpiresAt on the server's clock its whole amount went back at
+// ExpiresAt, and work that went on past it was not counted. actual must be
+// from 0 to the amount reserved.
 func (l *Limiter) Settle(ctx context.Context, key string, id int64, actual int) (settled bool, err error) {
 	if err := tenure.CheckText("key", key); err != nil {
 		return false, err

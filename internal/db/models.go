@@ -110,6 +110,7 @@ type PgleaseLimitState struct {
 	Key       string
 	KeyRole   string
 	Tat       time.Time
+	Due       *time.Time
 	CreatedBy pgtype.Text
 }
 

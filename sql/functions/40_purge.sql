@@ -16,8 +16,10 @@
 --   * shard groups (pglease.group_create) nobody has taken part in since
 --     p_free_for ago and whose shard leases are all gone (purged by an
 --     earlier purge), with their shard lists and member rows;
---   * rate-limit key states full since p_free_for ago (0.4.0: deleting
---     one changes no decision; see pglease._limit_purge);
+--   * rate-limit key states full since p_free_for ago and holding no
+--     reservation (0.4.0: deleting one changes no decision), and
+--     reservations expired by now, whose amounts it gives back to their
+--     buckets as their next take would (see pglease._limit_purge);
 --   * tenure history rows (0.4.0, pglease.tenures) whose tenures ended
 --     longer ago than the keep of the history prefixes covering them
 --     (see pglease._history_purge), whatever p_free_for;

@@ -47,13 +47,12 @@ AS $$
     SELECT coalesce((pglease._owner(p_key)).owner_role, session_user::text)
 $$;
 
--- _limit_of(p_func, p_key): the limit of p_key: its longest matching
--- target (an exact target only when it is p_key) no shorter than p_key's
--- bound prefix; target, emission_us and burst. Raises PGL20 naming p_func
--- and p_key when there is none. Reads pglease.limits without a lock, by
--- primary key: one probe per prefix of p_key (at most 256), whatever the
--- number of limits.
-CREATE OR REPLACE FUNCTION pglease._limit_of(p_func text, p_key text,
+-- _limit_find(p_key): the limit of p_key: its longest matching target (an
+-- exact target only when it is p_key) no shorter than p_key's bound
+-- prefix; target, emission_us and burst, all NULL when there is none.
+-- Reads pglease.limits without a lock, by primary key: one probe per
+-- prefix of p_key (at most 256), whatever the number of limits.
+CREATE OR REPLACE FUNCTION pglease._limit_find(p_key text,
     OUT target text, OUT emission_us bigint, OUT burst integer)
 LANGUAGE plpgsql STABLE
 AS $$
@@ -67,7 +66,19 @@ BEGIN
       AND (NOT l.exact OR l.target = p_key)
     ORDER BY pg_catalog.octet_length(l.target) DESC
     LIMIT 1;
-    IF NOT FOUND THEN
+END
+$$;
+
+-- _limit_of(p_func, p_key): the limit of p_key as _limit_find finds it.
+-- Raises PGL20 naming p_func and p_key when there is none.
+CREATE OR REPLACE FUNCTION pglease._limit_of(p_func text, p_key text,
+    OUT target text, OUT emission_us bigint, OUT burst integer)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    SELECT l.target, l.emission_us, l.burst INTO target, emission_us, burst
+    FROM pglease._limit_find(p_key) AS l;
+    IF target IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'PGL20',
             MESSAGE = format('pglease.%s: no rate limit is set for key %L', p_func, p_key),
             HINT = 'Set one for the key or a prefix of it: pglease.limit_set (the schema owner, or the role owning the key''s prefix).';
@@ -124,14 +135,67 @@ BEGIN
 END
 $$;
 
+-- _limit_refund(p_tat, p_tokens, p_emit, p_now): a bucket's theoretical
+-- arrival time p_tat after p_tokens tokens of emission p_emit microseconds
+-- go back to it at p_now: p_tat - p_tokens * p_emit, never before p_now
+-- (a bucket holds at most its burst); p_tat itself when p_tokens is 0. Exact to the microsecond, for any
+-- p_tokens (no overflow). The one rule of a refund (settle, expiry).
+CREATE OR REPLACE FUNCTION pglease._limit_refund(p_tat timestamptz, p_tokens bigint, p_emit bigint,
+    p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN p_tokens <= 0 THEN p_tat
+        WHEN p_tat <= p_now THEN p_now
+        ELSE p_now + greatest((pglease._limit_us(p_tat) - pglease._limit_us(p_now))
+                              - least(p_tokens, (pglease._limit_us(p_tat) - pglease._limit_us(p_now)) / p_emit + 1)
+                                * p_emit, 0) * interval '1 microsecond'
+    END
+$$;
+
+-- _limit_expire(p_key, p_role, p_tat, p_now, p_emit): gives back the
+-- reservations of bucket (p_key, p_role) expired by p_now: deletes their
+-- rows and returns their amounts to the bucket at p_now (_limit_refund at
+-- emission p_emit, the key's limit as it stands; p_emit NULL, a key with
+-- no limit: nothing to give back to), and sets the bucket's due to its
+-- next reservation's expiry (NULL: none). p_tat is the bucket's tat; tat
+-- is the bucket's after the call, gone how many rows it deleted. The
+-- caller holds the bucket's row lock (so a reservation comes back once:
+-- a settle or another expiry of it waits for the lock, then finds its rows
+-- gone) and reads p_now after taking it.
+CREATE OR REPLACE FUNCTION pglease._limit_expire(p_key text, p_role text, p_tat timestamptz,
+    p_now timestamptz, p_emit bigint, OUT tat timestamptz, OUT gone bigint)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_back bigint;
+BEGIN
+    WITH expired AS (
+        DELETE FROM pglease.limit_reservations AS r
+        WHERE r.key = p_key AND r.key_role = p_role AND r.expires_at <= p_now
+        RETURNING r.amount
+    )
+    SELECT coalesce(sum(e.amount), 0), count(*) INTO v_back, gone FROM expired AS e;
+    tat := CASE WHEN p_emit IS NULL THEN p_tat ELSE pglease._limit_refund(p_tat, v_back, p_emit, p_now) END;
+    UPDATE pglease.limit_state AS s
+    SET tat = _limit_expire.tat,
+        due = (SELECT min(r.expires_at) FROM pglease.limit_reservations AS r
+               WHERE r.key = p_key AND r.key_role = p_role)
+    WHERE s.key = p_key AND s.key_role = p_role;
+END
+$$;
+
 -- _limit_take(p_func, p_key, p_cost): the decision of pglease.take, for
 -- the functions that take (p_func names the caller in errors). Checks its
 -- arguments first (22004, 22023, 42501, PGL20, PGL21: see pglease.take);
 -- then, in a subtransaction, locks the key's row FOR NO KEY UPDATE
 -- (creating it, under the 'limits' quota, when missing: 53400 at the cap),
--- reads the clock and decides. An allowed take writes the row, which stays
--- locked until the caller's transaction ends; a refused one rolls the
--- subtransaction back with the lock and writes nothing.
+-- reads the clock, gives back the bucket's reservations expired by then
+-- (_limit_expire, when the row's due has come) and decides. An allowed
+-- take writes the row, which stays locked until the caller's transaction
+-- ends; a refused one rolls the subtransaction back with the lock and
+-- writes nothing (an expiry it gave back is given back by the next call).
 CREATE OR REPLACE FUNCTION pglease._limit_take(p_func text, p_key text, p_cost integer,
     OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
     OUT burst integer, OUT decided_at timestamptz)
@@ -141,6 +205,7 @@ DECLARE
     v_role   text;
     v_emit   bigint;
     v_tat    timestamptz;
+    v_due    timestamptz;
     v_now_us bigint;
     v_base   bigint;
     v_new    bigint;
@@ -153,7 +218,7 @@ BEGIN
     v_role := pglease._limit_key_role(p_key);
     v_tol := v_emit * burst;
     BEGIN
-        SELECT s.tat INTO v_tat FROM pglease.limit_state AS s
+        SELECT s.tat, s.due INTO v_tat, v_due FROM pglease.limit_state AS s
         WHERE s.key = p_key AND s.key_role = v_role
         FOR NO KEY UPDATE;
         IF NOT FOUND THEN
@@ -163,11 +228,14 @@ BEGIN
             VALUES (p_key, v_role, clock_timestamp(),
                     CASE WHEN pglease._check_quota(p_func, 'limits') THEN session_user END)
             ON CONFLICT ON CONSTRAINT limit_state_pkey DO NOTHING;
-            SELECT s.tat INTO v_tat FROM pglease.limit_state AS s
+            SELECT s.tat, s.due INTO v_tat, v_due FROM pglease.limit_state AS s
             WHERE s.key = p_key AND s.key_role = v_role
             FOR NO KEY UPDATE;
         END IF;
         decided_at := clock_timestamp();
+        IF v_due <= decided_at THEN
+            SELECT e.tat INTO v_tat FROM pglease._limit_expire(p_key, v_role, v_tat, decided_at, v_emit) AS e;
+        END IF;
         v_now_us := pglease._limit_us(decided_at);
         v_base := greatest(pglease._limit_us(v_tat), v_now_us);
         v_new := v_base + v_emit * p_cost;
@@ -271,6 +339,8 @@ $$;
 -- Exact to the microsecond on the server's clock: decided_at + reset_in is
 -- the key's new theoretical arrival time. A key with no row yet is full;
 -- the first take creates its row (counted in the caller's 'limits' quota).
+-- Reservations of the bucket (pglease.reserve) that expired by decided_at
+-- have their amounts back in it before it decides.
 -- Locks: the key's row FOR NO KEY UPDATE: an allowed take holds it until
 -- the caller's transaction ends (takes of the same bucket wait for it, as
 -- claims of a scope do: take in short transactions); a refused take gives
@@ -298,9 +368,11 @@ $$;
 -- pglease.peek(p_key): what pglease.take(p_key, 1) would answer now,
 -- without spending, writing or locking anything: allowed (one token is
 -- there), remaining (whole tokens there), retry_in (NULL when allowed,
--- else until one token is), reset_in, burst, decided_at. Reads the newest
--- committed state (its snapshot's, under REPEATABLE READ); a take left
--- open in another transaction is not seen until it commits.
+-- else until one token is), reset_in, burst, decided_at, counting back
+-- the amounts of the bucket's reservations expired by decided_at. Reads
+-- the newest committed state (its snapshot's, under REPEATABLE READ), in
+-- one statement; a take left open in another transaction is not seen
+-- until it commits.
 -- Raises 22004, 22023, 42501 and PGL20 as pglease.take.
 CREATE OR REPLACE FUNCTION pglease.peek(p_key text,
     OUT allowed boolean, OUT remaining integer, OUT retry_in interval, OUT reset_in interval,
@@ -320,7 +392,13 @@ BEGIN
     v_tol := v_emit * burst;
     decided_at := clock_timestamp();
     v_now_us := pglease._limit_us(decided_at);
-    SELECT greatest(pglease._limit_us(s.tat), v_now_us) INTO v_base FROM pglease.limit_state AS s
+    SELECT greatest(pglease._limit_us(CASE WHEN s.due <= decided_at
+            THEN pglease._limit_refund(s.tat,
+                     (SELECT coalesce(sum(r.amount), 0) FROM pglease.limit_reservations AS r
+                      WHERE r.key = s.key AND r.key_role = s.key_role AND r.expires_at <= decided_at),
+                     v_emit, decided_at)
+            ELSE s.tat END), v_now_us) INTO v_base
+    FROM pglease.limit_state AS s
     WHERE s.key = p_key AND s.key_role = pglease._limit_key_role(p_key);
     v_base := coalesce(v_base, v_now_us);
     allowed := v_base + v_emit - v_now_us <= v_tol;
@@ -461,12 +539,14 @@ BEGIN
 END
 $$;
 
--- pglease.limit_reset(p_key): refill key p_key's bucket (delete its state
--- row): for a key under a bound prefix, the one bucket its role's members
--- share; for a shared key called by the schema owner, every role's bucket
--- of it. Returns how many buckets were reset (0: they were full already).
--- Waits for takes of the key in flight (their row locks). Who: as
--- pglease.limit_set (42501; a client cannot refill its own bucket of a
+-- pglease.limit_reset(p_key): refill key p_key's bucket: for a key under a
+-- bound prefix, the one bucket its role's members share; for a shared key
+-- called by the schema owner, every role's bucket of it. A bucket's state
+-- row is deleted, or, while it holds reservations, set full (their
+-- settles and expiries give back into the full bucket, which changes
+-- nothing). Returns how many buckets were reset (0: they were full
+-- already). Waits for takes of the key in flight (their row locks). Who:
+-- as pglease.limit_set (42501; a client cannot refill its own bucket of a
 -- shared key, which the owner limits). Raises 22004 for NULL, 22023 for a
 -- key not 1 to 256 bytes; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.limit_reset(p_key text)
@@ -477,43 +557,58 @@ AS $$
 DECLARE
     v_owner text;
     v_n     integer;
+    v_held  integer;
 BEGIN
     PERFORM pglease._check_text('limit_reset', 'p_key', p_key);
     PERFORM pglease._limit_admin('limit_reset', 'p_key', p_key);
     v_owner := (pglease._owner(p_key)).owner_role;
+    PERFORM FROM pglease.limit_state AS s
+    WHERE s.key = p_key AND (v_owner IS NULL OR s.key_role = v_owner)
+    FOR UPDATE;
     DELETE FROM pglease.limit_state AS s
-    WHERE s.key = p_key AND (v_owner IS NULL OR s.key_role = v_owner);
+    WHERE s.key = p_key AND (v_owner IS NULL OR s.key_role = v_owner) AND s.due IS NULL;
     GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
+    UPDATE pglease.limit_state AS s SET tat = clock_timestamp()
+    WHERE s.key = p_key AND (v_owner IS NULL OR s.key_role = v_owner) AND s.due IS NOT NULL;
+    GET DIAGNOSTICS v_held = ROW_COUNT;
+    RETURN v_n + v_held;
 END
 $$;
 
--- _limit_purge(p_cutoff, p_all, p_role): for pglease.purge: deletes the
--- key states full since p_cutoff (tat <= p_cutoff: deleting them changes
--- no decision) and the reservations (sql/functions/82_reservations.sql)
--- expired by p_cutoff (they can no longer be settled), of every role when
--- p_all, else those of p_role's buckets (and states it created); skips
--- rows locked by a take or settle in flight. Returns how many it deleted.
+-- _limit_purge(p_cutoff, p_all, p_role): for pglease.purge: gives back the
+-- reservations (sql/functions/82_reservations.sql) expired by now, as
+-- the next call of their bucket would (_limit_expire; a key with no limit
+-- has none to give back to), and deletes the key states full since
+-- p_cutoff (tat <= p_cutoff) that hold no reservation: deleting them
+-- changes no decision. Of every role's buckets when p_all, else those of
+-- p_role (and states it created). Skips rows locked by a take or settle
+-- in flight. Returns how many rows it deleted (states and reservations).
 CREATE OR REPLACE FUNCTION pglease._limit_purge(p_cutoff timestamptz, p_all boolean, p_role text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_n bigint;
+    v_n    bigint := 0::bigint;
+    v_gone bigint;
+    v_b    record;
 BEGIN
-    DELETE FROM pglease.limit_state AS s
-    WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.limit_state AS d
-                              WHERE d.tat <= p_cutoff
-                                AND (p_all OR d.key_role = p_role OR d.created_by = p_role)
-                              FOR UPDATE SKIP LOCKED))
-      AND s.tat <= p_cutoff;
-    GET DIAGNOSTICS v_n = ROW_COUNT;
+    FOR v_b IN
+        SELECT s.key, s.key_role, s.tat FROM pglease.limit_state AS s
+        WHERE s.due <= clock_timestamp() AND (p_all OR s.key_role = p_role OR s.created_by = p_role)
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        SELECT e.gone INTO v_gone
+        FROM pglease._limit_expire(v_b.key, v_b.key_role, v_b.tat, clock_timestamp(),
+                                   (pglease._limit_find(v_b.key)).emission_us) AS e;
+        v_n := v_n + v_gone;
+    END LOOP;
     WITH gone AS (
-        DELETE FROM pglease.limit_reservations AS r
-        WHERE r.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.limit_reservations AS d
-                                  WHERE d.expires_at <= p_cutoff AND (p_all OR d.key_role = p_role)
+        DELETE FROM pglease.limit_state AS s
+        WHERE s.ctid = ANY (ARRAY(SELECT d.ctid FROM pglease.limit_state AS d
+                                  WHERE d.tat <= p_cutoff AND d.due IS NULL
+                                    AND (p_all OR d.key_role = p_role OR d.created_by = p_role)
                                   FOR UPDATE SKIP LOCKED))
-          AND r.expires_at <= p_cutoff
+          AND s.tat <= p_cutoff AND s.due IS NULL
         RETURNING 1
     )
     SELECT v_n + count(*) INTO v_n FROM gone;

@@ -2,14 +2,17 @@
 -- budget before the cost is known, settle with the cost once it is. A key's
 -- limit is its budget: reserve(key, amount, ttl) takes amount tokens as
 -- pglease.take does (so reservations and takes of a bucket never spend
--- more than its limit together, however many race), and settle(key,
--- reservation, actual) gives amount - actual of them back, until the
--- reservation expires (ttl after the reserve, on the server's clock);
--- after that they stay spent, so a reserver that dies never lets the
--- bucket overshoot. reserve_all does the same over several keys at once
--- (a user within a tenant within a pool), all or nothing: one reservation
--- holds the amount at every key, and one settle gives the rest back to
--- each of them.
+-- more than its limit together, however many race) and holds them until
+-- the reservation expires (ttl after the reserve, on the server's clock);
+-- settle(key, reservation, actual) before then spends actual of them and
+-- gives the rest back. A reservation never settled gives its whole amount
+-- back at its expiry, like a lease's end: the first call that locks the
+-- bucket's row after it (a take, reserve, settle or purge) deletes it and
+-- refunds it, as a settle at 0 would, before deciding; peek and
+-- limit_status count it back. A settle at or after the expiry is refused.
+-- reserve_all does the same over several keys at once (a user within a
+-- tenant within a pool), all or nothing: one reservation holds the amount
+-- at every key, and one settle gives the rest back to each of them.
 
 -- _limit_reserve(p_func, p_keys_arg, p_keys, p_amount, p_ttl): the one
 -- reserve of pglease.reserve and pglease.reserve_all (p_func and
@@ -17,7 +20,8 @@
 -- argument first (_check_ttl, _check_int, _limit_keys); then takes
 -- p_amount tokens of each key in _limit_order's order, in a
 -- subtransaction: every key allowed, it records one reservation (one row
--- per key, one id) expiring at the first key's decided_at + p_ttl;
+-- per key, one id) expiring at the first key's decided_at + p_ttl, and
+-- each key's bucket is due no later than that;
 -- a key refused, the keys taken before it roll back and nothing is
 -- written. Returns reserved, reservation, expires_at; refused_by = the
 -- refusing key (NULL when reserved); remaining, retry_in, reset_in and
@@ -67,6 +71,9 @@ BEGIN
         SELECT reservation, k.key, pglease._limit_key_role(k.key), p_amount, decided_at, expires_at
         FROM unnest(p_keys) WITH ORDINALITY AS k(key, i)
         WHERE k.i > 1;
+        UPDATE pglease.limit_state AS s SET due = least(s.due, _limit_reserve.expires_at)
+        FROM unnest(p_keys) AS k(key)
+        WHERE s.key = k.key AND s.key_role = pglease._limit_key_role(k.key);
     EXCEPTION WHEN SQLSTATE 'PGL02' THEN
         -- A key refused: the keys taken before it go with the
         -- subtransaction.
@@ -78,9 +85,11 @@ END
 $$;
 
 -- pglease.reserve(p_key, p_amount, p_ttl): take p_amount tokens of key
--- p_key as pglease.take(p_key, p_amount) decides, and when allowed record
--- them as a reservation that pglease.settle can settle until now + p_ttl.
--- One row: reserved and the columns of pglease.take (remaining, retry_in,
+-- p_key as pglease.take(p_key, p_amount) decides, and when allowed hold
+-- them as a reservation that pglease.settle can settle before its
+-- expires_at; unsettled then, the whole amount goes back to the bucket at
+-- expires_at, on the server's clock (work paid for by it must stop
+-- before then, as under a lease). One row: reserved and the columns of pglease.take (remaining, retry_in,
 -- reset_in, burst, decided_at); reservation = the reservation's number and
 -- expires_at = decided_at + p_ttl when reserved, both NULL when refused
 -- (nothing spent, nothing written). The reservation belongs to the key's
@@ -113,8 +122,10 @@ $$;
 -- byte order: one order for every caller, so that two such calls never
 -- deadlock on each other's keys). One row:
 --   * every key allowed: reserved = true; reservation = one number that
---     pglease.settle, given any of the keys, settles at every key at once;
---     expires_at = decided_at + p_ttl; refused_by and retry_in NULL;
+--     pglease.settle, given any of the keys, settles at every key at once
+--     before expires_at = decided_at + p_ttl (unsettled, the amount goes
+--     back to every key then, as for pglease.reserve); refused_by and
+--     retry_in NULL;
 --     remaining, reset_in and burst of the key with the fewest tokens
 --     left (the first in lock order on ties).
 --   * a key refused: reserved = false; refused_by = that key, with its
@@ -154,19 +165,25 @@ $$;
 -- p_actual tokens go back to the bucket of each of its keys (which never
 -- holds more than its burst), and the reservation is gone. One row:
 --   * settled = true, refunded = amount - p_actual (given back to each
---     key), when the reservation is the caller's buckets' and has not
---     expired on the server's clock;
---   * settled = false, refunded = 0, nothing changed: no such reservation
---     of the caller's bucket of p_key (another role's, settled already,
---     purged, or never made), or it expired (its amount stays spent at
---     every key);
+--     key), when the reservation is the caller's buckets' and decided_at
+--     is before its expires_at;
+--   * settled = false, refunded = 0, the reservation unchanged: no such
+--     reservation of the caller's bucket of p_key (another role's,
+--     settled already, or never made), or it expired: at decided_at or
+--     later it is refused, as a renew after a lease's expiry is, and its
+--     whole amount went back to every key at expires_at instead;
 --   remaining = whole tokens in p_key's bucket after the call; decided_at
 --   = the clock reading it decided on (after the keys' row locks).
--- A refund counts at each key's limit as it stands (a limit changed since
--- the reserve refunds at the new rate). Locks the rows of the
--- reservation's keys in pglease.reserve_all's order, then the
--- reservation's rows, until the caller's transaction ends, as reserve
--- does.
+-- Like any call that locks a bucket's row, it first gives back the
+-- reservations of the locked buckets expired by decided_at (this one
+-- included, when it has expired). A refund counts at each key's limit as
+-- it stands (a limit changed since the reserve refunds at the new rate).
+-- Locks the rows of the reservation's keys in pglease.reserve_all's
+-- order, then the reservation's rows, until the caller's transaction
+-- ends, as reserve does; only rows of the caller's buckets. Under
+-- REPEATABLE READ or SERIALIZABLE a settle whose snapshot predates a
+-- committed change of those rows (a take, a settle, an expiry given back)
+-- raises 40001, changing nothing: retry.
 -- Raises 22004 for NULL; 22023 for a key not 1 to 256 bytes, a
 -- reservation less than 1, an actual less than 0 or more than the
 -- reservation's amount; 42501 for a key under a prefix bound to a role the
@@ -179,16 +196,18 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_keys    text[];
+    v_roles   text[];
     v_emit    bigint[];
     v_burst   integer[];
     v_tat     timestamptz[];
+    v_due     timestamptz[];
     v_amount  integer;
     v_expires timestamptz;
     v_rows    bigint;
     v_now_us  bigint;
     v_tat_us  bigint;
-    v_role    text;
     v_lim     record;
+    v_row     record;
 BEGIN
     PERFORM pglease._check_text('settle', 'p_key', p_key);
     IF p_reservation IS NULL THEN
@@ -206,7 +225,7 @@ BEGIN
     PERFORM pglease._limit_of('settle', p_key);
 
     -- The reservation's keys, when p_key's bucket is one of them (its keys
-    -- never change: rows are only deleted, all at once).
+    -- never change: rows are only deleted).
     IF EXISTS (SELECT FROM pglease.limit_reservations AS r
                WHERE r.id = p_reservation AND r.key = p_key
                  AND r.key_role = pglease._limit_key_role(p_key)) THEN
@@ -221,12 +240,21 @@ BEGIN
         SELECT l.emission_us, l.burst INTO v_lim FROM pglease._limit_of('settle', v_keys[i]) AS l;
         v_emit[i] := v_lim.emission_us;
         v_burst[i] := v_lim.burst;
-        v_tat[i] := (SELECT s.tat FROM pglease.limit_state AS s
-                     WHERE s.key = v_keys[i] AND s.key_role = pglease._limit_key_role(v_keys[i])
-                     FOR NO KEY UPDATE);
+        v_roles[i] := pglease._limit_key_role(v_keys[i]);
+        SELECT s.tat, s.due INTO v_row FROM pglease.limit_state AS s
+        WHERE s.key = v_keys[i] AND s.key_role = v_roles[i]
+        FOR NO KEY UPDATE;
+        v_tat[i] := v_row.tat;
+        v_due[i] := v_row.due;
     END LOOP;
     decided_at := clock_timestamp();
     v_now_us := pglease._limit_us(decided_at);
+    FOR i IN 1 .. cardinality(v_keys) LOOP
+        IF v_due[i] <= decided_at THEN
+            v_tat[i] := (SELECT e.tat
+                         FROM pglease._limit_expire(v_keys[i], v_roles[i], v_tat[i], decided_at, v_emit[i]) AS e);
+        END IF;
+    END LOOP;
 
     -- Only rows of the caller's buckets are locked: another role's
     -- reservation number locks nothing of that role.
@@ -251,15 +279,13 @@ BEGIN
         refunded := v_amount - p_actual;
     END IF;
     FOR i IN 1 .. cardinality(v_keys) LOOP
-        v_tat_us := greatest(coalesce(pglease._limit_us(v_tat[i]), v_now_us), v_now_us);
         IF refunded > 0 AND v_tat[i] IS NOT NULL THEN
-            v_tat_us := greatest(v_tat_us - refunded * v_emit[i], v_now_us);
-            v_role := pglease._limit_key_role(v_keys[i]);
-            UPDATE pglease.limit_state AS s
-            SET tat = decided_at + (v_tat_us - v_now_us) * interval '1 microsecond'
-            WHERE s.key = v_keys[i] AND s.key_role = v_role;
+            v_tat[i] := pglease._limit_refund(v_tat[i], refunded, v_emit[i], decided_at);
+            UPDATE pglease.limit_state AS s SET tat = v_tat[i]
+            WHERE s.key = v_keys[i] AND s.key_role = v_roles[i];
         END IF;
         IF v_keys[i] = p_key THEN
+            v_tat_us := greatest(coalesce(pglease._limit_us(v_tat[i]), v_now_us), v_now_us);
             remaining := greatest((v_emit[i] * v_burst[i] - (v_tat_us - v_now_us)) / v_emit[i], 0)::integer;
         END IF;
     END LOOP;

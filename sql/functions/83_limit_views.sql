@@ -25,7 +25,9 @@
 -- its roles own, and only the buckets of roles it is a member of (its own
 -- bucket of a shared key, its prefixes' buckets); another role's buckets
 -- are not counted. Takes no lock; reads every bucket that is not full
--- (one pass over pglease.limit_state) and every unsettled reservation.
+-- (one pass over pglease.limit_state) and every unsettled reservation;
+-- the amounts of reservations expired by read_at count as back in their
+-- buckets, as the buckets' next take finds them.
 -- Raises 22004 for a NULL p_max, 22023 for one not from 1 to 100,000.
 CREATE OR REPLACE FUNCTION pglease.limit_status(p_max integer DEFAULT 1000,
     OUT target text, OUT exact boolean, OUT rate integer, OUT per interval, OUT burst integer,
@@ -60,7 +62,14 @@ BEGIN
         ORDER BY s.target
         LIMIT p_max
     ), spent AS (
-        SELECT st.key, st.key_role, st.tat FROM pglease.limit_state AS st
+        -- Each bucket not full, or holding reservations expired by v_now
+        -- whose amounts it has back (as the next take of it gives them).
+        SELECT st.key, st.key_role, st.tat,
+               CASE WHEN st.due <= v_now THEN
+                   (SELECT coalesce(pg_catalog.sum(r.amount), 0) FROM pglease.limit_reservations AS r
+                    WHERE r.key = st.key AND r.key_role = st.key_role AND r.expires_at <= v_now)
+               ELSE 0 END AS back
+        FROM pglease.limit_state AS st
         WHERE st.tat > v_now AND (v_all OR st.key_role IN (SELECT m.role FROM mine AS m))
     ), held AS (
         SELECT r.key, r.key_role, pg_catalog.sum(r.amount) AS amount
@@ -69,30 +78,27 @@ BEGIN
         GROUP BY r.key, r.key_role
     ), keyed AS (
         -- Each bucket not full or holding reservations, with its key's
-        -- limit: the longest matching target no shorter than the key's
-        -- bound prefix, as pglease._limit_of finds it.
-        SELECT coalesce(s.key, h.key) AS key, s.tat, coalesce(h.amount, 0) AS amount, m.target
+        -- limit (pglease._limit_find).
+        SELECT coalesce(s.key, h.key) AS key, s.tat, s.back, coalesce(h.amount, 0) AS amount, m.target
         FROM spent AS s
         FULL JOIN held AS h ON h.key = s.key AND h.key_role = s.key_role
-        CROSS JOIN LATERAL (
-            SELECT l.target FROM pglease.limits AS l
-            WHERE l.target = ANY (ARRAY(
-                      SELECT pg_catalog.left(coalesce(s.key, h.key), i)
-                      FROM pg_catalog.generate_series(
-                          greatest(pg_catalog.char_length((pglease._owner(coalesce(s.key, h.key))).prefix), 1),
-                          pg_catalog.char_length(coalesce(s.key, h.key))) AS i))
-              AND (NOT l.exact OR l.target = coalesce(s.key, h.key))
-            ORDER BY pg_catalog.octet_length(l.target) DESC
-            LIMIT 1) AS m
+        CROSS JOIN LATERAL pglease._limit_find(coalesce(s.key, h.key)) AS m
+    ), levels AS (
+        -- Each bucket's tat with what its expired reservations gave back.
+        SELECT k.target, k.amount,
+               CASE WHEN k.tat IS NOT NULL
+                    THEN pglease._limit_refund(k.tat, k.back, sh.emission_us, v_now) END AS tat
+        FROM keyed AS k
+        JOIN shown AS sh ON sh.target = k.target
     ), per_target AS (
         SELECT k.target,
-               pg_catalog.count(k.tat) AS buckets,
-               pg_catalog.max(k.tat) AS max_tat,
+               pg_catalog.count(k.tat) FILTER (WHERE k.tat > v_now) AS buckets,
+               pg_catalog.max(k.tat) FILTER (WHERE k.tat > v_now) AS max_tat,
                pg_catalog.count(*) FILTER (
                    WHERE pglease._limit_us(k.tat) - pglease._limit_us(v_now)
                          > sh.emission_us * (sh.burst - 1)) AS limited,
                pg_catalog.sum(k.amount) AS reserved
-        FROM keyed AS k
+        FROM levels AS k
         JOIN shown AS sh ON sh.target = k.target
         GROUP BY k.target
     )

@@ -22,6 +22,7 @@ CREATE TABLE pglease.limit_state (
     key        text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 256),
     key_role   text        NOT NULL,
     tat        timestamptz NOT NULL,
+    due        timestamptz,
     created_by text,
     PRIMARY KEY (key, key_role)
 ) WITH (fillfactor = 70);
@@ -43,7 +44,7 @@ CREATE TABLE pglease.limit_reservations (
 );
 COMMENT ON TABLE pglease.limit_reservations IS
     'pglease: reservations of rate-limit tokens awaiting settlement; change only through the pglease functions';
-CREATE INDEX limit_reservations_expires_idx ON pglease.limit_reservations (expires_at);
+CREATE INDEX limit_reservations_bucket_idx ON pglease.limit_reservations (key, key_role, expires_at);
 
 -- Tenure history (0.4.0, #52, sql/functions/45_tenures.sql,
 -- docs/tenure-history.md). Opt-in per name prefix: one row of

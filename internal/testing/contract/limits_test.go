@@ -38,6 +38,8 @@ func TestLimits(t *testing.T) {
 		{"ClaimAndTakeBadInput", testClaimAndTakeBadInput},
 		{"ReserveSettle", testReserveSettle},
 		{"ReservationExpires", testReservationExpires},
+		{"ReservationExpiryAtLimitAsItStands", testReservationExpiryAtLimitAsItStands},
+		{"ReservationExpiryIsolation", testReservationExpiryIsolation},
 		{"ConcurrentReserversNeverOvershoot", testReserveConcurrent},
 		{"ReserveAll", testReserveAll},
 		{"ReserveAllExpires", testReserveAllExpires},
@@ -895,33 +897,159 @@ func testReserveSettle(t *testing.T, db *testDB) {
 	requirePgError(t, err, "22023", "p_ttl must be more than 0")
 }
 
-// testReservationExpires: once its TTL has passed on the server's clock a
-// reservation can no longer be settled: its amount stays spent, and
-// purge deletes it.
+// testReservationExpires: a reservation never settled gives its whole
+// amount back at its expiry on the server's clock: peek counts it back
+// at once, the next call that locks the bucket (here a refused settle of
+// it) gives it back and deletes it, and a settle at or after the expiry is
+// refused. Another role's take, peek, settle and purge of the same shared
+// key neither give C's back nor read or change anything of C's bucket;
+// C's purge gives back what expired without a take.
 func testReservationExpires(t *testing.T, db *testDB) {
 	n := namer(t)
 	adminURL := pgtest.AdminURL(t)
-	c := connectAs(t, db.url, createLoginRole(t, adminURL, db.url, true))
+	roleC := createLoginRole(t, adminURL, db.url, true)
+	c := connectAs(t, db.url, roleC)
 	d := connectAs(t, db.url, createLoginRole(t, adminURL, db.url, true))
 	setLimit(t, db.pool, n(""), 1, time.Hour, 5, false)
-	r := reserve(t, c, n("k"), 3, 200*time.Millisecond)
+	key := n("k")
+	live := reserve(t, c, key, 1, time.Hour)
+	r := reserve(t, c, key, 3, 200*time.Millisecond)
+	if !r.Reserved || r.Remaining != 1 {
+		t.Fatalf("reserve 3 after 1 of 5: got %+v, want reserved, 1 remaining", r)
+	}
 	waitServerPast(t, c, *r.ExpiresAt)
-	if s := settle(t, c, n("k"), *r.Reservation, 0); s.Settled || s.Refunded != 0 || s.Remaining != 2 {
-		t.Fatalf("settle after expiry: got %+v, want not settled, 2 remaining (the 3 stay spent)", s)
+	if p := peek(t, c, key); p.Remaining != 4 {
+		t.Fatalf("peek after the expiry: got %s, want 4 remaining (the 3 back, the live 1 held)", p)
 	}
-	rows := func() int64 {
-		return countRows(t, db.pool, `SELECT count(*) FROM pglease.limit_reservations WHERE id = $1`, *r.Reservation)
+	cRows := func() string {
+		var s string
+		mustScan(t, db.pool, `SELECT coalesce((SELECT string_agg(r::text, ';' ORDER BY r.id) FROM pglease.limit_reservations AS r
+				WHERE r.key = $1 AND r.key_role = $2), '')
+			|| ' | ' || coalesce((SELECT s::text FROM pglease.limit_state AS s WHERE s.key = $1 AND s.key_role = $2), '')`,
+			[]any{key, roleC.name}, &s)
+		return s
 	}
-	if got := rows(); got != 1 {
-		t.Fatalf("expired reservation rows before purge: got %d, want 1", got)
+	before := cRows()
+	if !strings.Contains(before, fmt.Sprint(*r.Reservation)) {
+		t.Fatalf("C's bucket before any call after the expiry: %s, want reservation %d still there (peek writes nothing)", before, *r.Reservation)
+	}
+	take(t, d, key, 1)
+	peek(t, d, key)
+	if s := settle(t, d, key, *r.Reservation, 0); s.Settled || s.Refunded != 0 {
+		t.Fatalf("D's settle of C's expired reservation: got %+v, want not settled", s)
 	}
 	mustExec(t, d, `SELECT pglease.purge('0')`)
-	if got := rows(); got != 1 {
-		t.Fatal("another role's purge deleted C's expired reservation")
+	if after := cRows(); after != before {
+		t.Fatalf("C's bucket after D's calls of the same key:\n got %s\nwant %s", after, before)
 	}
+	s := settle(t, c, key, *r.Reservation, 0)
+	if s.Settled || s.Refunded != 0 || s.Remaining != 4 {
+		t.Fatalf("settle after expiry: got %+v, want not settled, 0 refunded, 4 remaining (the 3 came back at the expiry)", s)
+	}
+	if got := countRows(t, db.pool, `SELECT count(*) FROM pglease.limit_reservations WHERE id = $1`, *r.Reservation); got != 0 {
+		t.Fatalf("rows of the reservation given back: got %d, want 0", got)
+	}
+	if s := settle(t, c, key, *r.Reservation, 0); s.Settled || s.Remaining != 4 {
+		t.Fatalf("settle again: got %+v, want not settled, still 4 remaining (given back once)", s)
+	}
+	// The state is the model's: two spends, the 3 given back at their
+	// expiry, whenever a call finds them.
+	if tat := tatOf(t, db, key, roleC.name); tat == nil || !tat.Equal(live.At.Add(time.Hour)) {
+		t.Fatalf("C's tat: got %v, want %v (the live reservation's hour only)", tat, live.At.Add(time.Hour))
+	}
+	// Purge gives back what expired with no call of the bucket after it.
+	r2 := reserve(t, c, key, 2, 100*time.Millisecond)
+	waitServerPast(t, c, *r2.ExpiresAt)
 	mustExec(t, c, `SELECT pglease.purge('0')`)
-	if got := rows(); got != 0 {
+	if got := countRows(t, db.pool, `SELECT count(*) FROM pglease.limit_reservations WHERE id = $1`, *r2.Reservation); got != 0 {
 		t.Fatalf("C's expired reservation after C's purge: got %d rows, want 0", got)
+	}
+	if tat := tatOf(t, db, key, roleC.name); tat == nil || !tat.Equal(live.At.Add(time.Hour)) {
+		t.Fatalf("C's tat after its purge: got %v, want %v (the 2 back)", tat, live.At.Add(time.Hour))
+	}
+	if p := peek(t, c, key); p.Remaining != 4 {
+		t.Fatalf("peek after the purge: got %s, want 4 remaining", p)
+	}
+}
+
+// testReservationExpiryAtLimitAsItStands: a refund at expiry counts at
+// the key's limit as it stands, as a settle's does: two reservations of 4
+// at 1 per hour, the limit changed to 2 per hour, one settled at 0 and
+// one given back at its expiry leave the bucket exactly where two settles
+// at the new rate would.
+func testReservationExpiryAtLimitAsItStands(t *testing.T, db *testDB) {
+	n := namer(t)
+	key := n("k")
+	setLimit(t, db.pool, n(""), 1, time.Hour, 10, false)
+	first := reserve(t, db.pool, key, 4, 200*time.Millisecond)
+	second := reserve(t, db.pool, key, 4, time.Hour)
+	setLimit(t, db.pool, n(""), 2, time.Hour, 10, false)
+	if s := settle(t, db.pool, key, *second.Reservation, 0); !s.Settled || s.Refunded != 4 {
+		t.Fatalf("settle of the live reservation: got %+v, want settled, 4 refunded", s)
+	}
+	waitServerPast(t, db.pool, *first.ExpiresAt)
+	// 8 hours spent from first.At, 2 + 2 hours given back at 30 minutes a
+	// token.
+	want := first.At.Add(4 * time.Hour)
+	p := peek(t, db.pool, key)
+	if got := p.At.Add(p.ResetIn); !got.Equal(want) || p.Remaining != 2 {
+		t.Fatalf("peek after the expiry: got %s (tat %v), want tat %v, 2 remaining", p, got, want)
+	}
+	r := take(t, db.pool, key, 1)
+	if got := r.At.Add(r.ResetIn); !got.Equal(want.Add(30*time.Minute)) || r.Remaining != 1 {
+		t.Fatalf("take after the expiry: got %s (tat %v), want tat %v, 1 remaining", r, got, want.Add(30*time.Minute))
+	}
+}
+
+// ownRoleSessions returns two sessions of a login role of t's own, whose
+// purge reaches only its own buckets (the owner's would reach every
+// subtest's, which share the database).
+func ownRoleSessions(t *testing.T, db *testDB) (c, other *pgx.Conn) {
+	role := createLoginRole(t, pgtest.AdminURL(t), db.url, true)
+	return connectAs(t, db.url, role), connectAs(t, db.url, role)
+}
+
+// testReservationExpiryIsolation: under REPEATABLE READ and SERIALIZABLE,
+// a settle, take or reserve whose snapshot predates a committed give-back
+// of an expired reservation (by another take, or by purge) raises 40001
+// and gives nothing back again; the bucket ends as the model says: the
+// amount back once.
+func testReservationExpiryIsolation(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	setLimit(t, db.pool, n(""), 1, time.Hour, 6, false)
+	c, other := ownRoleSessions(t, db)
+	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
+		for _, giver := range []string{`SELECT * FROM pglease.take($1, 1)`, `SELECT pglease.purge('0') FROM (SELECT $1::text) AS k`} {
+			for _, racer := range []string{"settle", "take", "reserve"} {
+				key := n(fmt.Sprintf("%s/%d/%s", level, len(giver), racer))
+				r := reserve(t, c, key, 4, 50*time.Millisecond)
+				waitServerPast(t, c, *r.ExpiresAt)
+				tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: level})
+				if err != nil {
+					t.Fatal(err)
+				}
+				mustExec(t, tx, `SELECT 1`) // the snapshot
+				mustExec(t, other, giver, key)
+				switch racer {
+				case "settle":
+					_, err = trySettle(ctx, tx, key, *r.Reservation, 0)
+				case "take":
+					_, err = tryTake(ctx, tx, key, 1)
+				default:
+					_, err = tryReserve(ctx, tx, key, 1, time.Hour)
+				}
+				requirePgError(t, err, "40001")
+				_ = tx.Rollback(ctx)
+				want := int32(6)
+				if strings.Contains(giver, "take") {
+					want = 5
+				}
+				if p := peek(t, c, key); p.Remaining != want {
+					t.Fatalf("%s, %s racing %q: got %s, want %d remaining (the 4 back once)", level, racer, giver, p, want)
+				}
+			}
+		}
 	}
 }
 

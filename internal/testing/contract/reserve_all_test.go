@@ -94,22 +94,40 @@ func testReserveAll(t *testing.T, db *testDB) {
 	}
 }
 
-// testReserveAllExpires: after its expiry on the server's clock a
-// reservation over several levels settles at none of them: false, 0, and
-// the amount stays spent at every level.
+// testReserveAllExpires: a reservation over several levels never settled
+// gives its amount back at every level at its expiry on the server's
+// clock: peek counts it back at each; a take at one level gives back that
+// level's only, and a settle through another level is refused and gives
+// back the levels it locks; at no level does it come back twice.
 func testReserveAllExpires(t *testing.T, db *testDB) {
 	n := namer(t)
 	setLimit(t, db.pool, n(""), 1, time.Hour, 5, false)
-	levels := []string{n("t/u"), n("t")}
+	levels := []string{n("t/u"), n("t"), n("")}
 	r := reserveAll(t, db.pool, levels, 3, 100*time.Millisecond)
 	var expires time.Time
 	mustScan(t, db.pool, `SELECT max(expires_at) FROM pglease.limit_reservations WHERE id = $1`, []any{*r.Reservation}, &expires)
 	waitServerPast(t, db.pool, expires)
-	if s := settle(t, db.pool, levels[1], *r.Reservation, 0); s.Settled || s.Refunded != 0 || s.Remaining != 2 {
-		t.Fatalf("settle after the expiry: got %+v, want not settled, 2 left (the 3 stay spent)", s)
+	for _, key := range levels {
+		if p := peek(t, db.pool, key); p.Remaining != 5 {
+			t.Fatalf("%s after the expiry: got %s, want 5 remaining (the 3 back)", key, p)
+		}
 	}
-	if p := peek(t, db.pool, levels[0]); p.Remaining != 2 {
-		t.Fatalf("the user after the late settle: got %s, want 2 remaining", p)
+	if tk := take(t, db.pool, levels[0], 1); !tk.Allowed || tk.Remaining != 4 {
+		t.Fatalf("take of the user after the expiry: got %s, want allowed, 4 remaining", tk)
+	}
+	if got := countRows(t, db.pool, `SELECT count(*) FROM pglease.limit_reservations WHERE id = $1`, *r.Reservation); got != 2 {
+		t.Fatalf("rows of the reservation after the user's take: got %d, want the tenant's and the pool's 2", got)
+	}
+	if s := settle(t, db.pool, levels[1], *r.Reservation, 0); s.Settled || s.Refunded != 0 || s.Remaining != 5 {
+		t.Fatalf("settle through the tenant after the expiry: got %+v, want not settled, 5 left (the 3 came back)", s)
+	}
+	if got := countRows(t, db.pool, `SELECT count(*) FROM pglease.limit_reservations WHERE id = $1`, *r.Reservation); got != 0 {
+		t.Fatalf("rows of the reservation after the late settle: got %d, want 0", got)
+	}
+	for key, want := range map[string]int32{levels[0]: 4, levels[1]: 5, levels[2]: 5} {
+		if p := peek(t, db.pool, key); p.Remaining != want {
+			t.Fatalf("%s at the end: got %s, want %d remaining (back once)", key, p, want)
+		}
 	}
 }
 
@@ -211,8 +229,8 @@ func testReserveAllRoles(t *testing.T, db *testDB) {
 // timeout off, delay nobody's take, reserve, reserve_all or settle of a
 // different key or bucket: another role's open reserve_all, its settle of
 // its own reservation, its settle naming the other role's reservation,
-// and its refused reserve_all. The victim's calls run with lock_timeout
-// 100ms.
+// its refused reserve_all, and its take and purge that give back its own
+// expired reservation. The victim's calls run with lock_timeout 100ms.
 func testReserveAllCannotDelay(t *testing.T, db *testDB) {
 	n := namer(t)
 	ctx := testContext(t)
@@ -220,6 +238,17 @@ func testReserveAllCannotDelay(t *testing.T, db *testDB) {
 	setLimit(t, db.pool, n("shared/"), 1000, time.Second, 1000, false)
 	rb := reserveAll(t, b, []string{n("shared/bu"), n("shared/")}, 1, time.Hour)
 	ra := reserveAll(t, a, []string{n("shared/ar"), n("shared/")}, 1, time.Hour)
+	// B's reservations over its own buckets, expired and not given back
+	// yet: one for its take, one for its purge; and one of A's, which B's
+	// purge must leave alone.
+	bx := []*int64{
+		reserveAll(t, b, []string{n("shared/bx"), n("shared/")}, 1, 50*time.Millisecond).Reservation,
+		reserveAll(t, b, []string{n("shared/by"), n("shared/")}, 1, 50*time.Millisecond).Reservation,
+		reserveAll(t, a, []string{n("shared/ax")}, 1, 50*time.Millisecond).Reservation,
+	}
+	var expires time.Time
+	mustScan(t, db.pool, `SELECT max(expires_at) FROM pglease.limit_reservations WHERE id = ANY ($1)`, []any{bx}, &expires)
+	waitServerPast(t, db.pool, expires)
 	mustExec(t, a, `SET lock_timeout = '100ms'`)
 	mustExec(t, b, `SET lock_timeout = 0; SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0`)
 	victim := func(what string) {
@@ -247,13 +276,22 @@ func testReserveAllCannotDelay(t *testing.T, db *testDB) {
 		{"settle of its own", `SELECT * FROM pglease.settle($1, $2, 0)`, []any{n("shared/"), *rb.Reservation}},
 		{"settle naming A's reservation", `SELECT * FROM pglease.settle($1, $2, 0)`, []any{n("shared/ar"), *ra.Reservation}},
 		{"refused reserve_all", `SELECT * FROM pglease.reserve_all($1, 1, '1 hour')`, []any{[]string{n("shared/bu"), n("a/k")}}},
+		{"take giving back its expired reservation", `SELECT * FROM pglease.take($1, 1)`, []any{n("shared/bx")}},
+		{"purge giving back its expired reservations", `SELECT pglease.purge('0')`, nil},
 	} {
 		tx, err := b.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _ = tx.Exec(ctx, hostile.sql, hostile.args...)
+		if _, err := tx.Exec(ctx, hostile.sql, hostile.args...); err != nil && hostile.what != "refused reserve_all" {
+			t.Fatalf("B's %s: %v", hostile.what, err)
+		}
 		victim(hostile.what)
+		if hostile.what == "purge giving back its expired reservations" {
+			if r, err := tryTake(ctx, a, n("shared/ax"), 1); err != nil || !r.Allowed || r.Remaining != 999 {
+				t.Fatalf("A's take of its key with an expired reservation while B's purge is open: got %s, %v; want allowed, the 1 back", r, err)
+			}
+		}
 		if hostile.what == "settle naming A's reservation" {
 			if s, err := trySettle(ctx, a, n("shared/ar"), *ra.Reservation, 0); err != nil || !s.Settled {
 				t.Fatalf("A's settle of the reservation B's open settle named: got %+v, %v; want settled", s, err)
@@ -274,7 +312,7 @@ func testReserveAllIsolation(t *testing.T, db *testDB) {
 	n := namer(t)
 	ctx := testContext(t)
 	setLimit(t, db.pool, n(""), 1, time.Hour, 3, false)
-	c, other := connect(t, db.url), connect(t, db.url)
+	c, other := ownRoleSessions(t, db)
 	levels := []string{n("u"), n("t")}
 	for _, level := range []pgx.TxIsoLevel{pgx.RepeatableRead, pgx.Serializable} {
 		reserveAll(t, c, levels, 3, time.Hour) // every level spent
@@ -284,7 +322,7 @@ func testReserveAllIsolation(t *testing.T, db *testDB) {
 		}
 		mustExec(t, tx, `SELECT 1`) // the snapshot
 		for _, key := range levels {
-			mustExec(t, other, `SELECT pglease.limit_reset($1)`, key)
+			mustExec(t, db.pool, `SELECT pglease.limit_reset($1)`, key)
 		}
 		r, err := tryReserveAll(ctx, tx, levels, 3, time.Hour)
 		if err == nil && !r.Reserved {
@@ -306,7 +344,7 @@ func testReserveAllIsolation(t *testing.T, db *testDB) {
 			t.Fatal(err)
 		}
 		mustExec(t, tx, `SELECT 1`)
-		mustExec(t, db.pool, `SELECT pglease.purge('0')`)
+		mustExec(t, other, `SELECT pglease.purge('0')`)
 		s, err := trySettle(ctx, tx, levels[0], *rr.Reservation, 0)
 		if err == nil && (s.Settled || s.Refunded != 0) {
 			t.Fatalf("%s: settle of a purged reservation: got %+v, want not settled or 40001", level, s)

@@ -10,15 +10,22 @@ import (
 // Rules of CheckLimits.
 const (
 	// RuleLimitBound: over any span [t1, t2] of the server's clock, the
-	// tokens a key's committed decisions spent, less what committed
-	// settles of them gave back, are at most burst + (t2 - t1) / emission.
+	// tokens a key's committed decisions spent are at most burst + (t2 -
+	// t1) / emission, where a reservation spends its amount at its
+	// decision and gives back, once, either amount - actual at the
+	// committed settle that settled it or its whole amount at its expiry:
+	// spent = takes + settled actuals + amounts of reservations still
+	// live; an expired unsettled reservation spends nothing.
 	RuleLimitBound = "limit-bound"
 	// RuleLimitReplay: a key decided only at exact clock readings
 	// (LimitEvent.Lo == Hi for every event) decides as GCRA replayed over
-	// its committed events in clock order, to the microsecond: every
-	// allowed decision allowed, every refused one refused, and the final
-	// state equal to the server's.
+	// its committed events and its reservations' expiries in clock order,
+	// to the microsecond: every allowed decision allowed, every refused
+	// one refused, and the final state equal to the server's.
 	RuleLimitReplay = "limit-replay"
+	// RuleLimitSettle: a settle settles a reservation only before its
+	// expiry on the server's clock, and at most once per key.
+	RuleLimitSettle = "limit-settle"
 )
 
 // Limit is a key's limit as pglease.limits holds it.
@@ -39,16 +46,32 @@ type LimitEvent struct {
 	// Key is the rate-limited key.
 	Key string
 	// Delta is the tokens spent (> 0, a take or a reservation) or given
-	// back (< 0, a settle's refund).
+	// back (<= 0, a settle's refund).
 	Delta int
 	// Allowed is the decision; a refused event spent nothing (Delta is
-	// what it asked for).
+	// what it asked for). For a settle: whether it settled.
 	Allowed bool
+	// Reservation is the reservation a reserve made or a settle settled;
+	// 0 for a take.
+	Reservation int64
+	// Expires is a reservation's expiry on the server's clock (a reserve's
+	// event): unless a committed settle settled it, its Delta goes back
+	// to the key then.
+	Expires time.Time
+	// Settle marks a settle's event.
+	Settle bool
 	// Lo and Hi bound the server's clock reading the key's decision was
 	// made at: equal when the function returned the key's own reading
 	// (decided_at), else Lo is an earlier reading of the same call and Hi a
 	// later one (the other keys of a reserve_all).
 	Lo, Hi time.Time
+}
+
+// LimitFinal is a key's state as the server reports it after the history
+// (pglease.peek): At, its clock reading, and Tat, the theoretical arrival
+// time as of At (decided_at + reset_in: At when the bucket is full).
+type LimitFinal struct {
+	At, Tat time.Time
 }
 
 // LimitReport is what CheckLimits found.
@@ -76,18 +99,23 @@ func (r LimitReport) Summary() string {
 }
 
 // CheckLimits checks the committed decisions of rate-limited keys against
-// the bound of pglease's GCRA (RuleLimitBound), on the server's clock, and
+// the bound of pglease's GCRA (RuleLimitBound), on the server's clock,
+// checks settles against their reservations (RuleLimitSettle), and
 // replays the keys decided at exact readings (RuleLimitReplay), comparing
-// the replay's final state with final, each key's theoretical arrival time
-// as pglease.limit_state holds it (a key missing from final is not
-// compared).
+// the replay's state with final, each key's as the server reports it
+// after the history (a key missing from final is not compared).
+//
+// A reservation's expiry is an event of its own: at Expires, unless a
+// committed settle settled the reservation, its amount goes back to the
+// key (the server gives it back lazily, at the first call that locks the
+// bucket after Expires, which decides the same as if it had at Expires).
 //
 // The bound is checked soundly for events known only within [Lo, Hi]: a
 // spend counts in a span only when [Lo, Hi] lies inside it, and a refund
 // whenever it may; so a violation reported is one of every order the
 // readings could have had. Spans start at some event's Lo and end at some
 // event's Hi (the others spend no more over a longer time).
-func CheckLimits(events []LimitEvent, limits map[string]Limit, final map[string]time.Time) LimitReport {
+func CheckLimits(events []LimitEvent, limits map[string]Limit, final map[string]LimitFinal) LimitReport {
 	var rep LimitReport
 	byKey := map[string][]LimitEvent{}
 	for _, e := range events {
@@ -108,6 +136,7 @@ func CheckLimits(events []LimitEvent, limits map[string]Limit, final map[string]
 		}
 		rep.Keys++
 		rep.Events += len(evs)
+		evs = append(evs, expiries(&rep, key, evs)...)
 		checkBound(&rep, key, evs, lim)
 		exact := true
 		for _, e := range evs {
@@ -115,10 +144,52 @@ func CheckLimits(events []LimitEvent, limits map[string]Limit, final map[string]
 		}
 		if exact {
 			rep.Replayed++
-			replay(&rep, key, evs, lim, final)
+			f, hasFinal := final[key]
+			replay(&rep, key, evs, lim, f, hasFinal)
 		}
 	}
 	return rep
+}
+
+// expiries checks RuleLimitSettle for one key and returns the give-backs
+// of its reservations that no committed settle settled: one refund of the
+// whole amount each, at the reservation's expiry.
+func expiries(rep *LimitReport, key string, evs []LimitEvent) []LimitEvent {
+	reserved := map[int64]LimitEvent{}
+	for _, e := range evs {
+		if e.Reservation != 0 && !e.Settle && e.Allowed {
+			reserved[e.Reservation] = e
+		}
+	}
+	settled := map[int64]bool{}
+	for _, e := range evs {
+		if !e.Settle || !e.Allowed {
+			continue
+		}
+		r, ok := reserved[e.Reservation]
+		switch {
+		case !ok:
+			rep.Violations = append(rep.Violations, Violation{Rule: RuleLimitSettle,
+				Detail: fmt.Sprintf("key %q, op %d: settled reservation %d, which no committed reserve of the key made", key, e.Op, e.Reservation)})
+		case settled[e.Reservation]:
+			rep.Violations = append(rep.Violations, Violation{Rule: RuleLimitSettle,
+				Detail: fmt.Sprintf("key %q, op %d: settled reservation %d a second time", key, e.Op, e.Reservation)})
+		case !e.Hi.Before(r.Expires):
+			rep.Violations = append(rep.Violations, Violation{Rule: RuleLimitSettle,
+				Detail: fmt.Sprintf("key %q, op %d: settled reservation %d at %s, not before its expiry %s",
+					key, e.Op, e.Reservation, e.Hi.Format(time.RFC3339Nano), r.Expires.Format(time.RFC3339Nano))})
+		}
+		settled[e.Reservation] = true
+	}
+	var back []LimitEvent
+	for id, r := range reserved {
+		if !settled[id] {
+			back = append(back, LimitEvent{Op: r.Op, Key: key, Delta: -r.Delta, Allowed: true,
+				Reservation: id, Lo: r.Expires, Hi: r.Expires})
+		}
+	}
+	slices.SortFunc(back, func(a, b LimitEvent) int { return a.Lo.Compare(b.Lo) })
+	return back
 }
 
 // checkBound checks RuleLimitBound for one key.
@@ -130,7 +201,11 @@ func checkBound(rep *LimitReport, key string, evs []LimitEvent, lim Limit) {
 		}
 	}
 	byHi := slices.Clone(moves)
-	slices.SortStableFunc(byHi, func(a, b LimitEvent) int { return a.Hi.Compare(b.Hi) })
+	// At one reading, refunds first: they may have been first (an expiry
+	// at a call's own reading was).
+	slices.SortStableFunc(byHi, func(a, b LimitEvent) int {
+		return cmp.Or(a.Hi.Compare(b.Hi), cmp.Compare(a.Delta, b.Delta))
+	})
 	starts := make([]time.Time, 0, len(moves))
 	for _, e := range moves {
 		starts = append(starts, e.Lo)
@@ -174,12 +249,19 @@ func checkBound(rep *LimitReport, key string, evs []LimitEvent, lim Limit) {
 }
 
 // replay checks RuleLimitReplay for one key whose events are all exact.
-func replay(rep *LimitReport, key string, evs []LimitEvent, lim Limit, final map[string]time.Time) {
+func replay(rep *LimitReport, key string, evs []LimitEvent, lim Limit, final LimitFinal, hasFinal bool) {
 	evs = slices.Clone(evs)
+	if hasFinal {
+		// Expiries after the server's final reading have not happened.
+		evs = slices.DeleteFunc(evs, func(e LimitEvent) bool { return isExpiry(e) && e.Lo.After(final.At) })
+	}
 	// Spends and refunds of one key serialise on its row lock and read the
-	// clock after it: clock order is their order. Equal readings keep the
+	// clock after it: clock order is their order; an expiry at a call's
+	// own reading is given back before it decides. Equal readings keep the
 	// log's order.
-	slices.SortStableFunc(evs, func(a, b LimitEvent) int { return cmp.Compare(a.Lo.UnixMicro(), b.Lo.UnixMicro()) })
+	slices.SortStableFunc(evs, func(a, b LimitEvent) int {
+		return cmp.Or(cmp.Compare(a.Lo.UnixMicro(), b.Lo.UnixMicro()), -cmp.Compare(b2i(isExpiry(a)), b2i(isExpiry(b))))
+	})
 	emit := lim.Emission.Microseconds()
 	tol := emit * int64(lim.Burst)
 	var tat int64
@@ -191,6 +273,8 @@ func replay(rep *LimitReport, key string, evs []LimitEvent, lim Limit, final map
 			base = tat
 		}
 		switch {
+		case e.Settle && !e.Allowed:
+			// A settle refused: nothing given back.
 		case e.Delta > 0:
 			next := base + emit*int64(e.Delta)
 			want := next-now <= tol
@@ -207,9 +291,27 @@ func replay(rep *LimitReport, key string, evs []LimitEvent, lim Limit, final map
 			tat = max(base+emit*int64(e.Delta), now)
 		}
 	}
-	if f, ok := final[key]; ok && has && f.UnixMicro() != tat {
-		rep.Violations = append(rep.Violations, Violation{Rule: RuleLimitReplay,
-			Detail: fmt.Sprintf("key %q: the server's state is %s, the replay's %s",
-				key, f.Format(time.RFC3339Nano), time.UnixMicro(tat).UTC().Format(time.RFC3339Nano))})
+	if !hasFinal || !has {
+		return
 	}
+	// The server's state as of its final reading: the replay's, or that
+	// reading when the bucket is full by then.
+	want := max(tat, final.At.UnixMicro())
+	if final.Tat.UnixMicro() != want {
+		rep.Violations = append(rep.Violations, Violation{Rule: RuleLimitReplay,
+			Detail: fmt.Sprintf("key %q: the server's state at %s is %s, the replay's %s",
+				key, final.At.Format(time.RFC3339Nano), final.Tat.Format(time.RFC3339Nano),
+				time.UnixMicro(want).UTC().Format(time.RFC3339Nano))})
+	}
+}
+
+// isExpiry tells the give-back of an expired reservation (made by
+// expiries) from the events the server logged.
+func isExpiry(e LimitEvent) bool { return e.Reservation != 0 && !e.Settle && e.Delta < 0 }
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

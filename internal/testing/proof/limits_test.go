@@ -51,13 +51,16 @@ var (
 // with the server's clock readings, so the log holds exactly the
 // committed decisions: a rolled-back or cut-off spend leaves nothing.
 // The history checker (history.CheckLimits) then checks that over every
-// span the net tokens spent of each key (reservations less the refunds of
-// their settles) never exceed burst + elapsed / emission, and replays the
-// single keys' decisions exactly, to the microsecond, against the
-// server's final state. The clients check that nothing allowed is lost:
-// every call they saw commit is in the log, none they saw roll back is,
-// and a settle is settled exactly when it decided before the
-// reservation's expiry on the server's clock.
+// span the net tokens spent of each key (takes, settled actuals, and the
+// amounts of reservations still live: a reservation gives back amount -
+// actual at its settle, or its whole amount at its expiry when never
+// settled) never exceed burst + elapsed / emission, that settles settle
+// only before the expiry and once, and replays the single keys' decisions
+// and expiries exactly, to the microsecond, against the server's final
+// state. The clients check that nothing allowed is lost: every call they
+// saw commit is in the log, none they saw roll back is, and a settle is
+// settled exactly when it decided before the reservation's expiry on the
+// server's clock.
 func TestLimitsChaos(t *testing.T) {
 	dur := envDuration(t, EnvLimitsDuration, 10*time.Second)
 	url := pgtest.NewMigrated(t)
@@ -66,7 +69,8 @@ func TestLimitsChaos(t *testing.T) {
 	setup := context.Background()
 	for _, q := range []string{
 		`CREATE TABLE proof_limit_log (op bigint NOT NULL, key text NOT NULL, delta integer NOT NULL,
-			allowed boolean NOT NULL, lo timestamptz NOT NULL, hi timestamptz NOT NULL)`,
+			allowed boolean NOT NULL, lo timestamptz NOT NULL, hi timestamptz NOT NULL,
+			reservation bigint NOT NULL DEFAULT 0, expires timestamptz, settle boolean NOT NULL DEFAULT false)`,
 		`SELECT pglease.limit_set('g/', 50, '1 second', 8)`,
 		`SELECT pglease.limit_set('h', 60, '1 second', 12)`,
 		`SELECT pglease.limit_set('h/', 30, '1 second', 6)`,
@@ -111,14 +115,20 @@ func TestLimitsChaos(t *testing.T) {
 	read := context.Background()
 	logged := map[int64]bool{}
 	var events []history.LimitEvent
-	rows, err := admin.Query(read, `SELECT op, key, delta, allowed, lo, hi FROM proof_limit_log`)
+	rows, err := admin.Query(read, `SELECT op, key, delta, allowed, lo, hi, reservation, expires, settle FROM proof_limit_log`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for rows.Next() {
-		var e history.LimitEvent
-		if err := rows.Scan(&e.Op, &e.Key, &e.Delta, &e.Allowed, &e.Lo, &e.Hi); err != nil {
+		var (
+			e       history.LimitEvent
+			expires *time.Time
+		)
+		if err := rows.Scan(&e.Op, &e.Key, &e.Delta, &e.Allowed, &e.Lo, &e.Hi, &e.Reservation, &expires, &e.Settle); err != nil {
 			t.Fatal(err)
+		}
+		if expires != nil {
+			e.Expires = *expires
 		}
 		events = append(events, e)
 		logged[e.Op] = true
@@ -126,13 +136,15 @@ func TestLimitsChaos(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
+	// Each key's state as peek reports it: what the log's calls left, and
+	// the reservations expired since given back.
 	limits := map[string]history.Limit{}
-	final := map[string]time.Time{}
+	final := map[string]history.LimitFinal{}
 	rows, err = admin.Query(read, `
-		SELECT k.key, l.emission_us, l.burst, s.tat
+		SELECT k.key, l.emission_us, l.burst, p.decided_at, p.decided_at + p.reset_in
 		FROM (SELECT DISTINCT key FROM proof_limit_log) AS k
 		CROSS JOIN LATERAL pglease._limit_of('proof', k.key) AS l
-		LEFT JOIN pglease.limit_state AS s ON s.key = k.key`)
+		CROSS JOIN LATERAL pglease.peek(k.key) AS p`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,15 +153,13 @@ func TestLimitsChaos(t *testing.T) {
 			key   string
 			emit  int64
 			burst int
-			tat   *time.Time
+			f     history.LimitFinal
 		)
-		if err := rows.Scan(&key, &emit, &burst, &tat); err != nil {
+		if err := rows.Scan(&key, &emit, &burst, &f.At, &f.Tat); err != nil {
 			t.Fatal(err)
 		}
 		limits[key] = history.Limit{Emission: time.Duration(emit) * time.Microsecond, Burst: burst}
-		if tat != nil {
-			final[key] = *tat
-		}
+		final[key] = f
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
@@ -326,7 +336,8 @@ func (c *limitsClient) reserve() {
 	if c.tx(op, func(ctx context.Context, tx pgx.Tx) error {
 		return tx.QueryRow(ctx, `
 			WITH r AS (SELECT * FROM pglease.reserve($2, $3, $4)),
-			     w AS (INSERT INTO proof_limit_log SELECT $1, $2, $3, r.reserved, r.decided_at, r.decided_at FROM r)
+			     w AS (INSERT INTO proof_limit_log
+			           SELECT $1, $2, $3, r.reserved, r.decided_at, r.decided_at, coalesce(r.reservation, 0), r.expires_at FROM r)
 			SELECT reserved, reservation, expires_at FROM r`,
 			op, key, amount, c.ttl()).Scan(&ok, &id, &expires)
 	}) == txCommitted {
@@ -354,7 +365,8 @@ func (c *limitsClient) reserveAll() {
 			WITH r AS (SELECT * FROM pglease.reserve_all($2, $3, $4)),
 			     w AS (INSERT INTO proof_limit_log
 			           SELECT $1, k, $3, true, r.decided_at,
-			                  CASE WHEN k = ($2::text[])[1] THEN r.decided_at ELSE clock_timestamp() END
+			                  CASE WHEN k = ($2::text[])[1] THEN r.decided_at ELSE clock_timestamp() END,
+			                  r.reservation, r.expires_at
 			           FROM r, unnest($2::text[]) AS k WHERE r.reserved)
 			SELECT reservation, expires_at FROM r WHERE reserved`,
 			op, keys, amount, c.ttl()).Scan(&id, &expires)
@@ -391,14 +403,15 @@ func (c *limitsClient) settle() {
 		time.Sleep(time.Duration(c.rng.Int64N(int64(100 * time.Millisecond))))
 	}
 	outcome := c.tx(op, func(ctx context.Context, tx pgx.Tx) error {
-		// One refund event per key of the reservation, at the settle's
-		// one clock reading.
+		// One settle event per key of the reservation, at the settle's
+		// one clock reading, when it settled (refunded 0 included: the
+		// reservation then never comes back at its expiry).
 		return tx.QueryRow(ctx, `
 			WITH s AS (SELECT * FROM pglease.settle($2, $3, $4)),
 			     w AS (INSERT INTO proof_limit_log
-			           SELECT $1, k.key, -s.refunded, true, s.decided_at, s.decided_at
+			           SELECT $1, k.key, -s.refunded, true, s.decided_at, s.decided_at, $3, NULL, true
 			           FROM s, pglease.limit_reservations AS k
-			           WHERE k.id = $3 AND s.refunded > 0)
+			           WHERE k.id = $3 AND s.settled)
 			SELECT settled, refunded, decided_at FROM s`, op, r.key, r.id, actual).Scan(&settled, &refunded, &at)
 	})
 	if outcome == txRolledBack {
@@ -408,8 +421,8 @@ func (c *limitsClient) settle() {
 	if outcome == txUnknown {
 		return // settled or not: its answer is unknown
 	}
-	if refunded == 0 {
-		// Nothing given back: nothing logged (committed, but no event).
+	if !settled {
+		// Refused: nothing logged (committed, but no event).
 		c.stats.committed = c.stats.committed[:len(c.stats.committed)-1]
 	}
 	if settled != at.Before(r.expires) || (settled && refunded != r.amount-actual) || (!settled && refunded != 0) {
