@@ -4174,11 +4174,23 @@ BEGIN
 END
 $$;
 
+-- _history_owner(): whether the caller (session_user) is the schema owner,
+-- a member of its role, or a superuser: who alone deletes from the
+-- history and drops its archive.
+CREATE OR REPLACE FUNCTION pglease._history_owner()
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER')
+    FROM pg_catalog.pg_namespace AS n
+    WHERE n.nspname = 'pglease';
+$$;
+
 -- _history_admin(p_func, p_prefix): raises 42501 unless the caller may turn
--- the history of p_prefix on or off: the schema owner, a superuser or a
--- member of pglease_operator (pglease._trusted), or a member of the role
--- owning p_prefix's longest bound prefix (pglease.prefix_bind), which must
--- be p_prefix itself or a shorter prefix of it.
+-- the history of p_prefix on or off: the schema owner or a superuser
+-- (pglease._history_owner), or a member of the role owning p_prefix's
+-- longest bound prefix (pglease.prefix_bind), which must be p_prefix
+-- itself or a shorter prefix of it. pglease_operator is not enough.
 CREATE OR REPLACE FUNCTION pglease._history_admin(p_func text, p_prefix text)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -4186,7 +4198,7 @@ AS $$
 DECLARE
     v_owner text;
 BEGIN
-    IF pglease._trusted() THEN
+    IF pglease._history_owner() THEN
         RETURN;
     END IF;
     SELECT o.owner_role INTO v_owner FROM pglease._owner(p_prefix) AS o;
@@ -4194,9 +4206,9 @@ BEGIN
         RETURN;
     END IF;
     RAISE EXCEPTION USING ERRCODE = '42501',
-        MESSAGE = format('pglease.%s: role %I may not turn the history of prefix %L on or off',
+        MESSAGE = format('pglease.%s: role %I may not turn the history of prefix %L on or off: only the schema owner, a superuser or a member of the role the prefix is bound to may',
                          p_func, session_user, p_prefix),
-        HINT = 'The schema owner may, and the role a prefix is bound to (pglease.prefix_bind) for that prefix and longer ones.';
+        HINT = 'A role bound to a prefix (pglease.prefix_bind) may for that prefix and longer ones; pglease_operator may not.';
 END
 $$;
 
@@ -4206,8 +4218,9 @@ $$;
 -- (pglease.purge deletes it then). Tenures live now get rows from their
 -- next grant. Turning on a prefix already on sets its p_keep. Returns the
 -- keep it had before (NULL: it was off).
--- Who: the schema owner, superusers, pglease_operator, and members of the
--- role a bound prefix covering p_prefix belongs to (42501 for anyone else).
+-- Who: the schema owner, superusers, and members of the role a bound
+-- prefix covering p_prefix belongs to; 42501 for anyone else, a member of
+-- pglease_operator included.
 -- Raises 22004 for NULL arguments, 22023 for a prefix not 1 to 256 bytes
 -- or a p_keep not more than 0 or more than 100 years, 55000 when the
 -- exclusion constraint is missing (btree_gist not installed,
@@ -4264,7 +4277,9 @@ $$;
 -- pglease.tenures of names starting with p_prefix whose tenures ended
 -- before p_before (NULL: every ended one). Open tenures' rows stay.
 -- Returns how many it deleted. The schema owner's call: granted to no
--- role. Raises 22004 for a NULL prefix, 22023 for one not 1 to 256 bytes.
+-- role, and 42501 for a caller that is neither the schema owner nor a
+-- superuser. Raises 22004 for a NULL prefix, 22023 for one not 1 to 256
+-- bytes; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.history_delete(p_prefix text, p_before timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -4274,6 +4289,11 @@ DECLARE
     v_n bigint;
 BEGIN
     PERFORM pglease._check_text('history_delete', 'p_prefix', p_prefix);
+    IF NOT pglease._history_owner() THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = format('pglease.history_delete: role %I may not delete from the history: only the schema owner or a superuser may',
+                             session_user);
+    END IF;
     WITH gone AS (
         DELETE FROM pglease.tenures AS t
         WHERE pg_catalog.starts_with(t.name, p_prefix) AND t.ended_at IS NOT NULL
@@ -7223,9 +7243,10 @@ $pglease$;
 
 -- Tenure history (0.4.0, #52, docs/tenure-history.md): every client reads
 -- it as it reads the status views; history_enable and history_disable
--- refuse (42501) all but the schema owner, pglease_operator and the role
--- owning a prefix's bound prefix, inside the functions; history_delete is
--- the schema owner's alone. No role may write pglease.tenures.
+-- refuse (42501) all but the schema owner, superusers and the role owning
+-- a prefix's bound prefix, inside the functions (pglease_operator is not
+-- enough); history_delete is the schema owner's alone. No role may write
+-- pglease.tenures.
 DO $pglease$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN

@@ -27,6 +27,7 @@ func TestTenureHistory(t *testing.T) {
 		{"ForgedOverlapRefused", testHistoryForgedOverlapRefused},
 		{"ClientCannotWriteOrForge", testHistoryClientCannotWrite},
 		{"WhoTurnsItOn", testHistoryWhoTurnsItOn},
+		{"OperatorRefused", testHistoryOperatorRefused},
 		{"OpenGrantDelaysNobody", testHistoryOpenGrantDelaysNobody},
 		{"Retention", testHistoryRetention},
 		{"OffWritesNothing", testHistoryOffWritesNothing},
@@ -293,6 +294,62 @@ func testHistoryWhoTurnsItOn(t *testing.T, db *testDB) {
 	}
 	var deleted int64
 	mustScanHistory(t, db.pool, `SELECT pglease.history_delete($1, NULL)`, n(""), &deleted)
+}
+
+// testHistoryOperatorRefused: a member of pglease_operator may not turn
+// the history on or off for a shared prefix or another role's (42501,
+// saying who may; nothing changes), nor delete from it even were
+// history_delete granted to it; once it is also a member of the prefix's
+// role it may, as that role may.
+func testHistoryOperatorRefused(t *testing.T, db *testDB) {
+	n := namer(t)
+	adminURL := pgtest.AdminURL(t)
+	admin := connect(t, adminURL)
+	svc := createLoginRole(t, adminURL, db.url, true)
+	opRole := createLoginRole(t, adminURL, db.url, false)
+	mustExec(t, admin, `GRANT pglease_operator TO `+ident(opRole.name))
+	operator := connectAs(t, db.url, opRole)
+	mustExec(t, db.pool, `SELECT pglease.prefix_bind($1, $2)`, n("svc/"), svc.name)
+	mustExec(t, db.pool, `SELECT pglease.history_enable($1, '3 days')`, n("on/"))
+	prefixes := func() string {
+		t.Helper()
+		var got string
+		mustScanHistory(t, db.pool, `SELECT coalesce(string_agg(prefix || '=' || keep::text, ' ' ORDER BY prefix), '')
+			FROM pglease.history_prefixes WHERE starts_with(prefix, $1)`, n(""), &got)
+		return got
+	}
+	before := prefixes()
+	ctx := testContext(t)
+	for _, p := range []string{n("shared/"), n("on/"), n("svc/"), n("svc/jobs/")} {
+		_, err := operator.Exec(ctx, `SELECT pglease.history_enable($1, '1 day')`, p)
+		requirePgError(t, err, "42501", "only the schema owner, a superuser or a member of the role the prefix is bound to")
+		_, err = operator.Exec(ctx, `SELECT pglease.history_disable($1)`, p)
+		requirePgError(t, err, "42501", "pglease.history_disable")
+	}
+	if after := prefixes(); after != before {
+		t.Fatalf("history prefixes after the operator's refused calls:\ngot  %s\nwant %s", after, before)
+	}
+
+	// history_delete is granted to no role; granted to the operator by
+	// mistake, the function still refuses it. The grant is rolled back.
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	mustExec(t, tx, `GRANT EXECUTE ON FUNCTION pglease.history_delete(text, timestamptz) TO `+ident(opRole.name))
+	mustExec(t, tx, `SET LOCAL SESSION AUTHORIZATION `+ident(opRole.name))
+	_, err = tx.Exec(ctx, `SELECT pglease.history_delete($1, NULL)`, n(""))
+	requirePgError(t, err, "42501", "only the schema owner or a superuser may")
+	_ = tx.Rollback(ctx)
+
+	mustExec(t, admin, `GRANT `+ident(svc.name)+` TO `+ident(opRole.name))
+	mustExec(t, operator, `SELECT pglease.history_enable($1, '1 day')`, n("svc/jobs/"))
+	_, err = operator.Exec(ctx, `SELECT pglease.history_disable($1)`, n("on/"))
+	requirePgError(t, err, "42501", "pglease.history_disable")
+	if got, want := prefixes(), n("on/")+"=72:00:00 "+n("svc/jobs/")+"=24:00:00"; got != want {
+		t.Fatalf("history prefixes:\ngot  %s\nwant %s", got, want)
+	}
 }
 
 // testHistoryOpenGrantDelaysNobody: a grant, a release and a takeover of
