@@ -503,8 +503,7 @@ $pglease$;
 -- WHEN conditions keep every renewal from calling anything.
 CREATE FUNCTION pglease._tenure_lease() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
 CREATE FUNCTION pglease._tenure_slot() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
-CREATE FUNCTION pglease._tenure_leases_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
-CREATE FUNCTION pglease._tenure_slots_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE FUNCTION pglease._tenure_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
 CREATE FUNCTION pglease._tenure_check() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
 CREATE TRIGGER tenure_granted AFTER INSERT ON pglease.leases
     FOR EACH ROW WHEN (NEW.holder IS NOT NULL) EXECUTE FUNCTION pglease._tenure_lease();
@@ -512,14 +511,14 @@ CREATE TRIGGER tenure_changed AFTER UPDATE ON pglease.leases
     FOR EACH ROW WHEN (OLD.fence <> NEW.fence OR (OLD.holder IS NOT NULL AND NEW.holder IS NULL))
     EXECUTE FUNCTION pglease._tenure_lease();
 CREATE TRIGGER tenure_purged AFTER DELETE ON pglease.leases
-    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_leases_purged();
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_purged();
 CREATE TRIGGER tenure_granted AFTER INSERT ON pglease.slots
     FOR EACH ROW WHEN (NEW.holder IS NOT NULL) EXECUTE FUNCTION pglease._tenure_slot();
 CREATE TRIGGER tenure_changed AFTER UPDATE ON pglease.slots
     FOR EACH ROW WHEN (OLD.fence <> NEW.fence OR (OLD.holder IS NOT NULL AND NEW.holder IS NULL))
     EXECUTE FUNCTION pglease._tenure_slot();
 CREATE TRIGGER tenure_purged AFTER DELETE ON pglease.slots
-    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_slots_purged();
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_purged();
 CREATE TRIGGER tenure_order BEFORE INSERT OR UPDATE OF name, slot, fence, granted_at ON pglease.tenures
     FOR EACH ROW EXECUTE FUNCTION pglease._tenure_check();
 
@@ -4058,50 +4057,37 @@ BEGIN
 END
 $$;
 
--- _tenure_leases_purged(): a statement trigger of deletes from
--- pglease.leases (pglease.purge): the open rows of the deleted rows'
--- tenures end 'purged' at their expiry. One statement whatever the number
--- of rows deleted; nothing when no prefix is on.
-CREATE OR REPLACE FUNCTION pglease._tenure_leases_purged()
+-- _tenure_purged(): the statement trigger of deletes from pglease.leases
+-- and pglease.slots (pglease.purge): the open rows of the deleted rows'
+-- tenures (a lease's slot 0, a slot's its number) end 'purged' at their
+-- expiry, counted in pglease.tenures_purged. One statement whatever the
+-- number of rows deleted; nothing when no prefix is on.
+CREATE OR REPLACE FUNCTION pglease._tenure_purged()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_n bigint;
+    v_names  text[];
+    v_slots  integer[];
+    v_fences bigint[];
+    v_ends   timestamptz[];
+    v_n      bigint;
 BEGIN
     IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
         RETURN NULL;
     END IF;
-    WITH closed AS (
-        UPDATE pglease.tenures AS t SET ended_at = g.expires_at, ended_how = 'purged'
-        FROM gone AS g
-        WHERE t.name = g.name AND t.slot = 0 AND t.fence = g.fence AND t.ended_at IS NULL
-        RETURNING 1
-    )
-    SELECT count(*) INTO v_n FROM closed;
-    IF v_n > 0 THEN
-        PERFORM pg_catalog.nextval('pglease.tenures_purged'::regclass)
-        FROM pg_catalog.generate_series(1, v_n) AS i;
-    END IF;
-    RETURN NULL;
-END
-$$;
-
--- _tenure_slots_purged(): the same for the slot rows a purge deletes.
-CREATE OR REPLACE FUNCTION pglease._tenure_slots_purged()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_n bigint;
-BEGIN
-    IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
-        RETURN NULL;
+    IF TG_TABLE_NAME = 'leases' THEN
+        SELECT array_agg(g.name), array_agg(0), array_agg(g.fence), array_agg(g.expires_at)
+        INTO v_names, v_slots, v_fences, v_ends FROM gone AS g;
+    ELSE
+        SELECT array_agg(g.scope), array_agg(g.slot), array_agg(g.fence), array_agg(g.expires_at)
+        INTO v_names, v_slots, v_fences, v_ends FROM gone AS g;
     END IF;
     WITH closed AS (
         UPDATE pglease.tenures AS t SET ended_at = g.expires_at, ended_how = 'purged'
-        FROM gone AS g
-        WHERE t.name = g.scope AND t.slot = g.slot AND t.fence = g.fence AND t.ended_at IS NULL
+        FROM ROWS FROM (pg_catalog.unnest(v_names), pg_catalog.unnest(v_slots), pg_catalog.unnest(v_fences),
+                       pg_catalog.unnest(v_ends)) AS g(name, slot, fence, expires_at)
+        WHERE t.name = g.name AND t.slot = g.slot AND t.fence = g.fence AND t.ended_at IS NULL
         RETURNING 1
     )
     SELECT count(*) INTO v_n FROM closed;

@@ -150,50 +150,37 @@ BEGIN
 END
 $$;
 
--- _tenure_leases_purged(): a statement trigger of deletes from
--- pglease.leases (pglease.purge): the open rows of the deleted rows'
--- tenures end 'purged' at their expiry. One statement whatever the number
--- of rows deleted; nothing when no prefix is on.
-CREATE OR REPLACE FUNCTION pglease._tenure_leases_purged()
+-- _tenure_purged(): the statement trigger of deletes from pglease.leases
+-- and pglease.slots (pglease.purge): the open rows of the deleted rows'
+-- tenures (a lease's slot 0, a slot's its number) end 'purged' at their
+-- expiry, counted in pglease.tenures_purged. One statement whatever the
+-- number of rows deleted; nothing when no prefix is on.
+CREATE OR REPLACE FUNCTION pglease._tenure_purged()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_n bigint;
+    v_names  text[];
+    v_slots  integer[];
+    v_fences bigint[];
+    v_ends   timestamptz[];
+    v_n      bigint;
 BEGIN
     IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
         RETURN NULL;
     END IF;
-    WITH closed AS (
-        UPDATE pglease.tenures AS t SET ended_at = g.expires_at, ended_how = 'purged'
-        FROM gone AS g
-        WHERE t.name = g.name AND t.slot = 0 AND t.fence = g.fence AND t.ended_at IS NULL
-        RETURNING 1
-    )
-    SELECT count(*) INTO v_n FROM closed;
-    IF v_n > 0 THEN
-        PERFORM pg_catalog.nextval('pglease.tenures_purged'::regclass)
-        FROM pg_catalog.generate_series(1, v_n) AS i;
-    END IF;
-    RETURN NULL;
-END
-$$;
-
--- _tenure_slots_purged(): the same for the slot rows a purge deletes.
-CREATE OR REPLACE FUNCTION pglease._tenure_slots_purged()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_n bigint;
-BEGIN
-    IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
-        RETURN NULL;
+    IF TG_TABLE_NAME = 'leases' THEN
+        SELECT array_agg(g.name), array_agg(0), array_agg(g.fence), array_agg(g.expires_at)
+        INTO v_names, v_slots, v_fences, v_ends FROM gone AS g;
+    ELSE
+        SELECT array_agg(g.scope), array_agg(g.slot), array_agg(g.fence), array_agg(g.expires_at)
+        INTO v_names, v_slots, v_fences, v_ends FROM gone AS g;
     END IF;
     WITH closed AS (
         UPDATE pglease.tenures AS t SET ended_at = g.expires_at, ended_how = 'purged'
-        FROM gone AS g
-        WHERE t.name = g.scope AND t.slot = g.slot AND t.fence = g.fence AND t.ended_at IS NULL
+        FROM ROWS FROM (pg_catalog.unnest(v_names), pg_catalog.unnest(v_slots), pg_catalog.unnest(v_fences),
+                       pg_catalog.unnest(v_ends)) AS g(name, slot, fence, expires_at)
+        WHERE t.name = g.name AND t.slot = g.slot AND t.fence = g.fence AND t.ended_at IS NULL
         RETURNING 1
     )
     SELECT count(*) INTO v_n FROM closed;

@@ -509,8 +509,7 @@ $pglease$;
 -- WHEN conditions keep every renewal from calling anything.
 CREATE FUNCTION pglease._tenure_lease() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
 CREATE FUNCTION pglease._tenure_slot() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
-CREATE FUNCTION pglease._tenure_leases_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
-CREATE FUNCTION pglease._tenure_slots_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE FUNCTION pglease._tenure_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
 CREATE FUNCTION pglease._tenure_check() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
 CREATE TRIGGER tenure_granted AFTER INSERT ON pglease.leases
     FOR EACH ROW WHEN (NEW.holder IS NOT NULL) EXECUTE FUNCTION pglease._tenure_lease();
@@ -518,13 +517,13 @@ CREATE TRIGGER tenure_changed AFTER UPDATE ON pglease.leases
     FOR EACH ROW WHEN (OLD.fence <> NEW.fence OR (OLD.holder IS NOT NULL AND NEW.holder IS NULL))
     EXECUTE FUNCTION pglease._tenure_lease();
 CREATE TRIGGER tenure_purged AFTER DELETE ON pglease.leases
-    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_leases_purged();
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_purged();
 CREATE TRIGGER tenure_granted AFTER INSERT ON pglease.slots
     FOR EACH ROW WHEN (NEW.holder IS NOT NULL) EXECUTE FUNCTION pglease._tenure_slot();
 CREATE TRIGGER tenure_changed AFTER UPDATE ON pglease.slots
     FOR EACH ROW WHEN (OLD.fence <> NEW.fence OR (OLD.holder IS NOT NULL AND NEW.holder IS NULL))
     EXECUTE FUNCTION pglease._tenure_slot();
 CREATE TRIGGER tenure_purged AFTER DELETE ON pglease.slots
-    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_slots_purged();
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_purged();
 CREATE TRIGGER tenure_order BEFORE INSERT OR UPDATE OF name, slot, fence, granted_at ON pglease.tenures
     FOR EACH ROW EXECUTE FUNCTION pglease._tenure_check();

@@ -144,12 +144,22 @@ func testHistoryEveryEnd(t *testing.T, db *testDB) {
 		}
 	}
 
-	// A purge of the row ends the open tenure of an expired lease.
+	// A purge of the row ends the open tenure of an expired lease, and of
+	// each expired slot of a scope (one statement for both slots).
 	purged := n("purged")
 	mustAcquire(t, db.pool, purged, "p", time.Millisecond, 1)
 	waitLeaseState(t, db.pool, purged, "expired")
+	scope := n("purged-scope")
+	mustClaimSlot(t, db.pool, scope, "s", 2, 500*time.Millisecond, 1, 1)
+	mustClaimSlot(t, db.pool, scope, "t", 2, 500*time.Millisecond, 2, 1)
+	waitSlotState(t, db.pool, scope, 1, "expired")
+	waitSlotState(t, db.pool, scope, 2, "expired")
 	mustExec(t, db.pool, `SELECT pglease.purge('0')`)
 	requireEnds(t, tenures(t, db.pool, purged), "1:p:purged")
+	requireEnds(t, tenures(t, db.pool, scope), "1:s:purged", "1:t:purged")
+	if got := ends()["purged"] - after["purged"]; got != 3 {
+		t.Errorf("tenure_ends purged: got %d more, want 3", got)
+	}
 }
 
 // testHistorySlots: per slot, with units.
