@@ -57,6 +57,8 @@ DROP TRIGGER tenure_purged ON pglease.slots;
 DROP FUNCTION pglease.history_enable(text, interval);
 DROP FUNCTION pglease.history_disable(text);
 DROP FUNCTION pglease.history_delete(text, timestamptz);
+DROP FUNCTION pglease.history_archive(boolean);
+DROP FUNCTION pglease.history_drop_before(timestamptz);
 DROP FUNCTION pglease.tenures(text, timestamptz);
 DROP FUNCTION pglease.tenure_ends();
 DROP FUNCTION pglease._history_on(text);
@@ -68,6 +70,8 @@ DROP FUNCTION pglease._tenure_write(text, integer, text, text, bigint, timestamp
 DROP FUNCTION pglease._history_admin(text, text);
 DROP FUNCTION pglease._history_owner();
 DROP TABLE pglease.tenures;
+DROP TABLE pglease.tenures_archive;
+DROP TABLE pglease.history_settings;
 DROP TABLE pglease.history_prefixes;
 DROP FUNCTION pglease._tenure_lease();
 DROP FUNCTION pglease._tenure_slot();

@@ -21,6 +21,8 @@ func TestTenureHistory(t *testing.T) {
 	t.Parallel()
 	// EveryEnd purges every free row: it runs on a database of its own.
 	runGroup(t, 2, []subtest{{"EveryEnd", testHistoryEveryEnd}})
+	// Archive turns archiving on for the whole database: one of its own.
+	runGroup(t, 4, []subtest{{"Archive", testHistoryArchive}})
 	runGroup(t, 8, []subtest{
 		{"Slots", testHistorySlots},
 		{"RenewWritesNothing", testHistoryRenewWritesNothing},
@@ -462,4 +464,127 @@ func testHistoryOffWritesNothing(t *testing.T, db *testDB) {
 	release(t, db.pool, n("l"), "a", 2)
 	mustAcquire(t, db.pool, n("l"), "a", time.Hour, 3)
 	requireEnds(t, tenures(t, db.pool, n("l")), "2:a:NULL")
+}
+
+// testHistoryArchive: with archiving on, pglease.purge moves the tenures
+// whose keep has passed to pglease.tenures_archive, one partition per
+// month created as needed; pglease.tenures reads both tables (also in a
+// REPEATABLE READ snapshot taken before the move, each tenure once); an
+// open move delays no grant, release, takeover, claim or read, and
+// another purge skips it; history_drop_before drops whole months, refuses
+// bad input (22004, 22023) and every role but the owner (42501), changing
+// nothing; a grant after the move gets the next fence.
+func testHistoryArchive(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	name, old := n("l"), n("old")
+	mustExec(t, db.pool, `SELECT pglease.history_enable($1, '1 microsecond')`, n(""))
+	var prev bool
+	mustScanHistory(t, db.pool, `SELECT pglease.history_archive($1)`, true, &prev)
+	if prev {
+		t.Fatal("history_archive: got previous true, want false (the default)")
+	}
+	mustAcquire(t, db.pool, name, "a", time.Hour, 1)
+	release(t, db.pool, name, "a", 1)
+	mustAcquire(t, db.pool, name, "b", time.Hour, 2)
+	mustExec(t, db.pool, `INSERT INTO pglease.tenures (name, slot, fence, holder, granted_at, ended_at, ended_how)
+		VALUES ($1, 0, 1, 'o', '2020-01-05Z', '2020-01-06Z', 'released'),
+		       ($1, 0, 2, 'o', '2020-02-05Z', '2020-02-06Z', 'expired')`, old)
+	before := fmt.Sprint(tenures(t, db.pool, name), tenures(t, db.pool, old))
+
+	rr, err := db.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rr.Rollback(context.Background()) }()
+	tenures(t, rr, name) // the snapshot
+
+	// The move left open, timeouts off: nobody else waits for it.
+	open, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(context.Background()) }()
+	for _, sql := range []string{`SET LOCAL statement_timeout = 0`, `SET LOCAL lock_timeout = 0`,
+		`SET LOCAL idle_in_transaction_session_timeout = 0`} {
+		mustExec(t, open, sql)
+	}
+	mustExec(t, open, `SELECT pglease.purge('1 hour')`)
+	victim, err := db.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Release()
+	mustExec(t, victim, `SET lock_timeout = '100ms'`)
+	defer mustExec(t, victim, `RESET lock_timeout`)
+	if !release(t, victim, name, "b", 2) {
+		t.Fatal("release beside an open move: got false")
+	}
+	mustAcquire(t, victim, name, "c", time.Hour, 3)
+	mustAcquire(t, victim, n("other"), "c", time.Hour, 1)
+	mustClaimSlot(t, victim, n("scope"), "c", 1, time.Hour, 1, 1)
+	tenures(t, victim, name)
+	var moved int64
+	mustScanHistory(t, victim, `SELECT pglease.purge($1)`, "1 hour", &moved) // skips: another purge is moving
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var live, archived int64
+	mustScanHistory(t, db.pool, `SELECT count(*) FROM pglease.tenures WHERE starts_with(name, $1)`, n(""), &live)
+	mustScanHistory(t, db.pool, `SELECT count(*) FROM pglease.tenures_archive WHERE starts_with(name, $1)`, n(""), &archived)
+	if archived != 3 {
+		t.Fatalf("archived tenures: got %d, want 3 (a's and the two of 2020)", archived)
+	}
+	requireEnds(t, tenures(t, rr, name), "1:a:released", "2:b:NULL")
+	if got := fmt.Sprint(tenures(t, rr, name), tenures(t, rr, old)); got != before {
+		t.Fatalf("tenures in a snapshot from before the move:\ngot  %s\nwant %s", got, before)
+	}
+	_ = rr.Rollback(ctx) // its read holds the archive: a drop would wait for it
+	requireEnds(t, tenures(t, db.pool, name), "1:a:released", "2:b:released", "3:c:NULL")
+	requireEnds(t, tenures(t, db.pool, old), "1:o:released", "2:o:expired")
+	var months []string
+	mustScanHistory(t, db.pool, `SELECT array_agg(c.relname::text ORDER BY c.relname) FROM pg_inherits AS i
+		JOIN pg_class AS c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass`, "pglease.tenures_archive", &months)
+	if len(months) != 3 || months[0] != "tenures_archive_202001" || months[1] != "tenures_archive_202002" {
+		t.Fatalf("archive partitions: got %v, want 2020-01, 2020-02 and this month's", months)
+	}
+
+	// Bad input and other roles: refused, nothing dropped.
+	_, err = db.pool.Exec(ctx, `SELECT pglease.history_drop_before(NULL)`)
+	requirePgError(t, err, "22004")
+	_, err = db.pool.Exec(ctx, `SELECT pglease.history_drop_before(now() + interval '1 day')`)
+	requirePgError(t, err, "22023")
+	_, err = db.pool.Exec(ctx, `SELECT pglease.history_archive(NULL)`)
+	requirePgError(t, err, "22004")
+	client := connectAs(t, db.url, createLoginRole(t, pgtest.AdminURL(t), db.url, true))
+	for _, sql := range []string{`SELECT pglease.history_drop_before('2021-01-01Z')`, `SELECT pglease.history_archive(false)`,
+		`DROP TABLE pglease.tenures_archive_202001`, `SELECT * FROM pglease.tenures_archive`} {
+		if _, err := client.Exec(ctx, sql); pgCode(err) != "42501" {
+			t.Errorf("%s as a client: got %v, want SQLSTATE 42501", sql, err)
+		}
+	}
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	mustExec(t, tx, `GRANT EXECUTE ON FUNCTION pglease.history_drop_before(timestamptz) TO pglease_client`)
+	mustExec(t, tx, `SET LOCAL SESSION AUTHORIZATION pglease_client`)
+	_, err = tx.Exec(ctx, `SELECT pglease.history_drop_before('2021-01-01Z')`)
+	requirePgError(t, err, "42501", "only the schema owner or a superuser may")
+	_ = tx.Rollback(ctx)
+	requireEnds(t, tenures(t, db.pool, old), "1:o:released", "2:o:expired")
+
+	// The owner drops January 2020: its month goes, February stays.
+	var dropped int32
+	mustScanHistory(t, db.pool, `SELECT pglease.history_drop_before($1)`, "2020-02-01Z", &dropped)
+	if dropped != 1 {
+		t.Fatalf("history_drop_before: got %d months dropped, want 1", dropped)
+	}
+	requireEnds(t, tenures(t, db.pool, old), "2:o:expired")
+	mustScanHistory(t, db.pool, `SELECT pglease.history_archive($1)`, false, &prev)
+	if !prev {
+		t.Fatal("history_archive(false): got previous false, want true")
+	}
 }
