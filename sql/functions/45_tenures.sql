@@ -264,6 +264,22 @@ AS $$
     WHERE n.nspname = 'pglease';
 $$;
 
+-- _history_owner_only(p_func): raises 42501, naming p_func, unless the
+-- caller is the schema owner or a superuser (pglease._history_owner): the
+-- check of the history functions granted to no role.
+CREATE OR REPLACE FUNCTION pglease._history_owner_only(p_func text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF NOT pglease._history_owner() THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('pglease.%s: role %I may not call it: only the schema owner or a superuser may',
+                                        p_func, session_user);
+    END IF;
+END
+$$;
+
 -- _history_admin(p_func, p_prefix): raises 42501 unless the caller may turn
 -- the history of p_prefix on or off: the schema owner or a superuser
 -- (pglease._history_owner), or a member of the role owning p_prefix's
@@ -368,11 +384,7 @@ DECLARE
     v_n bigint;
 BEGIN
     PERFORM pglease._check_text('history_delete', 'p_prefix', p_prefix);
-    IF NOT pglease._history_owner() THEN
-        RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = format('pglease.history_delete: role %I may not delete from the history: only the schema owner or a superuser may',
-                             session_user);
-    END IF;
+    PERFORM pglease._history_owner_only('history_delete');
     WITH gone AS (
         DELETE FROM pglease.tenures AS t
         WHERE pg_catalog.starts_with(t.name, p_prefix) AND t.ended_at IS NOT NULL
@@ -498,11 +510,7 @@ BEGIN
             MESSAGE = 'pglease.history_archive: p_on must not be NULL',
             HINT = 'Pass true to move old tenures to pglease.tenures_archive, false to delete them.';
     END IF;
-    IF NOT pglease._history_owner() THEN
-        RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = pg_catalog.format('pglease.history_archive: role %I may not archive the history: only the schema owner or a superuser may',
-                                        session_user);
-    END IF;
+    PERFORM pglease._history_owner_only('history_archive');
     SELECT s.archive INTO previous FROM pglease.history_settings AS s FOR UPDATE;
     UPDATE pglease.history_settings AS s SET archive = p_on;
 END
@@ -539,11 +547,7 @@ BEGIN
             MESSAGE = pg_catalog.format('pglease.history_drop_before: p_before must not be later than now, got %s', p_before),
             HINT = 'Only months already over can be dropped.';
     END IF;
-    IF NOT pglease._history_owner() THEN
-        RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = pg_catalog.format('pglease.history_drop_before: role %I may not drop archived history: only the schema owner or a superuser may',
-                                        session_user);
-    END IF;
+    PERFORM pglease._history_owner_only('history_drop_before');
     FOR v_part IN
         SELECT c.relname FROM pg_catalog.pg_inherits AS i
         JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid

@@ -61,6 +61,7 @@ DROP FUNCTION pglease._tenure_count(text);
 DROP FUNCTION pglease._tenure_write(text, integer, text, text, bigint, timestamptz, timestamptz, boolean,
                                     text, text, bigint, timestamptz, timestamptz, integer);
 DROP FUNCTION pglease._history_admin(text, text);
+DROP FUNCTION pglease._history_owner_only(text);
 DROP FUNCTION pglease._history_owner();
 DROP TABLE pglease.tenures;
 DROP TABLE pglease.tenures_archive;
