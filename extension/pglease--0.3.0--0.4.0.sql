@@ -442,7 +442,8 @@ COMMENT ON TABLE pglease.history_prefixes IS
 -- make a second live holder fails its statement; the trigger
 -- pglease._tenure_check refuses a fence that does not increase in the
 -- order of the grants. Not partitioned: an exclusion constraint cannot
--- span time partitions (docs/tenure-history.md#how-big-it-gets).
+-- span time partitions; old tenures move to pglease.tenures_archive,
+-- which is (docs/tenure-history.md#retention-and-how-big-it-gets).
 CREATE TABLE pglease.tenures (
     name        text        NOT NULL,
     slot        integer     NOT NULL CHECK (slot >= 0),
@@ -461,6 +462,40 @@ CREATE TABLE pglease.tenures (
 COMMENT ON TABLE pglease.tenures IS
     'pglease tenure history; written only by the triggers on pglease.leases and pglease.slots';
 CREATE INDEX tenures_ended_idx ON pglease.tenures (ended_at) WHERE ended_at IS NOT NULL;
+
+-- The archive of the history (#52): closed tenures that pglease.purge moved
+-- out of pglease.tenures once their keep had passed, when archiving is on
+-- (pglease.history_archive); the same columns, never open. Partitioned by
+-- the month of ended_at (UTC), so that old history goes by dropping a
+-- month (pglease.history_drop_before) rather than deleting rows. The
+-- partitions, pglease.tenures_archive_YYYYMM, are created by the purge
+-- that first moves a tenure of their month. No exclusion constraint here:
+-- one cannot span partitions on PostgreSQL 13 to 16; the tenures of a name
+-- here all ended before those still in pglease.tenures began.
+CREATE TABLE pglease.tenures_archive (
+    name        text        NOT NULL,
+    slot        integer     NOT NULL,
+    fence       bigint      NOT NULL,
+    holder      text        NOT NULL,
+    holder_role text,
+    units       integer,
+    granted_at  timestamptz NOT NULL,
+    ended_at    timestamptz NOT NULL,
+    ended_how   text        NOT NULL,
+    PRIMARY KEY (name, slot, fence, ended_at)
+) PARTITION BY RANGE (ended_at);
+COMMENT ON TABLE pglease.tenures_archive IS
+    'pglease tenure history archive, by month of ended_at; written only by pglease.purge, dropped by pglease.history_drop_before';
+
+-- One row: whether pglease.purge moves the closed tenures whose keep has
+-- passed to pglease.tenures_archive (archive true) or deletes them.
+CREATE TABLE pglease.history_settings (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    archive boolean NOT NULL DEFAULT false
+);
+COMMENT ON TABLE pglease.history_settings IS
+    'pglease: tenure history settings, one row; change only through pglease.history_archive';
+INSERT INTO pglease.history_settings DEFAULT VALUES;
 
 -- The tenures ended, by how, since the schema was made (the exporter's
 -- counter, pglease.tenure_ends): sequences, so that counting never makes
@@ -505,8 +540,7 @@ $pglease$;
 -- WHEN conditions keep every renewal from calling anything.
 CREATE FUNCTION pglease._tenure_lease() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
 CREATE FUNCTION pglease._tenure_slot() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
-CREATE FUNCTION pglease._tenure_leases_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
-CREATE FUNCTION pglease._tenure_slots_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE FUNCTION pglease._tenure_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
 CREATE FUNCTION pglease._tenure_check() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
 CREATE TRIGGER tenure_granted AFTER INSERT ON pglease.leases
     FOR EACH ROW WHEN (NEW.holder IS NOT NULL) EXECUTE FUNCTION pglease._tenure_lease();
@@ -514,14 +548,14 @@ CREATE TRIGGER tenure_changed AFTER UPDATE ON pglease.leases
     FOR EACH ROW WHEN (OLD.fence <> NEW.fence OR (OLD.holder IS NOT NULL AND NEW.holder IS NULL))
     EXECUTE FUNCTION pglease._tenure_lease();
 CREATE TRIGGER tenure_purged AFTER DELETE ON pglease.leases
-    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_leases_purged();
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_purged();
 CREATE TRIGGER tenure_granted AFTER INSERT ON pglease.slots
     FOR EACH ROW WHEN (NEW.holder IS NOT NULL) EXECUTE FUNCTION pglease._tenure_slot();
 CREATE TRIGGER tenure_changed AFTER UPDATE ON pglease.slots
     FOR EACH ROW WHEN (OLD.fence <> NEW.fence OR (OLD.holder IS NOT NULL AND NEW.holder IS NULL))
     EXECUTE FUNCTION pglease._tenure_slot();
 CREATE TRIGGER tenure_purged AFTER DELETE ON pglease.slots
-    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_slots_purged();
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_purged();
 CREATE TRIGGER tenure_order BEFORE INSERT OR UPDATE OF name, slot, fence, granted_at ON pglease.tenures
     FOR EACH ROW EXECUTE FUNCTION pglease._tenure_check();
 
@@ -4119,50 +4153,37 @@ BEGIN
 END
 $$;
 
--- _tenure_leases_purged(): a statement trigger of deletes from
--- pglease.leases (pglease.purge): the open rows of the deleted rows'
--- tenures end 'purged' at their expiry. One statement whatever the number
--- of rows deleted; nothing when no prefix is on.
-CREATE OR REPLACE FUNCTION pglease._tenure_leases_purged()
+-- _tenure_purged(): the statement trigger of deletes from pglease.leases
+-- and pglease.slots (pglease.purge): the open rows of the deleted rows'
+-- tenures (a lease's slot 0, a slot's its number) end 'purged' at their
+-- expiry, counted in pglease.tenures_purged. One statement whatever the
+-- number of rows deleted; nothing when no prefix is on.
+CREATE OR REPLACE FUNCTION pglease._tenure_purged()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_n bigint;
+    v_names  text[];
+    v_slots  integer[];
+    v_fences bigint[];
+    v_ends   timestamptz[];
+    v_n      bigint;
 BEGIN
     IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
         RETURN NULL;
     END IF;
-    WITH closed AS (
-        UPDATE pglease.tenures AS t SET ended_at = greatest(g.expires_at, t.granted_at), ended_how = 'purged'
-        FROM gone AS g
-        WHERE t.name = g.name AND t.slot = 0 AND t.fence = g.fence AND t.ended_at IS NULL
-        RETURNING 1
-    )
-    SELECT count(*) INTO v_n FROM closed;
-    IF v_n > 0 THEN
-        PERFORM pg_catalog.nextval('pglease.tenures_purged'::regclass)
-        FROM pg_catalog.generate_series(1, v_n) AS i;
-    END IF;
-    RETURN NULL;
-END
-$$;
-
--- _tenure_slots_purged(): the same for the slot rows a purge deletes.
-CREATE OR REPLACE FUNCTION pglease._tenure_slots_purged()
-RETURNS trigger
-LANGUAGE plpgsql VOLATILE
-AS $$
-DECLARE
-    v_n bigint;
-BEGIN
-    IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
-        RETURN NULL;
+    IF TG_TABLE_NAME = 'leases' THEN
+        SELECT array_agg(g.name), array_agg(0), array_agg(g.fence), array_agg(g.expires_at)
+        INTO v_names, v_slots, v_fences, v_ends FROM gone AS g;
+    ELSE
+        SELECT array_agg(g.scope), array_agg(g.slot), array_agg(g.fence), array_agg(g.expires_at)
+        INTO v_names, v_slots, v_fences, v_ends FROM gone AS g;
     END IF;
     WITH closed AS (
         UPDATE pglease.tenures AS t SET ended_at = greatest(g.expires_at, t.granted_at), ended_how = 'purged'
-        FROM gone AS g
-        WHERE t.name = g.scope AND t.slot = g.slot AND t.fence = g.fence AND t.ended_at IS NULL
+        FROM ROWS FROM (pg_catalog.unnest(v_names), pg_catalog.unnest(v_slots), pg_catalog.unnest(v_fences),
+                       pg_catalog.unnest(v_ends)) AS g(name, slot, fence, expires_at)
+        WHERE t.name = g.name AND t.slot = g.slot AND t.fence = g.fence AND t.ended_at IS NULL
         RETURNING 1
     )
     SELECT count(*) INTO v_n FROM closed;
@@ -4234,11 +4255,39 @@ BEGIN
 END
 $$;
 
+-- _history_owner(): whether the caller (session_user) is the schema owner,
+-- a member of its role, or a superuser: who alone deletes from the
+-- history and drops its archive.
+CREATE OR REPLACE FUNCTION pglease._history_owner()
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER')
+    FROM pg_catalog.pg_namespace AS n
+    WHERE n.nspname = 'pglease';
+$$;
+
+-- _history_owner_only(p_func): raises 42501, naming p_func, unless the
+-- caller is the schema owner or a superuser (pglease._history_owner): the
+-- check of the history functions granted to no role.
+CREATE OR REPLACE FUNCTION pglease._history_owner_only(p_func text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF NOT pglease._history_owner() THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = pg_catalog.format('pglease.%s: role %I may not call it: only the schema owner or a superuser may',
+                                        p_func, session_user);
+    END IF;
+END
+$$;
+
 -- _history_admin(p_func, p_prefix): raises 42501 unless the caller may turn
--- the history of p_prefix on or off: the schema owner, a superuser or a
--- member of pglease_operator (pglease._trusted), or a member of the role
--- owning p_prefix's longest bound prefix (pglease.prefix_bind), which must
--- be p_prefix itself or a shorter prefix of it.
+-- the history of p_prefix on or off: the schema owner or a superuser
+-- (pglease._history_owner), or a member of the role owning p_prefix's
+-- longest bound prefix (pglease.prefix_bind), which must be p_prefix
+-- itself or a shorter prefix of it. pglease_operator is not enough.
 CREATE OR REPLACE FUNCTION pglease._history_admin(p_func text, p_prefix text)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -4246,7 +4295,7 @@ AS $$
 DECLARE
     v_owner text;
 BEGIN
-    IF pglease._trusted() THEN
+    IF pglease._history_owner() THEN
         RETURN;
     END IF;
     SELECT o.owner_role INTO v_owner FROM pglease._owner(p_prefix) AS o;
@@ -4254,9 +4303,9 @@ BEGIN
         RETURN;
     END IF;
     RAISE EXCEPTION USING ERRCODE = '42501',
-        MESSAGE = format('pglease.%s: role %I may not turn the history of prefix %L on or off',
+        MESSAGE = format('pglease.%s: role %I may not turn the history of prefix %L on or off: only the schema owner, a superuser or a member of the role the prefix is bound to may',
                          p_func, session_user, p_prefix),
-        HINT = 'The schema owner may, and the role a prefix is bound to (pglease.prefix_bind) for that prefix and longer ones.';
+        HINT = 'A role bound to a prefix (pglease.prefix_bind) may for that prefix and longer ones; pglease_operator may not.';
 END
 $$;
 
@@ -4266,8 +4315,9 @@ $$;
 -- (pglease.purge deletes it then). Tenures live now get rows from their
 -- next grant. Turning on a prefix already on sets its p_keep. Returns the
 -- keep it had before (NULL: it was off).
--- Who: the schema owner, superusers, pglease_operator, and members of the
--- role a bound prefix covering p_prefix belongs to (42501 for anyone else).
+-- Who: the schema owner, superusers, and members of the role a bound
+-- prefix covering p_prefix belongs to; 42501 for anyone else, a member of
+-- pglease_operator included.
 -- Raises 22004 for NULL arguments, 22023 for a prefix not 1 to 256 bytes
 -- or a p_keep not more than 0 or more than 100 years, 55000 when the
 -- exclusion constraint is missing (btree_gist not installed,
@@ -4321,10 +4371,13 @@ END
 $$;
 
 -- pglease.history_delete(p_prefix, p_before): delete the rows of
--- pglease.tenures of names starting with p_prefix whose tenures ended
--- before p_before (NULL: every ended one). Open tenures' rows stay.
+-- pglease.tenures and pglease.tenures_archive of names starting with
+-- p_prefix whose tenures ended before p_before (NULL: every ended one).
+-- Open tenures' rows stay.
 -- Returns how many it deleted. The schema owner's call: granted to no
--- role. Raises 22004 for a NULL prefix, 22023 for one not 1 to 256 bytes.
+-- role, and 42501 for a caller that is neither the schema owner nor a
+-- superuser. Raises 22004 for a NULL prefix, 22023 for one not 1 to 256
+-- bytes; nothing changes then.
 CREATE OR REPLACE FUNCTION pglease.history_delete(p_prefix text, p_before timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -4334,52 +4387,190 @@ DECLARE
     v_n bigint;
 BEGIN
     PERFORM pglease._check_text('history_delete', 'p_prefix', p_prefix);
+    PERFORM pglease._history_owner_only('history_delete');
     WITH gone AS (
         DELETE FROM pglease.tenures AS t
         WHERE pg_catalog.starts_with(t.name, p_prefix) AND t.ended_at IS NOT NULL
           AND (p_before IS NULL OR t.ended_at < p_before)
         RETURNING 1
+    ), gone_archived AS (
+        DELETE FROM pglease.tenures_archive AS a
+        WHERE pg_catalog.starts_with(a.name, p_prefix)
+          AND (p_before IS NULL OR a.ended_at < p_before)
+        RETURNING 1
     )
-    SELECT count(*) INTO v_n FROM gone;
+    SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM gone_archived) INTO v_n;
     RETURN v_n;
 END
 $$;
 
--- _history_purge(p_now, p_all, p_role): pglease.purge's part: deletes the
--- rows of tenures that ended longer ago than the shortest keep of the
--- prefixes on that cover their names (rows no prefix on covers stay until
--- pglease.history_delete); of every role for a trusted caller (p_all),
--- else of the tenures p_role held. Rows locked by anyone are skipped.
--- Returns how many it deleted.
+-- _history_purge(p_now, p_all, p_role): pglease.purge's part: the rows of
+-- tenures that ended longer ago than the shortest keep of the prefixes on
+-- that cover their names (rows no prefix on covers stay until
+-- pglease.history_delete), of every role for a trusted caller (p_all),
+-- else of the tenures p_role held, at most 10,000 per call, leave
+-- pglease.tenures: deleted, or, when archiving is on
+-- (pglease.history_archive), moved to pglease.tenures_archive in one
+-- statement (DELETE ... RETURNING into INSERT), creating the month's
+-- partition first when it is missing. Rows locked by anyone are skipped;
+-- when another purge is moving rows (it holds the archive's SHARE UPDATE
+-- EXCLUSIVE lock), nothing moves now: the rows wait for the next purge.
+-- The locks it keeps to its end: the rows it moves or deletes (closed
+-- tenures, which no grant, release or claim writes again: they write only
+-- open rows) and that archive lock, which conflicts only with another
+-- mover and pglease.history_drop_before, not with reads or inserts.
+-- Returns how many rows left pglease.tenures.
 CREATE OR REPLACE FUNCTION pglease._history_purge(p_now timestamptz, p_all boolean, p_role text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_n bigint := 0::bigint;
+    v_n     bigint := 0::bigint;
+    v_rows  tid[];
+    v_month timestamp;
+    v_part  text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
         RETURN v_n;
     END IF;
+    IF (SELECT s.archive FROM pglease.history_settings AS s) THEN
+        BEGIN
+            LOCK TABLE pglease.tenures_archive IN SHARE UPDATE EXCLUSIVE MODE NOWAIT;
+        EXCEPTION WHEN lock_not_available THEN
+            RETURN v_n;
+        END;
+    END IF;
+    v_rows := ARRAY(
+        SELECT d.ctid FROM pglease.tenures AS d
+        WHERE d.ended_at IS NOT NULL
+          AND d.ended_at < p_now - (SELECT min(h.keep) FROM pglease.history_prefixes AS h)
+          AND (p_all OR d.holder_role = p_role)
+          AND d.ended_at < p_now - (SELECT min(h.keep) FROM pglease.history_prefixes AS h
+                                    WHERE pg_catalog.starts_with(d.name, h.prefix))
+        LIMIT 10000
+        FOR UPDATE SKIP LOCKED);
+    IF NOT (SELECT s.archive FROM pglease.history_settings AS s) THEN
+        WITH gone AS (
+            DELETE FROM pglease.tenures AS t WHERE t.ctid = ANY (v_rows)
+            RETURNING 1
+        )
+        SELECT count(*) INTO v_n FROM gone;
+        RETURN v_n;
+    END IF;
+    -- The months (UTC) of the rows to move whose partition is missing.
+    -- Their names and bounds come from the dates alone; a partition is a
+    -- name of its own, so it is made by EXECUTE.
+    FOR v_month IN
+        SELECT DISTINCT pg_catalog.date_trunc('month', t.ended_at AT TIME ZONE 'UTC')
+        FROM pglease.tenures AS t WHERE t.ctid = ANY (v_rows)
+    LOOP
+        v_part := 'tenures_archive_' || pg_catalog.to_char(v_month, 'YYYYMM');
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c
+                       WHERE c.relnamespace = 'pglease'::regnamespace AND c.relname = v_part) THEN
+            EXECUTE pg_catalog.format(
+                'CREATE TABLE pglease.%I (LIKE pglease.tenures_archive INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
+                v_part);
+            EXECUTE pg_catalog.format(
+                'ALTER TABLE pglease.tenures_archive ATTACH PARTITION pglease.%I FOR VALUES FROM (%L) TO (%L)',
+                v_part, pg_catalog.to_char(v_month, 'YYYY-MM-DD') || ' 00:00:00+00',
+                pg_catalog.to_char(v_month + interval '1 month', 'YYYY-MM-DD') || ' 00:00:00+00');
+        END IF;
+    END LOOP;
     WITH gone AS (
-        DELETE FROM pglease.tenures AS t
-        WHERE t.ctid = ANY (ARRAY(
-            SELECT d.ctid FROM pglease.tenures AS d
-            WHERE d.ended_at IS NOT NULL
-              AND d.ended_at < p_now - (SELECT min(h.keep) FROM pglease.history_prefixes AS h)
-              AND (p_all OR d.holder_role = p_role)
-              AND d.ended_at < p_now - (SELECT min(h.keep) FROM pglease.history_prefixes AS h
-                                        WHERE pg_catalog.starts_with(d.name, h.prefix))
-            FOR UPDATE SKIP LOCKED))
+        DELETE FROM pglease.tenures AS t WHERE t.ctid = ANY (v_rows)
+        RETURNING t.name, t.slot, t.fence, t.holder, t.holder_role, t.units, t.granted_at,
+                  t.ended_at, t.ended_how
+    ), moved AS (
+        INSERT INTO pglease.tenures_archive AS a
+            (name, slot, fence, holder, holder_role, units, granted_at, ended_at, ended_how)
+        SELECT g.name, g.slot, g.fence, g.holder, g.holder_role, g.units, g.granted_at,
+               g.ended_at, g.ended_how
+        FROM gone AS g
         RETURNING 1
     )
-    SELECT count(*) INTO v_n FROM gone;
+    SELECT count(*) INTO v_n FROM moved;
+    RETURN v_n;
+END
+$$;
+
+-- pglease.history_archive(p_on): from now on pglease.purge moves the rows
+-- of tenures whose keep has passed to pglease.tenures_archive (p_on true),
+-- partitioned by month, where they stay until pglease.history_drop_before
+-- drops their month; or deletes them (false, the default). Rows already
+-- archived stay either way. Returns the setting it had. Takes the one row
+-- of pglease.history_settings, which only this function writes: a call
+-- left open delays another call of it, nothing else (purges read the row
+-- without locking it). The schema owner's call: granted to no role, and
+-- 42501 inside for anyone but the schema owner or a superuser. Raises
+-- 22004 for NULL; nothing changes then.
+CREATE OR REPLACE FUNCTION pglease.history_archive(p_on boolean, OUT previous boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF p_on IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = 'pglease.history_archive: p_on must not be NULL',
+            HINT = 'Pass true to move old tenures to pglease.tenures_archive, false to delete them.';
+    END IF;
+    PERFORM pglease._history_owner_only('history_archive');
+    SELECT s.archive INTO previous FROM pglease.history_settings AS s FOR UPDATE;
+    UPDATE pglease.history_settings AS s SET archive = p_on;
+END
+$$;
+
+-- pglease.history_drop_before(p_before): drop every month of
+-- pglease.tenures_archive that ends at or before p_before (a partition,
+-- and its tenures, at once). Returns how many months it dropped (0: none
+-- ended by then). Rows of pglease.tenures are not touched. Dropping a
+-- month locks the archive (ACCESS EXCLUSIVE) to the end of the
+-- transaction: reads of the history (pglease.tenures) and a purge moving
+-- rows wait for it, and it waits for them; grants, renewals, releases and
+-- claims never read the archive and do not wait. The schema owner's call:
+-- granted to no role, and 42501 inside for anyone but the schema owner or
+-- a superuser. Raises 22004 for NULL, 22023 for a p_before later than now
+-- (the tenures of a month not over yet may still be moved); nothing
+-- changes then.
+CREATE OR REPLACE FUNCTION pglease.history_drop_before(p_before timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_part text;
+    v_n    integer := 0;
+BEGIN
+    IF p_before IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22004',
+            MESSAGE = 'pglease.history_drop_before: p_before must not be NULL',
+            HINT = 'Pass the time before which archived tenures go, e.g. now() - interval ''1 year''.';
+    END IF;
+    IF p_before > pg_catalog.clock_timestamp() THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = pg_catalog.format('pglease.history_drop_before: p_before must not be later than now, got %s', p_before),
+            HINT = 'Only months already over can be dropped.';
+    END IF;
+    PERFORM pglease._history_owner_only('history_drop_before');
+    FOR v_part IN
+        SELECT c.relname FROM pg_catalog.pg_inherits AS i
+        JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'pglease.tenures_archive'::regclass
+          AND c.relname ~ '^tenures_archive_[0-9]{6}$'
+          AND (pg_catalog.to_date(pg_catalog.substr(c.relname, 17), 'YYYYMM')::timestamp
+               + interval '1 month') AT TIME ZONE 'UTC' <= p_before
+        ORDER BY c.relname
+    LOOP
+        EXECUTE pg_catalog.format('DROP TABLE pglease.%I', v_part);
+        v_n := v_n + 1;
+    END LOOP;
     RETURN v_n;
 END
 $$;
 
 -- pglease.tenures(p_name, p_since): the history of lease name or slot
--- scope p_name: one row per tenure (slot NULL for the lease's, the slot
+-- scope p_name, from pglease.tenures and pglease.tenures_archive (one
+-- statement, so one snapshot: a tenure being moved shows once): one row
+-- per tenure (slot NULL for the lease's, the slot
 -- number and units for a slot's) that was open at p_since or began after
 -- it (NULL: all kept), oldest grant first. ended_at and ended_how NULL: open
 -- (held, or run out and not yet taken over; expires_at says which, from
@@ -4409,7 +4600,13 @@ BEGIN
     FROM pglease.tenures AS t
     WHERE t.name = p_name
       AND (p_since IS NULL OR t.ended_at IS NULL OR t.ended_at >= p_since)
-    ORDER BY t.granted_at, t.slot, t.fence;
+    UNION ALL
+    SELECT nullif(a.slot, 0), a.fence, a.holder, a.holder_role, a.units, a.granted_at,
+           a.ended_at, a.ended_how, NULL::timestamptz
+    FROM pglease.tenures_archive AS a
+    WHERE a.name = p_name
+      AND (p_since IS NULL OR a.ended_at >= p_since)
+    ORDER BY 6, 1 NULLS FIRST, 2;
 END
 $$;
 
@@ -7370,9 +7567,10 @@ $pglease$;
 
 -- Tenure history (0.4.0, #52, docs/tenure-history.md): every client reads
 -- it as it reads the status views; history_enable and history_disable
--- refuse (42501) all but the schema owner, pglease_operator and the role
--- owning a prefix's bound prefix, inside the functions; history_delete is
--- the schema owner's alone. No role may write pglease.tenures.
+-- refuse (42501) all but the schema owner, superusers and the role owning
+-- a prefix's bound prefix, inside the functions (pglease_operator is not
+-- enough); history_delete is the schema owner's alone. No role may write
+-- pglease.tenures.
 DO $pglease$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN
@@ -7416,6 +7614,8 @@ SELECT pg_catalog.pg_extension_config_dump('pglease.limit_state', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.limit_reservations', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.history_prefixes', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.tenures', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_archive', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.history_settings', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_released', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_handed_over', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_forced', '');

@@ -82,8 +82,9 @@ func TenureEnds(ctx context.Context, database pglease.DB) (map[string]int64, err
 // EnableHistory turns the tenure history on for the lease names and slot
 // scopes starting with prefix (pglease.history_enable), keeping each row
 // keep after its tenure ended. It returns the keep the prefix had, zero
-// when it was off. The schema owner and pglease_operator may call it for
-// any prefix, a client only inside a prefix bound to its role; others get
+// when it was off. The schema owner and superusers may call it for any
+// prefix, a member of the role a prefix is bound to (pglease.prefix_bind)
+// for that prefix and longer ones; others, pglease_operator included, get
 // an error matching pglease.ErrPermissionDenied. A keep not more than 0 or
 // over 100 years, or a prefix not 1 to 256 bytes, is
 // pglease.ErrInvalidArgument.

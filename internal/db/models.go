@@ -50,6 +50,12 @@ type PgleaseHistoryPrefix struct {
 	EnabledAt time.Time
 }
 
+// pglease: tenure history settings, one row; change only through pglease.history_archive
+type PgleaseHistorySetting struct {
+	One     bool
+	Archive bool
+}
+
 // pglease leases; change only through the pglease functions
 type PgleaseLease struct {
 	Name               string
@@ -223,6 +229,19 @@ type PgleaseTenure struct {
 	GrantedAt  time.Time
 	EndedAt    *time.Time
 	EndedHow   pgtype.Text
+}
+
+// pglease tenure history archive, by month of ended_at; written only by pglease.purge, dropped by pglease.history_drop_before
+type PgleaseTenuresArchive struct {
+	Name       string
+	Slot       int32
+	Fence      int64
+	Holder     string
+	HolderRole pgtype.Text
+	Units      pgtype.Int4
+	GrantedAt  time.Time
+	EndedAt    time.Time
+	EndedHow   string
 }
 
 // pglease: refused acquires and claims waiting for a release notification

@@ -645,6 +645,41 @@ AS $$
     SELECT coalesce(sum(n), 0)::bigint FROM pglease._all_history_delete(p_prefix, p_before) AS n;
 $$;
 
+-- Source: sql/functions/45_tenures.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_history_archive(p_on boolean, OUT previous boolean)
+RETURNS SETOF boolean
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.history_archive;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.history_archive(p_on boolean, OUT previous boolean)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT bool_or(r) FROM pglease._all_history_archive(p_on) AS r;
+$$;
+
+-- Source: sql/functions/45_tenures.sql (signature), sql/proxy/routes (all)
+CREATE OR REPLACE FUNCTION pglease._all_history_drop_before(p_before timestamptz)
+RETURNS SETOF integer
+LANGUAGE plproxy VOLATILE
+AS $$
+    CLUSTER 'pglease';
+    RUN ON ALL;
+    TARGET pglease.history_drop_before;
+$$;
+
+CREATE OR REPLACE FUNCTION pglease.history_drop_before(p_before timestamptz)
+RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(sum(n), 0)::integer FROM pglease._all_history_drop_before(p_before) AS n;
+$$;
+
 -- Source: sql/functions/45_tenures.sql (signature), sql/proxy/routes (hash p_name)
 CREATE OR REPLACE FUNCTION pglease.tenures(
     p_name text, p_since timestamptz,

@@ -207,9 +207,10 @@ $pglease$;
 
 -- Tenure history (0.4.0, #52, docs/tenure-history.md): every client reads
 -- it as it reads the status views; history_enable and history_disable
--- refuse (42501) all but the schema owner, pglease_operator and the role
--- owning a prefix's bound prefix, inside the functions; history_delete is
--- the schema owner's alone. No role may write pglease.tenures.
+-- refuse (42501) all but the schema owner, superusers and the role owning
+-- a prefix's bound prefix, inside the functions (pglease_operator is not
+-- enough); history_delete is the schema owner's alone. No role may write
+-- pglease.tenures.
 DO $pglease$
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pglease_client') THEN

@@ -81,7 +81,8 @@ COMMENT ON TABLE pglease.history_prefixes IS
 -- make a second live holder fails its statement; the trigger
 -- pglease._tenure_check refuses a fence that does not increase in the
 -- order of the grants. Not partitioned: an exclusion constraint cannot
--- span time partitions (docs/tenure-history.md#how-big-it-gets).
+-- span time partitions; old tenures move to pglease.tenures_archive,
+-- which is (docs/tenure-history.md#retention-and-how-big-it-gets).
 CREATE TABLE pglease.tenures (
     name        text        NOT NULL,
     slot        integer     NOT NULL CHECK (slot >= 0),
@@ -100,6 +101,40 @@ CREATE TABLE pglease.tenures (
 COMMENT ON TABLE pglease.tenures IS
     'pglease tenure history; written only by the triggers on pglease.leases and pglease.slots';
 CREATE INDEX tenures_ended_idx ON pglease.tenures (ended_at) WHERE ended_at IS NOT NULL;
+
+-- The archive of the history (#52): closed tenures that pglease.purge moved
+-- out of pglease.tenures once their keep had passed, when archiving is on
+-- (pglease.history_archive); the same columns, never open. Partitioned by
+-- the month of ended_at (UTC), so that old history goes by dropping a
+-- month (pglease.history_drop_before) rather than deleting rows. The
+-- partitions, pglease.tenures_archive_YYYYMM, are created by the purge
+-- that first moves a tenure of their month. No exclusion constraint here:
+-- one cannot span partitions on PostgreSQL 13 to 16; the tenures of a name
+-- here all ended before those still in pglease.tenures began.
+CREATE TABLE pglease.tenures_archive (
+    name        text        NOT NULL,
+    slot        integer     NOT NULL,
+    fence       bigint      NOT NULL,
+    holder      text        NOT NULL,
+    holder_role text,
+    units       integer,
+    granted_at  timestamptz NOT NULL,
+    ended_at    timestamptz NOT NULL,
+    ended_how   text        NOT NULL,
+    PRIMARY KEY (name, slot, fence, ended_at)
+) PARTITION BY RANGE (ended_at);
+COMMENT ON TABLE pglease.tenures_archive IS
+    'pglease tenure history archive, by month of ended_at; written only by pglease.purge, dropped by pglease.history_drop_before';
+
+-- One row: whether pglease.purge moves the closed tenures whose keep has
+-- passed to pglease.tenures_archive (archive true) or deletes them.
+CREATE TABLE pglease.history_settings (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    archive boolean NOT NULL DEFAULT false
+);
+COMMENT ON TABLE pglease.history_settings IS
+    'pglease: tenure history settings, one row; change only through pglease.history_archive';
+INSERT INTO pglease.history_settings DEFAULT VALUES;
 
 -- The tenures ended, by how, since the schema was made (the exporter's
 -- counter, pglease.tenure_ends): sequences, so that counting never makes
@@ -144,8 +179,7 @@ $pglease$;
 -- WHEN conditions keep every renewal from calling anything.
 CREATE FUNCTION pglease._tenure_lease() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
 CREATE FUNCTION pglease._tenure_slot() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
-CREATE FUNCTION pglease._tenure_leases_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
-CREATE FUNCTION pglease._tenure_slots_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+CREATE FUNCTION pglease._tenure_purged() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
 CREATE FUNCTION pglease._tenure_check() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
 CREATE TRIGGER tenure_granted AFTER INSERT ON pglease.leases
     FOR EACH ROW WHEN (NEW.holder IS NOT NULL) EXECUTE FUNCTION pglease._tenure_lease();
@@ -153,13 +187,13 @@ CREATE TRIGGER tenure_changed AFTER UPDATE ON pglease.leases
     FOR EACH ROW WHEN (OLD.fence <> NEW.fence OR (OLD.holder IS NOT NULL AND NEW.holder IS NULL))
     EXECUTE FUNCTION pglease._tenure_lease();
 CREATE TRIGGER tenure_purged AFTER DELETE ON pglease.leases
-    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_leases_purged();
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_purged();
 CREATE TRIGGER tenure_granted AFTER INSERT ON pglease.slots
     FOR EACH ROW WHEN (NEW.holder IS NOT NULL) EXECUTE FUNCTION pglease._tenure_slot();
 CREATE TRIGGER tenure_changed AFTER UPDATE ON pglease.slots
     FOR EACH ROW WHEN (OLD.fence <> NEW.fence OR (OLD.holder IS NOT NULL AND NEW.holder IS NULL))
     EXECUTE FUNCTION pglease._tenure_slot();
 CREATE TRIGGER tenure_purged AFTER DELETE ON pglease.slots
-    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_slots_purged();
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION pglease._tenure_purged();
 CREATE TRIGGER tenure_order BEFORE INSERT OR UPDATE OF name, slot, fence, granted_at ON pglease.tenures
     FOR EACH ROW EXECUTE FUNCTION pglease._tenure_check();

@@ -21,12 +21,15 @@ func TestTenureHistory(t *testing.T) {
 	t.Parallel()
 	// EveryEnd purges every free row: it runs on a database of its own.
 	runGroup(t, 2, []subtest{{"EveryEnd", testHistoryEveryEnd}})
+	// Archive turns archiving on for the whole database: one of its own.
+	runGroup(t, 4, []subtest{{"Archive", testHistoryArchive}})
 	runGroup(t, 8, []subtest{
 		{"Slots", testHistorySlots},
 		{"RenewWritesNothing", testHistoryRenewWritesNothing},
 		{"ForgedOverlapRefused", testHistoryForgedOverlapRefused},
 		{"ClientCannotWriteOrForge", testHistoryClientCannotWrite},
 		{"WhoTurnsItOn", testHistoryWhoTurnsItOn},
+		{"OperatorRefused", testHistoryOperatorRefused},
 		{"OpenGrantDelaysNobody", testHistoryOpenGrantDelaysNobody},
 		{"Retention", testHistoryRetention},
 		{"OffWritesNothing", testHistoryOffWritesNothing},
@@ -143,12 +146,22 @@ func testHistoryEveryEnd(t *testing.T, db *testDB) {
 		}
 	}
 
-	// A purge of the row ends the open tenure of an expired lease.
+	// A purge of the row ends the open tenure of an expired lease, and of
+	// each expired slot of a scope (one statement for both slots).
 	purged := n("purged")
 	mustAcquire(t, db.pool, purged, "p", time.Millisecond, 1)
 	waitLeaseState(t, db.pool, purged, "expired")
+	scope := n("purged-scope")
+	mustClaimSlot(t, db.pool, scope, "s", 2, 500*time.Millisecond, 1, 1)
+	mustClaimSlot(t, db.pool, scope, "t", 2, 500*time.Millisecond, 2, 1)
+	waitSlotState(t, db.pool, scope, 1, "expired")
+	waitSlotState(t, db.pool, scope, 2, "expired")
 	mustExec(t, db.pool, `SELECT pglease.purge('0')`)
 	requireEnds(t, tenures(t, db.pool, purged), "1:p:purged")
+	requireEnds(t, tenures(t, db.pool, scope), "1:s:purged", "1:t:purged")
+	if got := ends()["purged"] - after["purged"]; got != 3 {
+		t.Errorf("tenure_ends purged: got %d more, want 3", got)
+	}
 }
 
 // testHistorySlots: per slot, with units.
@@ -295,6 +308,62 @@ func testHistoryWhoTurnsItOn(t *testing.T, db *testDB) {
 	mustScanHistory(t, db.pool, `SELECT pglease.history_delete($1, NULL)`, n(""), &deleted)
 }
 
+// testHistoryOperatorRefused: a member of pglease_operator may not turn
+// the history on or off for a shared prefix or another role's (42501,
+// saying who may; nothing changes), nor delete from it even were
+// history_delete granted to it; once it is also a member of the prefix's
+// role it may, as that role may.
+func testHistoryOperatorRefused(t *testing.T, db *testDB) {
+	n := namer(t)
+	adminURL := pgtest.AdminURL(t)
+	admin := connect(t, adminURL)
+	svc := createLoginRole(t, adminURL, db.url, true)
+	opRole := createLoginRole(t, adminURL, db.url, false)
+	mustExec(t, admin, `GRANT pglease_operator TO `+ident(opRole.name))
+	operator := connectAs(t, db.url, opRole)
+	mustExec(t, db.pool, `SELECT pglease.prefix_bind($1, $2)`, n("svc/"), svc.name)
+	mustExec(t, db.pool, `SELECT pglease.history_enable($1, '3 days')`, n("on/"))
+	prefixes := func() string {
+		t.Helper()
+		var got string
+		mustScanHistory(t, db.pool, `SELECT coalesce(string_agg(prefix || '=' || keep::text, ' ' ORDER BY prefix), '')
+			FROM pglease.history_prefixes WHERE starts_with(prefix, $1)`, n(""), &got)
+		return got
+	}
+	before := prefixes()
+	ctx := testContext(t)
+	for _, p := range []string{n("shared/"), n("on/"), n("svc/"), n("svc/jobs/")} {
+		_, err := operator.Exec(ctx, `SELECT pglease.history_enable($1, '1 day')`, p)
+		requirePgError(t, err, "42501", "only the schema owner, a superuser or a member of the role the prefix is bound to")
+		_, err = operator.Exec(ctx, `SELECT pglease.history_disable($1)`, p)
+		requirePgError(t, err, "42501", "pglease.history_disable")
+	}
+	if after := prefixes(); after != before {
+		t.Fatalf("history prefixes after the operator's refused calls:\ngot  %s\nwant %s", after, before)
+	}
+
+	// history_delete is granted to no role; granted to the operator by
+	// mistake, the function still refuses it. The grant is rolled back.
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	mustExec(t, tx, `GRANT EXECUTE ON FUNCTION pglease.history_delete(text, timestamptz) TO `+ident(opRole.name))
+	mustExec(t, tx, `SET LOCAL SESSION AUTHORIZATION `+ident(opRole.name))
+	_, err = tx.Exec(ctx, `SELECT pglease.history_delete($1, NULL)`, n(""))
+	requirePgError(t, err, "42501", "only the schema owner or a superuser may")
+	_ = tx.Rollback(ctx)
+
+	mustExec(t, admin, `GRANT `+ident(svc.name)+` TO `+ident(opRole.name))
+	mustExec(t, operator, `SELECT pglease.history_enable($1, '1 day')`, n("svc/jobs/"))
+	_, err = operator.Exec(ctx, `SELECT pglease.history_disable($1)`, n("on/"))
+	requirePgError(t, err, "42501", "pglease.history_disable")
+	if got, want := prefixes(), n("on/")+"=72:00:00 "+n("svc/jobs/")+"=24:00:00"; got != want {
+		t.Fatalf("history prefixes:\ngot  %s\nwant %s", got, want)
+	}
+}
+
 // testHistoryOpenGrantDelaysNobody: a grant, a release and a takeover of
 // names with history on, each left open in a transaction with the
 // timeouts off, delay no grant, release, takeover, claim or read of
@@ -395,4 +464,127 @@ func testHistoryOffWritesNothing(t *testing.T, db *testDB) {
 	release(t, db.pool, n("l"), "a", 2)
 	mustAcquire(t, db.pool, n("l"), "a", time.Hour, 3)
 	requireEnds(t, tenures(t, db.pool, n("l")), "2:a:NULL")
+}
+
+// testHistoryArchive: with archiving on, pglease.purge moves the tenures
+// whose keep has passed to pglease.tenures_archive, one partition per
+// month created as needed; pglease.tenures reads both tables (also in a
+// REPEATABLE READ snapshot taken before the move, each tenure once); an
+// open move delays no grant, release, takeover, claim or read, and
+// another purge skips it; history_drop_before drops whole months, refuses
+// bad input (22004, 22023) and every role but the owner (42501), changing
+// nothing; a grant after the move gets the next fence.
+func testHistoryArchive(t *testing.T, db *testDB) {
+	n := namer(t)
+	ctx := testContext(t)
+	name, old := n("l"), n("old")
+	mustExec(t, db.pool, `SELECT pglease.history_enable($1, '1 microsecond')`, n(""))
+	var prev bool
+	mustScanHistory(t, db.pool, `SELECT pglease.history_archive($1)`, true, &prev)
+	if prev {
+		t.Fatal("history_archive: got previous true, want false (the default)")
+	}
+	mustAcquire(t, db.pool, name, "a", time.Hour, 1)
+	release(t, db.pool, name, "a", 1)
+	mustAcquire(t, db.pool, name, "b", time.Hour, 2)
+	mustExec(t, db.pool, `INSERT INTO pglease.tenures (name, slot, fence, holder, granted_at, ended_at, ended_how)
+		VALUES ($1, 0, 1, 'o', '2020-01-05Z', '2020-01-06Z', 'released'),
+		       ($1, 0, 2, 'o', '2020-02-05Z', '2020-02-06Z', 'expired')`, old)
+	before := fmt.Sprint(tenures(t, db.pool, name), tenures(t, db.pool, old))
+
+	rr, err := db.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rr.Rollback(context.Background()) }()
+	tenures(t, rr, name) // the snapshot
+
+	// The move left open, timeouts off: nobody else waits for it.
+	open, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(context.Background()) }()
+	for _, sql := range []string{`SET LOCAL statement_timeout = 0`, `SET LOCAL lock_timeout = 0`,
+		`SET LOCAL idle_in_transaction_session_timeout = 0`} {
+		mustExec(t, open, sql)
+	}
+	mustExec(t, open, `SELECT pglease.purge('1 hour')`)
+	victim, err := db.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Release()
+	mustExec(t, victim, `SET lock_timeout = '100ms'`)
+	defer mustExec(t, victim, `RESET lock_timeout`)
+	if !release(t, victim, name, "b", 2) {
+		t.Fatal("release beside an open move: got false")
+	}
+	mustAcquire(t, victim, name, "c", time.Hour, 3)
+	mustAcquire(t, victim, n("other"), "c", time.Hour, 1)
+	mustClaimSlot(t, victim, n("scope"), "c", 1, time.Hour, 1, 1)
+	tenures(t, victim, name)
+	var moved int64
+	mustScanHistory(t, victim, `SELECT pglease.purge($1)`, "1 hour", &moved) // skips: another purge is moving
+	if err := open.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var live, archived int64
+	mustScanHistory(t, db.pool, `SELECT count(*) FROM pglease.tenures WHERE starts_with(name, $1)`, n(""), &live)
+	mustScanHistory(t, db.pool, `SELECT count(*) FROM pglease.tenures_archive WHERE starts_with(name, $1)`, n(""), &archived)
+	if archived != 3 {
+		t.Fatalf("archived tenures: got %d, want 3 (a's and the two of 2020)", archived)
+	}
+	requireEnds(t, tenures(t, rr, name), "1:a:released", "2:b:NULL")
+	if got := fmt.Sprint(tenures(t, rr, name), tenures(t, rr, old)); got != before {
+		t.Fatalf("tenures in a snapshot from before the move:\ngot  %s\nwant %s", got, before)
+	}
+	_ = rr.Rollback(ctx) // its read holds the archive: a drop would wait for it
+	requireEnds(t, tenures(t, db.pool, name), "1:a:released", "2:b:released", "3:c:NULL")
+	requireEnds(t, tenures(t, db.pool, old), "1:o:released", "2:o:expired")
+	var months []string
+	mustScanHistory(t, db.pool, `SELECT array_agg(c.relname::text ORDER BY c.relname) FROM pg_inherits AS i
+		JOIN pg_class AS c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass`, "pglease.tenures_archive", &months)
+	if len(months) != 3 || months[0] != "tenures_archive_202001" || months[1] != "tenures_archive_202002" {
+		t.Fatalf("archive partitions: got %v, want 2020-01, 2020-02 and this month's", months)
+	}
+
+	// Bad input and other roles: refused, nothing dropped.
+	_, err = db.pool.Exec(ctx, `SELECT pglease.history_drop_before(NULL)`)
+	requirePgError(t, err, "22004")
+	_, err = db.pool.Exec(ctx, `SELECT pglease.history_drop_before(now() + interval '1 day')`)
+	requirePgError(t, err, "22023")
+	_, err = db.pool.Exec(ctx, `SELECT pglease.history_archive(NULL)`)
+	requirePgError(t, err, "22004")
+	client := connectAs(t, db.url, createLoginRole(t, pgtest.AdminURL(t), db.url, true))
+	for _, sql := range []string{`SELECT pglease.history_drop_before('2021-01-01Z')`, `SELECT pglease.history_archive(false)`,
+		`DROP TABLE pglease.tenures_archive_202001`, `SELECT * FROM pglease.tenures_archive`} {
+		if _, err := client.Exec(ctx, sql); pgCode(err) != "42501" {
+			t.Errorf("%s as a client: got %v, want SQLSTATE 42501", sql, err)
+		}
+	}
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	mustExec(t, tx, `GRANT EXECUTE ON FUNCTION pglease.history_drop_before(timestamptz) TO pglease_client`)
+	mustExec(t, tx, `SET LOCAL SESSION AUTHORIZATION pglease_client`)
+	_, err = tx.Exec(ctx, `SELECT pglease.history_drop_before('2021-01-01Z')`)
+	requirePgError(t, err, "42501", "only the schema owner or a superuser may")
+	_ = tx.Rollback(ctx)
+	requireEnds(t, tenures(t, db.pool, old), "1:o:released", "2:o:expired")
+
+	// The owner drops January 2020: its month goes, February stays.
+	var dropped int32
+	mustScanHistory(t, db.pool, `SELECT pglease.history_drop_before($1)`, "2020-02-01Z", &dropped)
+	if dropped != 1 {
+		t.Fatalf("history_drop_before: got %d months dropped, want 1", dropped)
+	}
+	requireEnds(t, tenures(t, db.pool, old), "2:o:expired")
+	mustScanHistory(t, db.pool, `SELECT pglease.history_archive($1)`, false, &prev)
+	if !prev {
+		t.Fatal("history_archive(false): got previous false, want true")
+	}
 }
