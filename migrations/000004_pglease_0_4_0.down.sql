@@ -75,7 +75,8 @@ DROP FUNCTION pglease._tenure_write(text, integer, text, text, bigint, timestamp
                                     text, text, bigint, timestamptz, timestamptz, integer);
 DROP FUNCTION pglease._history_admin(text, text);
 DROP FUNCTION pglease._history_owner_only(text);
-DROP FUNCTION pglease._history_owner();
+DROP FUNCTION pglease._prefix_admin(text);
+DROP FUNCTION pglease._schema_owner();
 DROP TABLE pglease.tenures;
 DROP TABLE pglease.tenures_archive;
 DROP TABLE pglease.history_settings;

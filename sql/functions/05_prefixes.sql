@@ -55,6 +55,31 @@ BEGIN
 END
 $$;
 
+-- _schema_owner(): whether the caller (session_user) is the schema owner,
+-- a member of its role, or a superuser.
+CREATE OR REPLACE FUNCTION pglease._schema_owner()
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER')
+    FROM pg_catalog.pg_namespace AS n
+    WHERE n.nspname = 'pglease';
+$$;
+
+-- _prefix_admin(p_target): whether the caller may configure what applies to
+-- the names under p_target (their limits, their history): the schema owner
+-- (pglease._schema_owner), or a member of the role that owns p_target (see
+-- pglease._owner: its bound prefix is p_target or a shorter one, or it is
+-- a group's). Shared names are the schema owner's alone; pglease_operator
+-- is not enough.
+CREATE OR REPLACE FUNCTION pglease._prefix_admin(p_target text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT pglease._schema_owner()
+        OR ((pglease._owner(p_target)).owner_role IS NOT NULL AND pglease._may_take(p_target));
+$$;
+
 -- _check_owner(p_func, p_arg, p_name): raises 42501 when p_name belongs to
 -- a role the caller is not a member of (see pglease._owner), naming the
 -- prefix or the group and the role; returns otherwise (at once for a

@@ -174,26 +174,20 @@ RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_names  text[];
-    v_slots  integer[];
-    v_fences bigint[];
-    v_ends   timestamptz[];
-    v_n      bigint;
+    v_name text := CASE TG_TABLE_NAME WHEN 'leases' THEN 'name' ELSE 'scope' END;
+    v_n    bigint;
 BEGIN
     IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
         RETURN NULL;
     END IF;
-    IF TG_TABLE_NAME = 'leases' THEN
-        SELECT array_agg(g.name), array_agg(0), array_agg(g.fence), array_agg(g.expires_at)
-        INTO v_names, v_slots, v_fences, v_ends FROM gone AS g;
-    ELSE
-        SELECT array_agg(g.scope), array_agg(g.slot), array_agg(g.fence), array_agg(g.expires_at)
-        INTO v_names, v_slots, v_fences, v_ends FROM gone AS g;
-    END IF;
+    -- The row's name and slot read by column name, so that one statement
+    -- serves both tables (a lease has no slot: 0).
     WITH closed AS (
         UPDATE pglease.tenures AS t SET ended_at = greatest(g.expires_at, t.granted_at), ended_how = 'purged'
-        FROM ROWS FROM (pg_catalog.unnest(v_names), pg_catalog.unnest(v_slots), pg_catalog.unnest(v_fences),
-                       pg_catalog.unnest(v_ends)) AS g(name, slot, fence, expires_at)
+        FROM (SELECT pg_catalog.to_jsonb(d) ->> v_name AS name,
+                     coalesce((pg_catalog.to_jsonb(d) ->> 'slot')::integer, 0) AS slot,
+                     d.fence, d.expires_at
+              FROM gone AS d) AS g
         WHERE t.name = g.name AND t.slot = g.slot AND t.fence = g.fence AND t.ended_at IS NULL
         RETURNING 1
     )
@@ -266,27 +260,15 @@ BEGIN
 END
 $$;
 
--- _history_owner(): whether the caller (session_user) is the schema owner,
--- a member of its role, or a superuser: who alone deletes from the
--- history and drops its archive.
-CREATE OR REPLACE FUNCTION pglease._history_owner()
-RETURNS boolean
-LANGUAGE sql STABLE
-AS $$
-    SELECT pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER')
-    FROM pg_catalog.pg_namespace AS n
-    WHERE n.nspname = 'pglease';
-$$;
-
 -- _history_owner_only(p_func): raises 42501, naming p_func, unless the
--- caller is the schema owner or a superuser (pglease._history_owner): the
+-- caller is the schema owner or a superuser (pglease._schema_owner): the
 -- check of the history functions granted to no role.
 CREATE OR REPLACE FUNCTION pglease._history_owner_only(p_func text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    IF NOT pglease._history_owner() THEN
+    IF NOT pglease._schema_owner() THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
             MESSAGE = pg_catalog.format('pglease.%s: role %I may not call it: only the schema owner or a superuser may',
                                         p_func, session_user);
@@ -295,22 +277,13 @@ END
 $$;
 
 -- _history_admin(p_func, p_prefix): raises 42501 unless the caller may turn
--- the history of p_prefix on or off: the schema owner or a superuser
--- (pglease._history_owner), or a member of the role owning p_prefix's
--- longest bound prefix (pglease.prefix_bind), which must be p_prefix
--- itself or a shorter prefix of it. pglease_operator is not enough.
+-- the history of p_prefix on or off (pglease._prefix_admin).
 CREATE OR REPLACE FUNCTION pglease._history_admin(p_func text, p_prefix text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    v_owner text;
 BEGIN
-    IF pglease._history_owner() THEN
-        RETURN;
-    END IF;
-    SELECT o.owner_role INTO v_owner FROM pglease._owner(p_prefix) AS o;
-    IF v_owner IS NOT NULL AND pglease._may_take(p_prefix) THEN
+    IF pglease._prefix_admin(p_prefix) THEN
         RETURN;
     END IF;
     RAISE EXCEPTION USING ERRCODE = '42501',
@@ -563,7 +536,7 @@ BEGIN
     END IF;
     PERFORM pglease._history_owner_only('history_drop_before');
     FOR v_part IN
-        SELECT c.relname FROM pg_catalog.pg_inherits AS i
+        SELECT c.relname::text FROM pg_catalog.pg_inherits AS i
         JOIN pg_catalog.pg_class AS c ON c.oid = i.inhrelid
         WHERE i.inhparent = 'pglease.tenures_archive'::regclass
           AND c.relname ~ '^tenures_archive_[0-9]{6}$'

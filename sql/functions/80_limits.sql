@@ -107,24 +107,19 @@ END
 $$;
 
 -- _limit_admin(p_func, p_arg, p_target): returns when the caller may set,
--- unset or reset limits of p_target: the schema owner (or a superuser), or
--- a member of the role owning p_target's bound prefix or group. Raises
--- 42501 otherwise, naming p_func, p_target and the role.
+-- unset or reset limits of p_target (pglease._prefix_admin). Raises 42501
+-- otherwise, naming p_func, p_target and the role.
 CREATE OR REPLACE FUNCTION pglease._limit_admin(p_func text, p_arg text, p_target text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_owner text := (pglease._owner(p_target)).owner_role;
+    v_owner text;
 BEGIN
-    IF EXISTS (SELECT FROM pg_catalog.pg_namespace AS n
-               WHERE n.nspname = 'pglease'
-                 AND pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER')) THEN
+    IF pglease._prefix_admin(p_target) THEN
         RETURN;
     END IF;
-    IF v_owner IS NOT NULL AND pglease._may_take(p_target) THEN
-        RETURN;
-    END IF;
+    v_owner := (pglease._owner(p_target)).owner_role;
     RAISE EXCEPTION USING ERRCODE = '42501',
         MESSAGE = CASE WHEN v_owner IS NULL
             THEN format('pglease.%s: %s %L is a shared name; only the schema owner sets or resets its limits, not role %I',
