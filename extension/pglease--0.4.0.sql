@@ -359,7 +359,7 @@ CREATE INDEX runs_holder_role_idx ON pglease.runs (holder_role);
 -- Rate limits (0.4.0, sql/functions/80_limits.sql, docs/limits.md). One
 -- row per configured target: a key (exact) or every key starting with the
 -- target; a key's limit is that of its longest matching target within the
--- names its owner owns (see pglease._limit_of). rate tokens per per, as
+-- names its owner owns (see pglease._limit_match). rate tokens per per, as
 -- emission_us, the microseconds between two tokens (per / rate rounded up,
 -- so the rate is never exceeded), and burst, the tokens a full bucket
 -- holds. set_by is the role that set it; created_by the role that created
@@ -1193,28 +1193,56 @@ BEGIN
 END
 $$;
 
--- _may_take(p_name): whether the caller (session_user) may take p_name: it
--- is shared, it is a group's and the caller is the group's role, or the
--- caller is a member of the role its prefix is bound to. A prefix bound to
--- a role that no longer exists is nobody's: false.
+-- _owner_allows(p_owner, p_prefix): whether the caller (session_user) may
+-- take a name that _owner finds owned by p_owner through bound prefix
+-- p_prefix: a shared name (p_owner NULL) is everyone's; a group's shard
+-- (p_prefix NULL) only the group's role's; a name under a bound prefix the
+-- members' of its role. A prefix bound to a role that no longer exists is
+-- nobody's: false. The one rule of _may_take, _check_owner and the limits'
+-- key check (_limit_key), for a name whose owner is read once; inlinable.
+CREATE OR REPLACE FUNCTION pglease._owner_allows(p_owner text, p_prefix text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN p_owner IS NULL THEN true
+        WHEN p_prefix IS NULL THEN p_owner = session_user
+        ELSE coalesce(pg_catalog.pg_has_role(session_user,
+                          pg_catalog.to_regrole(pg_catalog.quote_ident(p_owner)), 'MEMBER'), false)
+    END
+$$;
+
+-- _may_take(p_name): whether the caller (session_user) may take p_name
+-- (_owner_allows of its owner).
 CREATE OR REPLACE FUNCTION pglease._may_take(p_name text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    v_owner  text;
-    v_prefix text;
-    v_oid    oid;
 BEGIN
-    SELECT o.owner_role, o.prefix INTO v_owner, v_prefix FROM pglease._owner(p_name) AS o;
-    IF v_owner IS NULL THEN
-        RETURN true;
+    RETURN (SELECT pglease._owner_allows(o.owner_role, o.prefix) FROM pglease._owner(p_name) AS o);
+END
+$$;
+
+-- _owner_refuse(p_func, p_arg, p_name, p_owner, p_prefix): raises 42501
+-- for name p_name (argument p_arg of pglease.p_func), owned by p_owner
+-- through bound prefix p_prefix (NULL: a group's shard), naming the
+-- prefix or the group and the role. Called once _owner_allows said no.
+CREATE OR REPLACE FUNCTION pglease._owner_refuse(p_func text, p_arg text, p_name text,
+    p_owner text, p_prefix text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_prefix IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = format('pglease.%s: %s %L is a shard of a group of role %I; role %I is not a member of it',
+                             p_func, p_arg, p_name, p_owner, session_user),
+            HINT = 'A group''s shards are taken by its own role, through pglease.group_sync.';
     END IF;
-    IF v_prefix IS NULL THEN
-        RETURN v_owner = session_user;
-    END IF;
-    SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_owner;
-    RETURN FOUND AND pg_catalog.pg_has_role(session_user, v_oid, 'MEMBER');
+    RAISE EXCEPTION USING ERRCODE = '42501',
+        MESSAGE = format('pglease.%s: %s %L is under prefix %L, which belongs to role %I; role %I is not a member of it',
+                         p_func, p_arg, p_name, p_prefix, p_owner, session_user),
+        HINT = format('Use a name outside %L, or GRANT %I TO %I.', p_prefix, p_owner, session_user);
 END
 $$;
 
@@ -1245,8 +1273,8 @@ $$;
 
 -- _check_owner(p_func, p_arg, p_name): raises 42501 when p_name belongs to
 -- a role the caller is not a member of (see pglease._owner), naming the
--- prefix or the group and the role; returns otherwise (at once for a
--- shared name).
+-- prefix or the group and the role (_owner_refuse); returns otherwise.
+-- Reads p_name's owner once.
 CREATE OR REPLACE FUNCTION pglease._check_owner(p_func text, p_arg text, p_name text)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -1256,19 +1284,9 @@ DECLARE
     v_prefix text;
 BEGIN
     SELECT o.owner_role, o.prefix INTO v_owner, v_prefix FROM pglease._owner(p_name) AS o;
-    IF v_owner IS NULL OR pglease._may_take(p_name) THEN
-        RETURN;
+    IF NOT pglease._owner_allows(v_owner, v_prefix) THEN
+        PERFORM pglease._owner_refuse(p_func, p_arg, p_name, v_owner, v_prefix);
     END IF;
-    IF v_prefix IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = format('pglease.%s: %s %L is a shard of a group of role %I; role %I is not a member of it',
-                             p_func, p_arg, p_name, v_owner, session_user),
-            HINT = 'A group''s shards are taken by its own role, through pglease.group_sync.';
-    END IF;
-    RAISE EXCEPTION USING ERRCODE = '42501',
-        MESSAGE = format('pglease.%s: %s %L is under prefix %L, which belongs to role %I; role %I is not a member of it',
-                         p_func, p_arg, p_name, v_prefix, v_owner, session_user),
-        HINT = format('Use a name outside %L, or GRANT %I TO %I.', v_prefix, v_owner, session_user);
 END
 $$;
 
@@ -6216,69 +6234,101 @@ AS $$
     SELECT pg_catalog.round(EXTRACT(epoch FROM p_at) * 1000000)::bigint
 $$;
 
--- _limit_key_role(p_key): whose bucket p_key is for the caller: the role
--- owning p_key's bound prefix (or group), else the caller's (session_user).
+-- _limit_role(p_owner): whose bucket a key owned by p_owner (_owner:
+-- its bound prefix's role, or its group's) is for the caller: p_owner's,
+-- else, for a shared key, the caller's own (session_user). Inlinable.
+CREATE OR REPLACE FUNCTION pglease._limit_role(p_owner text)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce(p_owner, session_user::text)
+$$;
+
+-- _limit_key_role(p_key): whose bucket p_key is for the caller
+-- (_limit_role of its owner).
 CREATE OR REPLACE FUNCTION pglease._limit_key_role(p_key text)
 RETURNS text
 LANGUAGE sql STABLE
 AS $$
-    SELECT coalesce((pglease._owner(p_key)).owner_role, session_user::text)
+    SELECT pglease._limit_role((pglease._owner(p_key)).owner_role)
 $$;
 
--- _limit_find(p_key): the limit of p_key: its longest matching target (an
--- exact target only when it is p_key) no shorter than p_key's bound
--- prefix; target, emission_us and burst, all NULL when there is none.
--- Reads pglease.limits without a lock, by primary key: one probe per
--- prefix of p_key (at most 256), whatever the number of limits.
+-- _limit_match(p_key, p_prefix): the limit of p_key, whose bound prefix
+-- is p_prefix (NULL: none): its longest matching target (an exact target
+-- only when it is p_key) no shorter than p_prefix; target, emission_us and
+-- burst, no row when there is none. Reads pglease.limits without a lock,
+-- by primary key: one probe per prefix of p_key (at most 256), whatever
+-- the number of limits. Inlinable: the one rule of a key's limit. The
+-- prefixes' lengths are bounded by constants (a key has at most 256
+-- characters), so that a plan cached with parameters costs no more than
+-- one planned for the values and is kept: no planning per call.
+CREATE OR REPLACE FUNCTION pglease._limit_match(p_key text, p_prefix text)
+RETURNS TABLE (target text, emission_us bigint, burst integer)
+LANGUAGE sql STABLE
+AS $$
+    SELECT l.target, l.emission_us, l.burst
+    FROM pglease.limits AS l
+    WHERE l.target = ANY (ARRAY(SELECT pg_catalog.left(p_key, i)
+                                FROM pg_catalog.generate_series(1, 256) AS i
+                                WHERE i >= greatest(pg_catalog.char_length(p_prefix), 1)
+                                  AND i <= pg_catalog.char_length(p_key)))
+      AND (NOT l.exact OR l.target = p_key)
+    ORDER BY pg_catalog.octet_length(l.target) DESC
+    LIMIT 1
+$$;
+
+-- _limit_find(p_key): the limit of p_key as _limit_match finds it within
+-- p_key's bound prefix; target, emission_us and burst, all NULL when
+-- there is none.
 CREATE OR REPLACE FUNCTION pglease._limit_find(p_key text,
     OUT target text, OUT emission_us bigint, OUT burst integer)
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    v_from integer := greatest(pg_catalog.char_length((pglease._owner(p_key)).prefix), 1);
 BEGIN
-    SELECT l.target, l.emission_us, l.burst INTO target, emission_us, burst
-    FROM pglease.limits AS l
-    WHERE l.target = ANY (ARRAY(SELECT pg_catalog.left(p_key, i)
-                                FROM pg_catalog.generate_series(v_from, pg_catalog.char_length(p_key)) AS i))
-      AND (NOT l.exact OR l.target = p_key)
-    ORDER BY pg_catalog.octet_length(l.target) DESC
-    LIMIT 1;
+    SELECT m.target, m.emission_us, m.burst INTO target, emission_us, burst
+    FROM pglease._limit_match(p_key, (pglease._owner(p_key)).prefix) AS m;
 END
 $$;
 
--- _limit_of(p_func, p_key): the limit of p_key as _limit_find finds it.
--- Raises PGL20 naming p_func and p_key when there is none.
-CREATE OR REPLACE FUNCTION pglease._limit_of(p_func text, p_key text,
-    OUT target text, OUT emission_us bigint, OUT burst integer)
+-- _limit_key(p_func, p_arg, p_key, p_cost_arg, p_cost): key p_key
+-- (argument p_arg of pglease.p_func) as the caller reaches it, its owner
+-- read once (_owner): key_role, the role of the caller's bucket
+-- (_limit_role), and the key's limit (_limit_match): emission_us and
+-- burst. Checks, in this order: p_key (22004, 22023: _check_text); p_cost
+-- (argument p_cost_arg) when p_cost_arg is not NULL (22004; 22023 for less
+-- than 1); that the caller may take p_key (42501: _owner_allows,
+-- _owner_refuse); that it has a limit (PGL20, naming p_func and p_key);
+-- and that p_cost is at most its burst (PGL21: it could never be
+-- allowed). Locks nothing. The one check of a key of every limits call
+-- (take, peek, claim_and_take, reserve, reserve_all, settle).
+CREATE OR REPLACE FUNCTION pglease._limit_key(p_func text, p_arg text, p_key text,
+    p_cost_arg text, p_cost integer,
+    OUT key_role text, OUT emission_us bigint, OUT burst integer)
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    v_owner  text;
+    v_prefix text;
 BEGIN
-    SELECT l.target, l.emission_us, l.burst INTO target, emission_us, burst
-    FROM pglease._limit_find(p_key) AS l;
-    IF target IS NULL THEN
+    PERFORM pglease._check_text(p_func, p_arg, p_key);
+    IF p_cost_arg IS NOT NULL THEN
+        PERFORM pglease._check_int(p_func, p_cost_arg, p_cost, 1, 2147483647);
+    END IF;
+    SELECT o.owner_role, o.prefix INTO v_owner, v_prefix FROM pglease._owner(p_key) AS o;
+    IF NOT pglease._owner_allows(v_owner, v_prefix) THEN
+        PERFORM pglease._owner_refuse(p_func, p_arg, p_key, v_owner, v_prefix);
+    END IF;
+    key_role := pglease._limit_role(v_owner);
+    SELECT m.emission_us, m.burst INTO emission_us, burst FROM pglease._limit_match(p_key, v_prefix) AS m;
+    IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'PGL20',
             MESSAGE = format('pglease.%s: no rate limit is set for key %L', p_func, p_key),
             HINT = 'Set one for the key or a prefix of it: pglease.limit_set (the schema owner, or the role owning the key''s prefix).';
     END IF;
-END
-$$;
-
--- _limit_cost(p_func, p_arg, p_key, p_cost): the limit of p_key as
--- _limit_of finds it (emission_us, burst), when p_cost tokens of it could
--- ever be allowed: raises PGL21 naming p_func, p_arg and p_key when
--- p_cost is more than the burst, and PGL20 as _limit_of. The one rule of
--- a cost against its key's burst (take, claim_and_take, reserve_all).
-CREATE OR REPLACE FUNCTION pglease._limit_cost(p_func text, p_arg text, p_key text, p_cost integer,
-    OUT emission_us bigint, OUT burst integer)
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    SELECT l.emission_us, l.burst INTO emission_us, burst FROM pglease._limit_of(p_func, p_key) AS l;
     IF p_cost > burst THEN
         RAISE EXCEPTION USING ERRCODE = 'PGL21',
             MESSAGE = format('pglease.%s: %s %s is more than the burst %s of key %L: it could never be allowed',
-                             p_func, p_arg, p_cost, burst, p_key),
+                             p_func, p_cost_arg, p_cost, burst, p_key),
             HINT = 'Take at most the burst at once, or ask for a larger burst (pglease.limit_set).';
     END IF;
 END
@@ -6361,7 +6411,8 @@ $$;
 
 -- _limit_take(p_func, p_key, p_cost): the decision of pglease.take, for
 -- the functions that take (p_func names the caller in errors). Checks its
--- arguments first (22004, 22023, 42501, PGL20, PGL21: see pglease.take);
+-- arguments first (_limit_key: 22004, 22023, 42501, PGL20, PGL21: see
+-- pglease.take);
 -- then, in a subtransaction, locks the key's row FOR NO KEY UPDATE
 -- (creating it, under the 'limits' quota, when missing: 53400 at the cap),
 -- reads the clock, gives back the bucket's reservations expired by then
@@ -6384,11 +6435,8 @@ DECLARE
     v_new    bigint;
     v_tol    bigint;
 BEGIN
-    PERFORM pglease._check_text(p_func, 'p_key', p_key);
-    PERFORM pglease._check_int(p_func, 'p_cost', p_cost, 1, 2147483647);
-    PERFORM pglease._check_owner(p_func, 'p_key', p_key);
-    SELECT l.emission_us, l.burst INTO v_emit, burst FROM pglease._limit_cost(p_func, 'p_cost', p_key, p_cost) AS l;
-    v_role := pglease._limit_key_role(p_key);
+    SELECT k.key_role, k.emission_us, k.burst INTO v_role, v_emit, burst
+    FROM pglease._limit_key(p_func, 'p_key', p_key, 'p_cost', p_cost) AS k;
     v_tol := v_emit * burst;
     BEGIN
         SELECT s.tat, s.due INTO v_tat, v_due FROM pglease.limit_state AS s
@@ -6475,10 +6523,7 @@ BEGIN
     FOR i IN 1 .. v_n LOOP
         v_cost := coalesce(p_costs[array_lower(p_costs, 1) + i - 1], CASE WHEN p_costs IS NULL THEN 1 END);
         v_key := p_keys[array_lower(p_keys, 1) + i - 1];
-        PERFORM pglease._check_text(p_func, p_keys_arg, v_key);
-        PERFORM pglease._check_int(p_func, p_costs_arg, v_cost, 1, 2147483647);
-        PERFORM pglease._check_owner(p_func, p_keys_arg, v_key);
-        PERFORM pglease._limit_cost(p_func, p_costs_arg, v_key, v_cost);
+        PERFORM pglease._limit_key(p_func, p_keys_arg, v_key, p_costs_arg, v_cost);
     END LOOP;
 END
 $$;
@@ -6554,14 +6599,14 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    v_role   text;
     v_emit   bigint;
     v_now_us bigint;
     v_base   bigint;
     v_tol    bigint;
 BEGIN
-    PERFORM pglease._check_text('peek', 'p_key', p_key);
-    PERFORM pglease._check_owner('peek', 'p_key', p_key);
-    SELECT l.emission_us, l.burst INTO v_emit, burst FROM pglease._limit_of('peek', p_key) AS l;
+    SELECT k.key_role, k.emission_us, k.burst INTO v_role, v_emit, burst
+    FROM pglease._limit_key('peek', 'p_key', p_key, NULL, NULL) AS k;
     v_tol := v_emit * burst;
     decided_at := clock_timestamp();
     v_now_us := pglease._limit_us(decided_at);
@@ -6572,7 +6617,7 @@ BEGIN
                      v_emit, decided_at)
             ELSE s.tat END), v_now_us) INTO v_base
     FROM pglease.limit_state AS s
-    WHERE s.key = p_key AND s.key_role = pglease._limit_key_role(p_key);
+    WHERE s.key = p_key AND s.key_role = v_role;
     v_base := coalesce(v_base, v_now_us);
     allowed := v_base + v_emit - v_now_us <= v_tol;
     remaining := greatest((v_tol - (v_base - v_now_us)) / v_emit, 0)::integer;
@@ -7107,8 +7152,7 @@ BEGIN
             HINT = 'Pass the reservation pglease.reserve returned.';
     END IF;
     PERFORM pglease._check_int('settle', 'p_actual', p_actual, 0, 2147483647);
-    PERFORM pglease._check_owner('settle', 'p_key', p_key);
-    PERFORM pglease._limit_of('settle', p_key);
+    PERFORM pglease._limit_key('settle', 'p_key', p_key, NULL, NULL);
 
     -- The reservation's keys, when p_key's bucket is one of them (its keys
     -- never change: rows are only deleted).
@@ -7122,11 +7166,11 @@ BEGIN
         v_keys := ARRAY[p_key];
     END IF;
     FOR i IN 1 .. cardinality(v_keys) LOOP
-        PERFORM pglease._check_owner('settle', 'p_key', v_keys[i]);
-        SELECT l.emission_us, l.burst INTO v_lim FROM pglease._limit_of('settle', v_keys[i]) AS l;
+        SELECT k.key_role, k.emission_us, k.burst INTO v_lim
+        FROM pglease._limit_key('settle', 'p_key', v_keys[i], NULL, NULL) AS k;
         v_emit[i] := v_lim.emission_us;
         v_burst[i] := v_lim.burst;
-        v_roles[i] := pglease._limit_key_role(v_keys[i]);
+        v_roles[i] := v_lim.key_role;
         SELECT s.tat, s.due INTO v_row FROM pglease.limit_state AS s
         WHERE s.key = v_keys[i] AND s.key_role = v_roles[i]
         FOR NO KEY UPDATE;

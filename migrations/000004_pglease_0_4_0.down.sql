@@ -14,6 +14,11 @@ SET LOCAL lock_timeout = '3s';
 -- _takeable and group_sync are written out again by 0.3.0's functions.
 DROP FUNCTION pglease._free(text, timestamptz, text, text, interval, text, text, timestamptz);
 
+-- The owner check reads a name's owner once: _check_owner and _may_take
+-- are written out again by 0.3.0's functions.
+DROP FUNCTION pglease._owner_allows(text, text);
+DROP FUNCTION pglease._owner_refuse(text, text, text, text, text);
+
 -- The limits' levels (sql/functions/83_limit_views.sql) go.
 DROP FUNCTION pglease.limit_status(integer);
 
@@ -28,13 +33,14 @@ DROP FUNCTION pglease.limit_unset(text);
 DROP FUNCTION pglease.limit_reset(text);
 DROP FUNCTION pglease.claim_and_take(text, text, integer, interval, integer, text[], integer[]);
 DROP FUNCTION pglease._limit_take(text, text, integer);
-DROP FUNCTION pglease._limit_cost(text, text, text, integer);
-DROP FUNCTION pglease._limit_of(text, text);
+DROP FUNCTION pglease._limit_key(text, text, text, text, integer);
 DROP FUNCTION pglease._limit_find(text);
+DROP FUNCTION pglease._limit_match(text, text);
 DROP FUNCTION pglease._limit_expire(text, text, timestamptz, timestamptz, bigint);
 DROP FUNCTION pglease._limit_refund(timestamptz, bigint, bigint, timestamptz);
 DROP FUNCTION pglease._limit_admin(text, text, text);
 DROP FUNCTION pglease._limit_key_role(text);
+DROP FUNCTION pglease._limit_role(text);
 DROP FUNCTION pglease._limit_purge(timestamptz, boolean, text);
 DROP FUNCTION pglease._limit_us(timestamptz);
 DROP FUNCTION pglease.reserve(text, integer, interval);

@@ -30,28 +30,56 @@ BEGIN
 END
 $$;
 
--- _may_take(p_name): whether the caller (session_user) may take p_name: it
--- is shared, it is a group's and the caller is the group's role, or the
--- caller is a member of the role its prefix is bound to. A prefix bound to
--- a role that no longer exists is nobody's: false.
+-- _owner_allows(p_owner, p_prefix): whether the caller (session_user) may
+-- take a name that _owner finds owned by p_owner through bound prefix
+-- p_prefix: a shared name (p_owner NULL) is everyone's; a group's shard
+-- (p_prefix NULL) only the group's role's; a name under a bound prefix the
+-- members' of its role. A prefix bound to a role that no longer exists is
+-- nobody's: false. The one rule of _may_take, _check_owner and the limits'
+-- key check (_limit_key), for a name whose owner is read once; inlinable.
+CREATE OR REPLACE FUNCTION pglease._owner_allows(p_owner text, p_prefix text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE
+        WHEN p_owner IS NULL THEN true
+        WHEN p_prefix IS NULL THEN p_owner = session_user
+        ELSE coalesce(pg_catalog.pg_has_role(session_user,
+                          pg_catalog.to_regrole(pg_catalog.quote_ident(p_owner)), 'MEMBER'), false)
+    END
+$$;
+
+-- _may_take(p_name): whether the caller (session_user) may take p_name
+-- (_owner_allows of its owner).
 CREATE OR REPLACE FUNCTION pglease._may_take(p_name text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    v_owner  text;
-    v_prefix text;
-    v_oid    oid;
 BEGIN
-    SELECT o.owner_role, o.prefix INTO v_owner, v_prefix FROM pglease._owner(p_name) AS o;
-    IF v_owner IS NULL THEN
-        RETURN true;
+    RETURN (SELECT pglease._owner_allows(o.owner_role, o.prefix) FROM pglease._owner(p_name) AS o);
+END
+$$;
+
+-- _owner_refuse(p_func, p_arg, p_name, p_owner, p_prefix): raises 42501
+-- for name p_name (argument p_arg of pglease.p_func), owned by p_owner
+-- through bound prefix p_prefix (NULL: a group's shard), naming the
+-- prefix or the group and the role. Called once _owner_allows said no.
+CREATE OR REPLACE FUNCTION pglease._owner_refuse(p_func text, p_arg text, p_name text,
+    p_owner text, p_prefix text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_prefix IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '42501',
+            MESSAGE = format('pglease.%s: %s %L is a shard of a group of role %I; role %I is not a member of it',
+                             p_func, p_arg, p_name, p_owner, session_user),
+            HINT = 'A group''s shards are taken by its own role, through pglease.group_sync.';
     END IF;
-    IF v_prefix IS NULL THEN
-        RETURN v_owner = session_user;
-    END IF;
-    SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = v_owner;
-    RETURN FOUND AND pg_catalog.pg_has_role(session_user, v_oid, 'MEMBER');
+    RAISE EXCEPTION USING ERRCODE = '42501',
+        MESSAGE = format('pglease.%s: %s %L is under prefix %L, which belongs to role %I; role %I is not a member of it',
+                         p_func, p_arg, p_name, p_prefix, p_owner, session_user),
+        HINT = format('Use a name outside %L, or GRANT %I TO %I.', p_prefix, p_owner, session_user);
 END
 $$;
 
@@ -82,8 +110,8 @@ $$;
 
 -- _check_owner(p_func, p_arg, p_name): raises 42501 when p_name belongs to
 -- a role the caller is not a member of (see pglease._owner), naming the
--- prefix or the group and the role; returns otherwise (at once for a
--- shared name).
+-- prefix or the group and the role (_owner_refuse); returns otherwise.
+-- Reads p_name's owner once.
 CREATE OR REPLACE FUNCTION pglease._check_owner(p_func text, p_arg text, p_name text)
 RETURNS void
 LANGUAGE plpgsql STABLE
@@ -93,19 +121,9 @@ DECLARE
     v_prefix text;
 BEGIN
     SELECT o.owner_role, o.prefix INTO v_owner, v_prefix FROM pglease._owner(p_name) AS o;
-    IF v_owner IS NULL OR pglease._may_take(p_name) THEN
-        RETURN;
+    IF NOT pglease._owner_allows(v_owner, v_prefix) THEN
+        PERFORM pglease._owner_refuse(p_func, p_arg, p_name, v_owner, v_prefix);
     END IF;
-    IF v_prefix IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = format('pglease.%s: %s %L is a shard of a group of role %I; role %I is not a member of it',
-                             p_func, p_arg, p_name, v_owner, session_user),
-            HINT = 'A group''s shards are taken by its own role, through pglease.group_sync.';
-    END IF;
-    RAISE EXCEPTION USING ERRCODE = '42501',
-        MESSAGE = format('pglease.%s: %s %L is under prefix %L, which belongs to role %I; role %I is not a member of it',
-                         p_func, p_arg, p_name, v_prefix, v_owner, session_user),
-        HINT = format('Use a name outside %L, or GRANT %I TO %I.', v_prefix, v_owner, session_user);
 END
 $$;
 

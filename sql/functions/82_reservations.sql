@@ -221,8 +221,7 @@ BEGIN
             HINT = 'Pass the reservation pglease.reserve returned.';
     END IF;
     PERFORM pglease._check_int('settle', 'p_actual', p_actual, 0, 2147483647);
-    PERFORM pglease._check_owner('settle', 'p_key', p_key);
-    PERFORM pglease._limit_of('settle', p_key);
+    PERFORM pglease._limit_key('settle', 'p_key', p_key, NULL, NULL);
 
     -- The reservation's keys, when p_key's bucket is one of them (its keys
     -- never change: rows are only deleted).
@@ -236,11 +235,11 @@ BEGIN
         v_keys := ARRAY[p_key];
     END IF;
     FOR i IN 1 .. cardinality(v_keys) LOOP
-        PERFORM pglease._check_owner('settle', 'p_key', v_keys[i]);
-        SELECT l.emission_us, l.burst INTO v_lim FROM pglease._limit_of('settle', v_keys[i]) AS l;
+        SELECT k.key_role, k.emission_us, k.burst INTO v_lim
+        FROM pglease._limit_key('settle', 'p_key', v_keys[i], NULL, NULL) AS k;
         v_emit[i] := v_lim.emission_us;
         v_burst[i] := v_lim.burst;
-        v_roles[i] := pglease._limit_key_role(v_keys[i]);
+        v_roles[i] := v_lim.key_role;
         SELECT s.tat, s.due INTO v_row FROM pglease.limit_state AS s
         WHERE s.key = v_keys[i] AND s.key_role = v_roles[i]
         FOR NO KEY UPDATE;

@@ -352,7 +352,7 @@ CREATE INDEX runs_holder_role_idx ON pglease.runs (holder_role);
 -- Rate limits (0.4.0, sql/functions/80_limits.sql, docs/limits.md). One
 -- row per configured target: a key (exact) or every key starting with the
 -- target; a key's limit is that of its longest matching target within the
--- names its owner owns (see pglease._limit_of). rate tokens per per, as
+-- names its owner owns (see pglease._limit_match). rate tokens per per, as
 -- emission_us, the microseconds between two tokens (per / rate rounded up,
 -- so the rate is never exceeded), and burst, the tokens a full bucket
 -- holds. set_by is the role that set it; created_by the role that created

@@ -143,7 +143,7 @@ func TestLimitsChaos(t *testing.T) {
 	rows, err = admin.Query(read, `
 		SELECT k.key, l.emission_us, l.burst, p.decided_at, p.decided_at + p.reset_in
 		FROM (SELECT DISTINCT key FROM proof_limit_log) AS k
-		CROSS JOIN LATERAL pglease._limit_of('proof', k.key) AS l
+		CROSS JOIN LATERAL pglease._limit_find(k.key) AS l
 		CROSS JOIN LATERAL pglease.peek(k.key) AS p`)
 	if err != nil {
 		t.Fatal(err)
