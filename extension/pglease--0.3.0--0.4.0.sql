@@ -471,7 +471,9 @@ CREATE INDEX tenures_ended_idx ON pglease.tenures (ended_at) WHERE ended_at IS N
 -- partitions, pglease.tenures_archive_YYYYMM, are created by the purge
 -- that first moves a tenure of their month. No exclusion constraint here:
 -- one cannot span partitions on PostgreSQL 13 to 16; the tenures of a name
--- here all ended before those still in pglease.tenures began.
+-- here all ended before those still in pglease.tenures began. Each month
+-- has its own primary key on (name, slot, fence) and the parent none, so
+-- that pg_dump restores the months of an extension install as they were.
 CREATE TABLE pglease.tenures_archive (
     name        text        NOT NULL,
     slot        integer     NOT NULL,
@@ -481,21 +483,22 @@ CREATE TABLE pglease.tenures_archive (
     units       integer,
     granted_at  timestamptz NOT NULL,
     ended_at    timestamptz NOT NULL,
-    ended_how   text        NOT NULL,
-    PRIMARY KEY (name, slot, fence, ended_at)
+    ended_how   text        NOT NULL
 ) PARTITION BY RANGE (ended_at);
 COMMENT ON TABLE pglease.tenures_archive IS
     'pglease tenure history archive, by month of ended_at; written only by pglease.purge, dropped by pglease.history_drop_before';
 
--- One row: whether pglease.purge moves the closed tenures whose keep has
--- passed to pglease.tenures_archive (archive true) or deletes them.
+-- At most one row, made by pglease.history_archive's first call: whether
+-- pglease.purge moves the closed tenures whose keep has passed to
+-- pglease.tenures_archive (archive true) or deletes them (also with no
+-- row). None at install, so that restoring a dump of the extension's
+-- tables brings its own row.
 CREATE TABLE pglease.history_settings (
     one     boolean PRIMARY KEY DEFAULT true CHECK (one),
     archive boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE pglease.history_settings IS
     'pglease: tenure history settings, one row; change only through pglease.history_archive';
-INSERT INTO pglease.history_settings DEFAULT VALUES;
 
 -- The tenures ended, by how, since the schema was made (the exporter's
 -- counter, pglease.tenure_ends): sequences, so that counting never makes
@@ -4445,11 +4448,14 @@ DECLARE
     v_rows  tid[];
     v_month timestamp;
     v_part  text;
+    v_archive boolean;
 BEGIN
     IF NOT EXISTS (SELECT FROM pglease.history_prefixes AS h) THEN
         RETURN v_n;
     END IF;
-    IF (SELECT s.archive FROM pglease.history_settings AS s) THEN
+    -- No row: archiving was never turned on.
+    v_archive := coalesce((SELECT s.archive FROM pglease.history_settings AS s), false);
+    IF v_archive THEN
         BEGIN
             LOCK TABLE pglease.tenures_archive IN SHARE UPDATE EXCLUSIVE MODE NOWAIT;
         EXCEPTION WHEN lock_not_available THEN
@@ -4465,7 +4471,7 @@ BEGIN
                                     WHERE pg_catalog.starts_with(d.name, h.prefix))
         LIMIT 10000
         FOR UPDATE SKIP LOCKED);
-    IF NOT (SELECT s.archive FROM pglease.history_settings AS s) THEN
+    IF NOT v_archive THEN
         WITH gone AS (
             DELETE FROM pglease.tenures AS t WHERE t.ctid = ANY (v_rows)
             RETURNING 1
@@ -4484,8 +4490,8 @@ BEGIN
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_class AS c
                        WHERE c.relnamespace = 'pglease'::regnamespace AND c.relname = v_part) THEN
             EXECUTE pg_catalog.format(
-                'CREATE TABLE pglease.%I (LIKE pglease.tenures_archive INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
-                v_part);
+                'CREATE TABLE pglease.%I (LIKE pglease.tenures_archive INCLUDING DEFAULTS INCLUDING CONSTRAINTS,'
+                ' PRIMARY KEY (name, slot, fence))', v_part);
             EXECUTE pg_catalog.format(
                 'ALTER TABLE pglease.tenures_archive ATTACH PARTITION pglease.%I FOR VALUES FROM (%L) TO (%L)',
                 v_part, pg_catalog.to_char(v_month, 'YYYY-MM-DD') || ' 00:00:00+00',
@@ -4514,7 +4520,8 @@ $$;
 -- partitioned by month, where they stay until pglease.history_drop_before
 -- drops their month; or deletes them (false, the default). Rows already
 -- archived stay either way. Returns the setting it had. Takes the one row
--- of pglease.history_settings, which only this function writes: a call
+-- of pglease.history_settings (made by the first call), which only this
+-- function writes: a call
 -- left open delays another call of it, nothing else (purges read the row
 -- without locking it). The schema owner's call: granted to no role, and
 -- 42501 inside for anyone but the schema owner or a superuser. Raises
@@ -4530,6 +4537,10 @@ BEGIN
             HINT = 'Pass true to move old tenures to pglease.tenures_archive, false to delete them.';
     END IF;
     PERFORM pglease._history_owner_only('history_archive');
+    -- The row is made by the first call (none at install, so that a
+    -- restored dump brings its own), then locked.
+    INSERT INTO pglease.history_settings AS s (archive) VALUES (false)
+    ON CONFLICT ON CONSTRAINT history_settings_pkey DO NOTHING;
     SELECT s.archive INTO previous FROM pglease.history_settings AS s FOR UPDATE;
     UPDATE pglease.history_settings AS s SET archive = p_on;
 END
@@ -7651,7 +7662,6 @@ SELECT pg_catalog.pg_extension_config_dump('pglease.limit_state', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.limit_reservations', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.history_prefixes', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.tenures', '');
-SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_archive', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.history_settings', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_released', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_handed_over', '');

@@ -93,7 +93,7 @@ func (q *Queries) LeaseAcquire(ctx context.Context, arg LeaseAcquireParams) (Lea
 
 const leaseAcquireBatch = `-- name: LeaseAcquireBatch :one
 SELECT a.acquired::boolean[] AS acquired,
-       pg_catalog.array_replace(a.fences, NULL, 0)::bigint[] AS fences,
+       pg_catalog.array_replace(a.fences, NULL, 0::bigint)::bigint[] AS fences,
        pg_catalog.array_replace(a.holders, NULL, '')::text[] AS holders,
        pg_catalog.array_replace(a.expires_in, NULL, interval '0')::interval[] AS expires_in,
        pg_catalog.array_replace(a.lease_values, NULL, '')::text[] AS lease_values,

@@ -100,7 +100,7 @@ FROM pglease.request_release(@name, sqlc.narg('preferred')::text, @reserve::inte
 -- (NULL), as for LeaseAcquireValue. NULL result elements (of bad elements)
 -- read as zero values; sqlstates is '' for a decided element.
 SELECT a.acquired::boolean[] AS acquired,
-       pg_catalog.array_replace(a.fences, NULL, 0)::bigint[] AS fences,
+       pg_catalog.array_replace(a.fences, NULL, 0::bigint)::bigint[] AS fences,
        pg_catalog.array_replace(a.holders, NULL, '')::text[] AS holders,
        pg_catalog.array_replace(a.expires_in, NULL, interval '0')::interval[] AS expires_in,
        pg_catalog.array_replace(a.lease_values, NULL, '')::text[] AS lease_values,

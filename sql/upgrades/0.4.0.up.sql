@@ -110,7 +110,9 @@ CREATE INDEX tenures_ended_idx ON pglease.tenures (ended_at) WHERE ended_at IS N
 -- partitions, pglease.tenures_archive_YYYYMM, are created by the purge
 -- that first moves a tenure of their month. No exclusion constraint here:
 -- one cannot span partitions on PostgreSQL 13 to 16; the tenures of a name
--- here all ended before those still in pglease.tenures began.
+-- here all ended before those still in pglease.tenures began. Each month
+-- has its own primary key on (name, slot, fence) and the parent none, so
+-- that pg_dump restores the months of an extension install as they were.
 CREATE TABLE pglease.tenures_archive (
     name        text        NOT NULL,
     slot        integer     NOT NULL,
@@ -120,21 +122,22 @@ CREATE TABLE pglease.tenures_archive (
     units       integer,
     granted_at  timestamptz NOT NULL,
     ended_at    timestamptz NOT NULL,
-    ended_how   text        NOT NULL,
-    PRIMARY KEY (name, slot, fence, ended_at)
+    ended_how   text        NOT NULL
 ) PARTITION BY RANGE (ended_at);
 COMMENT ON TABLE pglease.tenures_archive IS
     'pglease tenure history archive, by month of ended_at; written only by pglease.purge, dropped by pglease.history_drop_before';
 
--- One row: whether pglease.purge moves the closed tenures whose keep has
--- passed to pglease.tenures_archive (archive true) or deletes them.
+-- At most one row, made by pglease.history_archive's first call: whether
+-- pglease.purge moves the closed tenures whose keep has passed to
+-- pglease.tenures_archive (archive true) or deletes them (also with no
+-- row). None at install, so that restoring a dump of the extension's
+-- tables brings its own row.
 CREATE TABLE pglease.history_settings (
     one     boolean PRIMARY KEY DEFAULT true CHECK (one),
     archive boolean NOT NULL DEFAULT false
 );
 COMMENT ON TABLE pglease.history_settings IS
     'pglease: tenure history settings, one row; change only through pglease.history_archive';
-INSERT INTO pglease.history_settings DEFAULT VALUES;
 
 -- The tenures ended, by how, since the schema was made (the exporter's
 -- counter, pglease.tenure_ends): sequences, so that counting never makes

@@ -213,7 +213,7 @@ func testSuccessKeepsItsWindowClosed(t *testing.T, db *testDB) {
 	// half hour, where round(now / 1 hour) moves on.
 	waitFor(t, 30*time.Second, "the server clock to be clear of the half hour", func() (bool, error) {
 		var s float64
-		err := db.pool.QueryRow(ctx, `SELECT mod(extract(epoch FROM clock_timestamp()), 3600)::float8`).Scan(&s)
+		err := db.pool.QueryRow(ctx, `SELECT mod(extract(epoch FROM clock_timestamp())::numeric, 3600)::float8`).Scan(&s)
 		return s < 1770 || s >= 1800, err
 	})
 	fence := grant(t, a, job, "a", time.Hour)

@@ -150,13 +150,14 @@ func TestExtension(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Every logged table, so that pg_dump keeps its rows: the run
+		// Every logged table but the partitioned archive (its months are
+		// tables of their own, dumped whole), so that pg_dump keeps its rows: the run
 		// ledger's and the shard groups' too (0.3.0), and the sequences
 		// of the fence floors and the purge clock (0.3.0); the UNLOGGED
 		// tables (waiters, observers, candidates) are rebuilt by the
 		// clients.
 		want := []string{"pglease.group_members", "pglease.group_shards", "pglease.groups",
-			"pglease.history_prefixes", // 0.4.0
+			"pglease.history_prefixes", "pglease.history_settings", // 0.4.0
 			"pglease.lease_fence_floor", "pglease.leases",
 			"pglease.limit_reservations", "pglease.limit_state", "pglease.limits", // 0.4.0
 			"pglease.prefixes", "pglease.purge_lock",
@@ -246,6 +247,26 @@ func TestExtension(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// A history with its archive on and a month archived: the
+		// setting's row and the month's partition are dumped and restored
+		// too.
+		owner := connect(t, url)
+		mustExec(ctx, t, owner, `SELECT pglease.history_enable('dumped/', '1 microsecond')`)
+		mustExec(ctx, t, owner, `SELECT pglease.history_archive(true)`)
+		for fence := int64(1); fence <= 2; fence++ {
+			l, err := c.TryAcquire(ctx, "dumped/h", time.Minute)
+			if err != nil || l.Fence() != fence {
+				t.Fatalf("acquire dumped/h: got %v, want fence %d", err, fence)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustExec(ctx, t, owner, `SELECT pglease.purge('1 hour')`)
+		var archived int
+		if err := owner.QueryRow(ctx, `SELECT count(*) FROM pglease.tenures_archive`).Scan(&archived); err != nil || archived != 2 {
+			t.Fatalf("archived tenures before the dump: got %d (%v), want 2", archived, err)
+		}
 		bindir := serverConfig(t, connect(t, pgtest.AdminURL(t)), "BINDIR")
 		dump, err := exec.CommandContext(ctx, filepath.Join(bindir, "pg_dump"), "--no-password", "-d", url).Output()
 		if err != nil {
@@ -268,6 +289,13 @@ func TestExtension(t *testing.T) {
 		l, err := rc.TryAcquire(ctx, "dumped", time.Minute)
 		if err != nil || l.Fence() != 3 {
 			t.Fatalf("acquire after restore: got %v, fence %d, want fence 3 (fences survive the dump)", err, fenceOf(l))
+		}
+		var tenures int
+		var wasOn bool
+		err = rpool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pglease.tenures('dumped/h', NULL)),
+			(SELECT previous FROM pglease.history_archive(true))`).Scan(&tenures, &wasOn)
+		if err != nil || tenures != 2 || !wasOn {
+			t.Fatalf("history after restore: got %d tenures, archive on %v (%v); want 2, true", tenures, wasOn, err)
 		}
 	})
 
