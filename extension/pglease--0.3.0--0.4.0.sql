@@ -7661,7 +7661,7 @@ SELECT pg_catalog.pg_extension_config_dump('pglease.limits', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.limit_state', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.limit_reservations', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.history_prefixes', '');
-SELECT pg_catalog.pg_extension_config_dump('pglease.tenures', '');
+SELECT pg_catalog.pg_extension_config_dump('pglease.tenures', 'WHERE ended_at IS NOT NULL');
 SELECT pg_catalog.pg_extension_config_dump('pglease.history_settings', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_released', '');
 SELECT pg_catalog.pg_extension_config_dump('pglease.tenures_handed_over', '');
