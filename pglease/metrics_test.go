@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -191,15 +189,7 @@ func proxiedPool(t *testing.T, dbURL string) (*pgxpool.Pool, *faultproxy.Proxy) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, port, err := net.SplitHostPort(p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	portN, err := strconv.Atoi(port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(portN), nil
+	p.Route(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

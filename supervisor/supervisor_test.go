@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -244,16 +242,8 @@ func proxiedPool(t *testing.T, dbURL string) (*pgxpool.Pool, *faultproxy.Proxy) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, port, err := net.SplitHostPort(p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	portN, err := strconv.Atoi(port)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pcfg := cfg.Copy()
-	pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Fallbacks = host, uint16(portN), nil
+	p.Route(&pcfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatal(err)

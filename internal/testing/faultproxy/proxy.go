@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Proxy forwards connections from its listen address to a target address.
@@ -51,6 +53,18 @@ func New(target string) (*Proxy, error) {
 
 // Addr returns the proxy's listen address ("127.0.0.1:port").
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Route points cfg, a connection to the proxy's target, at the proxy
+// instead: its address, and no fallbacks (they would go around it). TLS is
+// what the last fallback would have used, so that sslmode=prefer (TLS
+// first, then without) reaches a server that offers no TLS.
+func (p *Proxy) Route(cfg *pgconn.Config) {
+	addr := p.ln.Addr().(*net.TCPAddr)
+	if n := len(cfg.Fallbacks); n > 0 {
+		cfg.TLSConfig = cfg.Fallbacks[n-1].TLSConfig
+	}
+	cfg.Host, cfg.Port, cfg.Fallbacks = addr.IP.String(), uint16(addr.Port), nil
+}
 
 // Blackhole stops forwarding bytes in both directions until Resume. Open
 // connections stay open and new ones are accepted but hang.

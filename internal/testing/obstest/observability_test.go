@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	neturl "net/url"
 	"os"
@@ -253,9 +252,7 @@ func proxiedPool(t *testing.T, url string) (*pgxpool.Pool, *faultproxy.Proxy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, port, _ := net.SplitHostPort(p.Addr())
-	n, _ := strconv.Atoi(port)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(n), nil
+	p.Route(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -201,9 +200,7 @@ func proxied(t *testing.T, url string) (*pgxpool.Pool, *faultproxy.Proxy) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, port, _ := net.SplitHostPort(p.Addr())
-	n, _ := strconv.Atoi(port)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(n), nil
+	p.Route(&cfg.ConnConfig.Config)
 	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
