@@ -946,8 +946,9 @@ func retryBlockedBy(t *testing.T, db *testDB, conn *pgx.Conn, blocker uint32,
 	mustExec(t, conn, `SET lock_timeout = '1min'`)
 	defer mustExec(t, conn, `SET lock_timeout = '100ms'`)
 	pid := conn.PgConn().PID()
-	ctx, cancel := callContext(t)
-	defer cancel()
+	// The retry ends when it is cancelled below, after at most 15 s of
+	// looking: its context must outlast that, however slow the machine.
+	ctx := testContext(t)
 	done := make(chan error, 1)
 	go func() { done <- call(ctx, conn) }()
 	var ended bool
