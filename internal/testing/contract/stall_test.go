@@ -969,11 +969,21 @@ func retryBlockedBy(t *testing.T, db *testDB, conn *pgx.Conn, blocker uint32,
 	if ended {
 		return false, fmt.Sprintf("the same call again, allowed to wait, did not wait on backend %d (it returned %v)", blocker, endErr)
 	}
-	if _, err := db.pool.Exec(ctx, `SELECT pg_catalog.pg_cancel_backend($1)`, int64(pid)); err != nil {
+	var signalled bool
+	if err := db.pool.QueryRow(ctx, `SELECT pg_catalog.pg_cancel_backend($1)`, int64(pid)).Scan(&signalled); err != nil {
 		t.Fatalf("cancel the retry: %v", err)
 	}
-	if err := <-done; pgCode(err) != "57014" {
-		t.Fatalf("the retry, cancelled while it waited on backend %d: got %v, want SQLSTATE 57014", blocker, err)
+	select {
+	case err := <-done:
+		if pgCode(err) != "57014" {
+			t.Fatalf("the retry, cancelled while it waited on backend %d: got %v, want SQLSTATE 57014", blocker, err)
+		}
+	case <-time.After(15 * time.Second):
+		var state string
+		_ = db.pool.QueryRow(ctx, `SELECT format('state %s, wait %s/%s, blocked by %s, query %s',
+				a.state, a.wait_event_type, a.wait_event, pg_catalog.pg_blocking_pids(a.pid), a.query)
+			FROM pg_catalog.pg_stat_activity AS a WHERE a.pid = $1`, int64(pid)).Scan(&state)
+		t.Fatalf("the retry still runs 15 s after pg_cancel_backend(%d) (signal sent: %v): %s", pid, signalled, state)
 	}
 	return true, ""
 }
