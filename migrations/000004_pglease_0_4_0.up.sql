@@ -1253,7 +1253,8 @@ RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
     SELECT pglease._schema_owner()
-        OR ((pglease._owner(p_target)).owner_role IS NOT NULL AND pglease._may_take(p_target));
+        OR (o.owner_role IS NOT NULL AND pglease._owner_allows(o.owner_role, o.prefix))
+    FROM pglease._owner(p_target) AS o;
 $$;
 
 -- _check_owner(p_func, p_arg, p_name): raises 42501 when p_name belongs to
