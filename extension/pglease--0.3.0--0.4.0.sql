@@ -3638,7 +3638,6 @@ DECLARE
     v_fence bigint;
     v_live  bigint;
     v_fast  integer;
-    v_wait  text;
     v_tid   tid;
 BEGIN
     -- Valid input takes this one test; the checks raise the precise error.
@@ -3647,51 +3646,27 @@ BEGIN
     END IF;
     v_ttl := coalesce(pglease._ttl(p_ttl), pglease._check_ttl('renew_holder', p_ttl));
 
-    -- Fast path for the leases: one UPDATE of the caller's live rows,
-    -- each decided on the clock read when the row is updated (re-read
-    -- after a wait for its lock). It waits for a row another transaction
-    -- holds (the holder's own fenced write, say) for at most 20 ms a row;
-    -- past that it is rolled back, locks and all, and the second form
-    -- below decides instead, which skips locked rows and waits for them
-    -- one at a time in the slow path. The bound keeps a long fenced
-    -- transaction from holding up the whole renewal, and any wait here
-    -- shorter than deadlock_timeout, so this call, not the other
-    -- transaction, gives way. (The second form is not the only one because
-    -- it locks every row in a pass of its own before its UPDATE.)
-    -- The lock timeout set here is the caller's again after the UPDATE,
-    -- and after the rollback (a subtransaction's settings go with it).
-    v_wait := current_setting('lock_timeout');
-    BEGIN
-        PERFORM set_config('lock_timeout', '20ms', true);
-        WITH renewed AS (
-            UPDATE pglease.leases AS l
-            SET expires_at = greatest(l.expires_at, v_now + v_ttl), holder_role = v_role
-            WHERE l.holder = p_holder AND coalesce(l.holder_role = v_role, true)
-              AND l.expires_at > clock_timestamp()
-            RETURNING l.name, l.fence
-        )
-        SELECT coalesce(array_agg(r.name), '{}'), coalesce(array_agg(r.fence), '{}')
-        INTO leases, lease_fences
-        FROM (SELECT * FROM renewed ORDER BY name COLLATE "C") AS r;
-        PERFORM set_config('lock_timeout', v_wait, true);
-    EXCEPTION WHEN lock_not_available THEN
-        -- The rows nobody else has locked, decided when locked. A row
-        -- locked by this statement stays where it is, so the UPDATE finds
-        -- it again by its ctid (a TID scan), not by its name.
-        WITH renewed AS (
-            UPDATE pglease.leases AS l
-            SET expires_at = greatest(l.expires_at, v_now + v_ttl), holder_role = v_role
-            WHERE l.ctid = ANY (ARRAY(
-                SELECT m.ctid FROM pglease.leases AS m
-                WHERE m.holder = p_holder AND coalesce(m.holder_role = v_role, true)
-                  AND m.expires_at > clock_timestamp()
-                FOR NO KEY UPDATE SKIP LOCKED))
-            RETURNING l.name, l.fence
-        )
-        SELECT coalesce(array_agg(r.name), '{}'), coalesce(array_agg(r.fence), '{}')
-        INTO leases, lease_fences
-        FROM (SELECT * FROM renewed ORDER BY name COLLATE "C") AS r;
-    END;
+    -- Fast path for the leases: the caller's live rows nobody else has
+    -- locked, each decided on the clock read when it is locked, then
+    -- updated in one statement. It never waits (SKIP LOCKED), so neither a
+    -- long fenced transaction nor a stranger's lock holds up the others,
+    -- and a cancel ends the call at once; the rows it skipped are waited
+    -- for one at a time in the slow path below. A row locked by this
+    -- statement stays where it is, so the UPDATE finds it again by its
+    -- ctid (a TID scan), not by its name.
+    WITH renewed AS (
+        UPDATE pglease.leases AS l
+        SET expires_at = greatest(l.expires_at, v_now + v_ttl), holder_role = v_role
+        WHERE l.ctid = ANY (ARRAY(
+            SELECT m.ctid FROM pglease.leases AS m
+            WHERE m.holder = p_holder AND coalesce(m.holder_role = v_role, true)
+              AND m.expires_at > clock_timestamp()
+            FOR NO KEY UPDATE SKIP LOCKED))
+        RETURNING l.name, l.fence
+    )
+    SELECT coalesce(array_agg(r.name), '{}'), coalesce(array_agg(r.fence), '{}')
+    INTO leases, lease_fences
+    FROM (SELECT * FROM renewed ORDER BY name COLLATE "C") AS r;
     v_fast := cardinality(leases);
 
     -- The caller's live leases now, and those lost (over at v_now), in
