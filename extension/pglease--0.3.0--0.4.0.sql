@@ -436,12 +436,22 @@ COMMENT ON TABLE pglease.history_prefixes IS
 --                operator cleared it after it ran out (ended_at: its expiry)
 --   taken_over   it ran out and another holder took the name (ended_at: its expiry)
 --   purged       it ran out and pglease.purge deleted its row (ended_at: its expiry)
--- Postgres itself checks the history: tenures_no_overlap (below, when
--- btree_gist is installed) refuses two tenures of one name (and slot)
--- whose time ranges on the server's clock overlap, so a grant that would
--- make a second live holder fails its statement; the trigger
--- pglease._tenure_check refuses a fence that does not increase in the
--- order of the grants. Not partitioned: an exclusion constraint cannot
+-- Postgres itself checks the history, so that a grant that would make a
+-- second live holder fails its statement:
+--   * tenures_one_open: at most one open tenure per name and slot;
+--   * tenures_no_overlap (below, when btree_gist is installed): no two
+--     tenures of one name (and slot) whose time ranges on the server's
+--     clock overlap, an open tenure standing for the instant of its grant
+--     (so a grant inside an ended tenure's span is refused; and its index
+--     entry, kept until VACUUM after the tenure ends, covers no later
+--     grant, so the check costs the same however many tenures are kept);
+--     its names compare byte by byte (COLLATE "C", the same equality), so
+--     that no lookup by name can take its index for the primary key's and
+--     read every tenure the name has kept, whatever the statistics say;
+--   * the trigger pglease._tenure_check: fences increase in the order of
+--     the grants, and no tenure is written beside an open one (whose
+--     range runs on to any later time).
+-- Not partitioned: an exclusion constraint cannot
 -- span time partitions; old tenures move to pglease.tenures_archive,
 -- which is (docs/tenure-history.md#retention-and-how-big-it-gets).
 CREATE TABLE pglease.tenures (
@@ -462,6 +472,7 @@ CREATE TABLE pglease.tenures (
 COMMENT ON TABLE pglease.tenures IS
     'pglease tenure history; written only by the triggers on pglease.leases and pglease.slots';
 CREATE INDEX tenures_ended_idx ON pglease.tenures (ended_at) WHERE ended_at IS NOT NULL;
+CREATE UNIQUE INDEX tenures_one_open ON pglease.tenures (name, slot) WHERE ended_at IS NULL;
 
 -- The archive of the history (#52): closed tenures that pglease.purge moved
 -- out of pglease.tenures once their keep had passed, when archiving is on
@@ -531,8 +542,9 @@ BEGIN
     END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_extension AS e WHERE e.extname = 'btree_gist') THEN
         ALTER TABLE pglease.tenures ADD CONSTRAINT tenures_no_overlap
-            EXCLUDE USING gist (name WITH =, slot WITH =,
-                                tstzrange(granted_at, ended_at, '[)') WITH &&);
+            EXCLUDE USING gist ((name COLLATE "C") WITH =, slot WITH =,
+                                (CASE WHEN ended_at IS NULL THEN tstzrange(granted_at, granted_at, '[]')
+                                      ELSE tstzrange(granted_at, ended_at, '[)') END) WITH &&);
     END IF;
 END
 $pglease$;
@@ -4118,9 +4130,10 @@ BEGIN
         -- waited for, so that a grant before it stays an overlap.
         v_grant := greatest(p_new_acquired, CASE
             WHEN p_old_holder IS NOT NULL THEN p_old_acquired
-            ELSE (SELECT e.ended_at FROM pglease.tenures AS e
-                  WHERE e.name = p_name AND e.slot = p_slot AND e.fence < p_new_fence
-                  ORDER BY e.fence DESC LIMIT 1) END);
+            ELSE (SELECT CASE WHEN (e.name, e.slot) = (p_name, p_slot) THEN e.ended_at END
+                  FROM pglease.tenures AS e
+                  WHERE (e.name, e.slot, e.fence) < (p_name, p_slot, p_new_fence)
+                  ORDER BY e.name DESC, e.slot DESC, e.fence DESC LIMIT 1) END);
         INSERT INTO pglease.tenures AS t (name, slot, fence, holder, holder_role, units, granted_at)
         VALUES (p_name, p_slot, p_new_fence, p_new_holder, p_new_role, p_new_units, v_grant);
     END IF;
@@ -4211,21 +4224,29 @@ BEGIN
 END
 $$;
 
--- _tenure_check(): fences strictly increase in the order of the grants,
--- per name and slot, for every row written, by the functions or by hand
--- (the schema owner's forged row included): the row with the next lower
--- fence must have been granted no later, the one with the next higher
--- fence no earlier; else 23514 and the statement fails. Two primary-key
--- probes. A row whose fence and grant stay (an end being written) is not
--- looked at. Concurrent forged inserts of one name are not serialised
--- here: the functions' own writes are, by the row lock of the lease or
--- slot.
+-- _tenure_check(): for every row written, by the functions or by hand
+-- (the schema owner's forged row included), per name and slot:
+--   * fences strictly increase in the order of the grants: the row with
+--     the next lower fence was granted no later, the one with the next
+--     higher fence no earlier; else 23514;
+--   * no tenure beside an open one: the next lower row is ended, and an
+--     open row has no next higher one (an open tenure runs on to any later
+--     time); else 23P01, as tenures_no_overlap would say of a range.
+-- The statement fails then. Two primary-key probes, however many tenures
+-- are kept. A row whose fence and grant stay (an end being written) is
+-- not looked at. Concurrent forged inserts of one name are not serialised
+-- here (tenures_one_open still allows one open tenure); the functions'
+-- own writes are, by the row lock of the lease or slot.
 CREATE OR REPLACE FUNCTION pglease._tenure_check()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
-    v_at timestamptz;
+    v_name  text;
+    v_slot  integer;
+    v_fence bigint;
+    v_at    timestamptz;
+    v_open  boolean;
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         IF (NEW.name, NEW.slot, NEW.fence, NEW.granted_at)
@@ -4233,23 +4254,46 @@ BEGIN
             RETURN NEW;
         END IF;
     END IF;
-    SELECT t.granted_at INTO v_at FROM pglease.tenures AS t
-    WHERE t.name = NEW.name AND t.slot = NEW.slot AND t.fence < NEW.fence
-    ORDER BY t.fence DESC LIMIT 1;
-    IF FOUND AND v_at > NEW.granted_at THEN
-        RAISE EXCEPTION USING ERRCODE = '23514',
-            MESSAGE = format('pglease: tenure of %L (slot %s) with fence %s granted at %s, before a tenure with a lower fence (granted at %s)',
-                             NEW.name, NEW.slot, NEW.fence, NEW.granted_at, v_at),
-            HINT = 'Fences strictly increase in the order of the grants (docs/tenure-history.md).';
+    -- The neighbours in primary-key order, found by a row comparison that
+    -- only the primary key serves: one index probe each (equality on name
+    -- and slot would let the planner pick tenures_no_overlap's index and
+    -- sort every tenure of the name).
+    SELECT t.name, t.slot, t.fence, t.granted_at, t.ended_at IS NULL
+    INTO v_name, v_slot, v_fence, v_at, v_open FROM pglease.tenures AS t
+    WHERE (t.name, t.slot, t.fence) < (NEW.name, NEW.slot, NEW.fence)
+    ORDER BY t.name DESC, t.slot DESC, t.fence DESC LIMIT 1;
+    IF (v_name, v_slot) = (NEW.name, NEW.slot) THEN
+        IF v_at > NEW.granted_at THEN
+            RAISE EXCEPTION USING ERRCODE = '23514',
+                MESSAGE = format('pglease: tenure of %L (slot %s) with fence %s granted at %s, before a tenure with a lower fence (granted at %s)',
+                                 NEW.name, NEW.slot, NEW.fence, NEW.granted_at, v_at),
+                HINT = 'Fences strictly increase in the order of the grants (docs/tenure-history.md).';
+        END IF;
+        IF v_open THEN
+            RAISE EXCEPTION USING ERRCODE = '23P01',
+                MESSAGE = format('pglease: tenure of %L (slot %s) with fence %s overlaps the tenure with fence %s, which is still open',
+                                 NEW.name, NEW.slot, NEW.fence, v_fence),
+                HINT = 'A tenure starts after the one before it has ended (docs/tenure-history.md).';
+        END IF;
     END IF;
-    SELECT t.granted_at INTO v_at FROM pglease.tenures AS t
-    WHERE t.name = NEW.name AND t.slot = NEW.slot AND t.fence > NEW.fence
-    ORDER BY t.fence LIMIT 1;
-    IF FOUND AND v_at < NEW.granted_at THEN
-        RAISE EXCEPTION USING ERRCODE = '23514',
-            MESSAGE = format('pglease: tenure of %L (slot %s) with fence %s granted at %s, after a tenure with a higher fence (granted at %s)',
-                             NEW.name, NEW.slot, NEW.fence, NEW.granted_at, v_at),
-            HINT = 'Fences strictly increase in the order of the grants (docs/tenure-history.md).';
+    v_name := NULL;
+    SELECT t.name, t.slot, t.fence, t.granted_at
+    INTO v_name, v_slot, v_fence, v_at FROM pglease.tenures AS t
+    WHERE (t.name, t.slot, t.fence) > (NEW.name, NEW.slot, NEW.fence)
+    ORDER BY t.name, t.slot, t.fence LIMIT 1;
+    IF (v_name, v_slot) = (NEW.name, NEW.slot) THEN
+        IF v_at < NEW.granted_at THEN
+            RAISE EXCEPTION USING ERRCODE = '23514',
+                MESSAGE = format('pglease: tenure of %L (slot %s) with fence %s granted at %s, after a tenure with a higher fence (granted at %s)',
+                                 NEW.name, NEW.slot, NEW.fence, NEW.granted_at, v_at),
+                HINT = 'Fences strictly increase in the order of the grants (docs/tenure-history.md).';
+        END IF;
+        IF NEW.ended_at IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = '23P01',
+                MESSAGE = format('pglease: tenure of %L (slot %s) with fence %s is open, and overlaps the later tenure with fence %s',
+                                 NEW.name, NEW.slot, NEW.fence, v_fence),
+                HINT = 'A tenure starts after the one before it has ended (docs/tenure-history.md).';
+        END IF;
     END IF;
     RETURN NEW;
 END

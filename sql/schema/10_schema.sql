@@ -446,12 +446,22 @@ COMMENT ON TABLE pglease.history_prefixes IS
 --                operator cleared it after it ran out (ended_at: its expiry)
 --   taken_over   it ran out and another holder took the name (ended_at: its expiry)
 --   purged       it ran out and pglease.purge deleted its row (ended_at: its expiry)
--- Postgres itself checks the history: tenures_no_overlap (below, when
--- btree_gist is installed) refuses two tenures of one name (and slot)
--- whose time ranges on the server's clock overlap, so a grant that would
--- make a second live holder fails its statement; the trigger
--- pglease._tenure_check refuses a fence that does not increase in the
--- order of the grants. Not partitioned: an exclusion constraint cannot
+-- Postgres itself checks the history, so that a grant that would make a
+-- second live holder fails its statement:
+--   * tenures_one_open: at most one open tenure per name and slot;
+--   * tenures_no_overlap (below, when btree_gist is installed): no two
+--     tenures of one name (and slot) whose time ranges on the server's
+--     clock overlap, an open tenure standing for the instant of its grant
+--     (so a grant inside an ended tenure's span is refused; and its index
+--     entry, kept until VACUUM after the tenure ends, covers no later
+--     grant, so the check costs the same however many tenures are kept);
+--     its names compare byte by byte (COLLATE "C", the same equality), so
+--     that no lookup by name can take its index for the primary key's and
+--     read every tenure the name has kept, whatever the statistics say;
+--   * the trigger pglease._tenure_check: fences increase in the order of
+--     the grants, and no tenure is written beside an open one (whose
+--     range runs on to any later time).
+-- Not partitioned: an exclusion constraint cannot
 -- span time partitions; old tenures move to pglease.tenures_archive,
 -- which is (docs/tenure-history.md#retention-and-how-big-it-gets).
 CREATE TABLE pglease.tenures (
@@ -472,6 +482,7 @@ CREATE TABLE pglease.tenures (
 COMMENT ON TABLE pglease.tenures IS
     'pglease tenure history; written only by the triggers on pglease.leases and pglease.slots';
 CREATE INDEX tenures_ended_idx ON pglease.tenures (ended_at) WHERE ended_at IS NOT NULL;
+CREATE UNIQUE INDEX tenures_one_open ON pglease.tenures (name, slot) WHERE ended_at IS NULL;
 
 -- The archive of the history (#52): closed tenures that pglease.purge moved
 -- out of pglease.tenures once their keep had passed, when archiving is on
@@ -541,8 +552,9 @@ BEGIN
     END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_extension AS e WHERE e.extname = 'btree_gist') THEN
         ALTER TABLE pglease.tenures ADD CONSTRAINT tenures_no_overlap
-            EXCLUDE USING gist (name WITH =, slot WITH =,
-                                tstzrange(granted_at, ended_at, '[)') WITH &&);
+            EXCLUDE USING gist ((name COLLATE "C") WITH =, slot WITH =,
+                                (CASE WHEN ended_at IS NULL THEN tstzrange(granted_at, granted_at, '[]')
+                                      ELSE tstzrange(granted_at, ended_at, '[)') END) WITH &&);
     END IF;
 END
 $pglease$;

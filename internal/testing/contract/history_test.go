@@ -244,7 +244,25 @@ func testHistoryForgedOverlapRefused(t *testing.T, db *testDB) {
 	}
 	_, err = db.pool.Exec(ctx, `INSERT INTO pglease.tenures (name, slot, fence, holder, granted_at)
 		VALUES ($1, 0, 7, 'forger', clock_timestamp())`, name)
-	requirePgError(t, err, "23P01", "tenures_no_overlap")
+	requirePgError(t, err, "23P01", "with fence 1, which is still open")
+	_, err = db.pool.Exec(ctx, `INSERT INTO pglease.tenures (name, slot, fence, holder, granted_at, ended_at, ended_how)
+		VALUES ($1, 0, 8, 'forger', clock_timestamp() + interval '1 day', clock_timestamp() + interval '2 days', 'released')`, name)
+	requirePgError(t, err, "23P01", "with fence 1, which is still open")
+	// Without the trigger, the unique index still allows one open tenure.
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `ALTER TABLE pglease.tenures DISABLE TRIGGER tenure_order`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO pglease.tenures (name, slot, fence, holder, granted_at)
+		VALUES ($1, 0, 7, 'forger', clock_timestamp())`, name)
+	requirePgError(t, err, "23505", "tenures_one_open")
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	_, err = db.pool.Exec(ctx, `INSERT INTO pglease.tenures (name, slot, fence, holder, granted_at, ended_at, ended_how)
 		VALUES ($1, 0, 9, 'forger', '2000-01-01', '2000-01-02', 'released')`, name)
 	requirePgError(t, err, "23514", "fence 9")
@@ -253,6 +271,14 @@ func testHistoryForgedOverlapRefused(t *testing.T, db *testDB) {
 		t.Fatalf("moving the only tenure's grant earlier: %v", err) // nothing out of order with one row
 	}
 	requireEnds(t, tenures(t, db.pool, name), "1:a:NULL")
+
+	// An open tenure below a later one overlaps it: its range runs on.
+	forged := n("forged")
+	mustExec(t, db.pool, `INSERT INTO pglease.tenures (name, slot, fence, holder, granted_at, ended_at, ended_how)
+		VALUES ($1, 0, 5, 'forger', clock_timestamp() + interval '1 day', clock_timestamp() + interval '2 days', 'released')`, forged)
+	_, err = db.pool.Exec(ctx, `INSERT INTO pglease.tenures (name, slot, fence, holder, granted_at)
+		VALUES ($1, 0, 3, 'forger', clock_timestamp())`, forged)
+	requirePgError(t, err, "23P01", "is open, and overlaps the later tenure with fence 5")
 }
 
 // testHistoryClientCannotWrite: a client reads the history through

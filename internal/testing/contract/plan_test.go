@@ -363,3 +363,45 @@ func TestClaimsKeepGenericPlansOnStaleStatistics(t *testing.T) {
 		t.Fatalf("auto_explain reported %d runs of the common claim's read, want 12", reads)
 	}
 }
+
+// scanOfHistory matches a plan node that reads pglease.tenures.
+var scanOfHistory = regexp.MustCompile(`(?m)^.*Scan.* on tenures\b.*$`)
+
+// TestHistoryChecksUsePrimaryKey checks that the statements a grant and an
+// end run for the tenure history (the neighbours' checks, the clamp, the
+// end) find a tenure by primary key or as the open one, and never read
+// every tenure the name has kept: on a table never analysed, with generic
+// plans, equality on name and slot would let the planner read them all
+// through the exclusion constraint's index and sort them, three times a
+// grant.
+func TestHistoryChecksUsePrimaryKey(t *testing.T) {
+	url := pgtest.NewMigrated(t)
+	admin := connect(t, url)
+	mustExec(t, admin, `SELECT pglease.history_enable('kept/', '30 days')`)
+	mustExec(t, admin, `SELECT count(*) FROM generate_series(1, 300) AS i,
+		LATERAL pglease.acquire('kept/lease', 'h', interval '1 hour') AS a,
+		LATERAL pglease.release('kept/lease', 'h', a.fence) AS r`)
+	mustExec(t, admin, `SELECT count(*) FROM generate_series(1, 300) AS i,
+		LATERAL pglease.claim_slot('kept/scope', 'h', 1, interval '1 hour') AS c,
+		LATERAL pglease.release_slot('kept/scope', c.slot, 'h', c.fence) AS r`)
+
+	conn, explained := connectExplained(t, url, `SET plan_cache_mode = force_generic_plan`)
+	for range 2 {
+		mustBeTrue(t, conn, `SELECT r FROM pglease.acquire('kept/lease', 'h', interval '1 hour') AS a,
+			LATERAL pglease.release('kept/lease', 'h', a.fence) AS r`)
+		mustBeTrue(t, conn, `SELECT r FROM pglease.claim_slot('kept/scope', 'h', 1, interval '1 hour') AS c,
+			LATERAL pglease.release_slot('kept/scope', c.slot, 'h', c.fence) AS r`)
+	}
+	var scans int
+	for _, p := range explained.take() {
+		for _, m := range scanOfHistory.FindAllString(p, -1) {
+			scans++
+			if !strings.Contains(m, "using tenures_pkey ") && !strings.Contains(m, "using tenures_one_open ") {
+				t.Errorf("a history statement reads pglease.tenures other than by its primary key or as the open tenure:\n%s", p)
+			}
+		}
+	}
+	if scans == 0 {
+		t.Fatal("no plan read pglease.tenures: is auto_explain logging nested statements?")
+	}
+}
