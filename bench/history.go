@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -23,6 +24,12 @@ const (
 	// renew unchanged (≥ 0.98×: a renewal writes nothing).
 	minHistoryAcquireRelease = 0.85
 	minHistoryRenew          = 0.98
+	// historyKept is how many ended tenures each name of the "kept" row
+	// has before it is measured: a name that has changed hands that often
+	// costs what a new one does (≥ minHistoryKept× the same row without).
+	historyKept    = 3000
+	minHistoryKept = 0.9
+	historyKeptKey = historyPrefix + "kept/acquire-release"
 )
 
 // HistoryComparison is the tenure history section.
@@ -41,6 +48,7 @@ func (e *env) historyWorkloads() []workload {
 	return []workload{
 		relabel(e.acquireReleaseSQL("history-off/acquire-release", "", releaseSQL), "SQL via pgx, history off"),
 		relabel(e.acquireReleaseSQL(historyPrefix+"acquire-release", "", releaseSQL), "SQL via pgx, history on"),
+		relabel(e.acquireReleaseSQL(historyKeptKey, "", releaseSQL), fmt.Sprintf("SQL via pgx, history on, %s tenures kept", count(float64(historyKept)))),
 		relabel(e.renewSQL("history-off/renew"), "SQL via pgx, history off"),
 		relabel(e.renewSQL(historyPrefix+"renew"), "SQL via pgx, history on"),
 	}
@@ -58,6 +66,15 @@ func measureHistory(ctx context.Context, cfg config) (_ *HistoryComparison, err 
 		return nil, err
 	}
 	_, err = conn.Exec(ctx, `SELECT pglease.history_enable($1, '1 day')`, historyPrefix)
+	if err == nil {
+		// Each name of the kept row changes hands historyKept times first.
+		_, err = conn.Exec(ctx, `SELECT count(*) FROM generate_series(0, $1 - 1) AS c,
+			LATERAL (SELECT $2 || '/' || c AS name) AS n,
+			LATERAL generate_series(1, $3) AS i,
+			LATERAL pglease.acquire(n.name, 'bench/kept', interval '1 hour') AS a,
+			LATERAL pglease.release(n.name, 'bench/kept', a.fence) AS r`,
+			historyClients, historyKeptKey, historyKept)
+	}
 	if cerr := conn.Close(ctx); err == nil {
 		err = cerr
 	}
@@ -114,6 +131,16 @@ func (h *HistoryComparison) ratio(off, on string) (float64, *Row, *Row) {
 	return b.OpsPerSec / a.OpsPerSec, a, b
 }
 
+// offRow returns the row of call name with history off.
+func (h *HistoryComparison) offRow(name string) *Row {
+	for i := range h.Rows {
+		if h.Rows[i].Name == name && strings.HasPrefix(h.Rows[i].Key, "history-off/") {
+			return &h.Rows[i]
+		}
+	}
+	return nil
+}
+
 // checkHistory adds the section's targets.
 func (r *Report) checkHistory() {
 	h := r.History
@@ -136,6 +163,17 @@ func (r *Report) checkHistory() {
 		}
 		r.add(name, ratio >= c.min, "%.2f× (%s ops/s vs %s ops/s)", ratio, count(on.OpsPerSec), count(off.OpsPerSec))
 	}
+	name := fmt.Sprintf("pglease.acquire + release of names with %s tenures kept ≥ %.2f× names with none at C=%d", count(float64(historyKept)), minHistoryKept, historyClients)
+	if h == nil {
+		r.unmeasured(name)
+		return
+	}
+	ratio, fresh, kept := h.ratio(historyPrefix+"acquire-release", historyKeptKey)
+	if fresh == nil || kept == nil {
+		r.unmeasured(name)
+		return
+	}
+	r.add(name, ratio >= minHistoryKept, "%.2f× (%s ops/s vs %s ops/s)", ratio, count(kept.OpsPerSec), count(fresh.OpsPerSec))
 }
 
 // writeMarkdown renders the section.
@@ -143,15 +181,15 @@ func (h *HistoryComparison) writeMarkdown(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("## Tenure history")
 	p("")
-	p("%d clients, each on a name of its own, interleaved in turns: names under a prefix whose tenure history is on (pglease.history_enable: every grant and end writes a row of pglease.tenures, checked by its exclusion constraint) against names outside it ([docs/tenure-history.md](docs/tenure-history.md#what-it-costs)). A renewal writes no history.", historyClients)
+	p("%d clients, each on a name of its own, interleaved in turns: names under a prefix whose tenure history is on (pglease.history_enable: every grant and end writes a row of pglease.tenures, checked by its exclusion constraint) against names outside it, and against names with history on that have changed hands %s times already ([docs/tenure-history.md](docs/tenure-history.md#what-it-costs)). A renewal writes no history.", historyClients, count(float64(historyKept)))
 	p("")
 	p("| Call | Path | ops/s | × off | p50 ms | p99 ms |")
 	p("| --- | --- | ---: | ---: | ---: | ---: |")
 	for i := range h.Rows {
 		row := &h.Rows[i]
 		vs := "—"
-		if i%2 == 1 {
-			if ratio, _, _ := h.ratio(h.Rows[i-1].Key, row.Key); ratio > 0 {
+		if off := h.offRow(row.Name); off != nil && off != row {
+			if ratio, _, _ := h.ratio(off.Key, row.Key); ratio > 0 {
 				vs = fmt.Sprintf("%.2f×", ratio)
 			}
 		}
