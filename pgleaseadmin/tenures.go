@@ -116,3 +116,33 @@ func DisableHistory(ctx context.Context, database pglease.DB, prefix string) (ti
 	}
 	return seconds(prev), nil
 }
+
+// ArchiveHistory sets whether pglease.purge moves the history's old
+// tenures to pglease.tenures_archive, partitioned by month (archive true),
+// or deletes them (false, the default): pglease.history_archive. Tenures
+// already archived stay either way. It returns the setting it replaced.
+// Only the schema owner or a superuser may call it; others get an error
+// matching pglease.ErrPermissionDenied.
+func ArchiveHistory(ctx context.Context, database pglease.DB, archive bool) (bool, error) {
+	prev, err := db.New(database).HistoryArchive(ctx, archive)
+	if err != nil {
+		return false, interpret(ctx, err)
+	}
+	return prev, nil
+}
+
+// DropHistoryBefore drops every month of pglease.tenures_archive that
+// ends at or before before, each a partition at once
+// (pglease.history_drop_before), and returns how many it dropped. It
+// locks the archive until it returns: reads of the history and a purge
+// moving rows wait, grants and renewals do not. Only the schema owner or
+// a superuser may call it (else pglease.ErrPermissionDenied); a time
+// later than now is pglease.ErrInvalidArgument (a month not over yet may
+// still receive tenures).
+func DropHistoryBefore(ctx context.Context, database pglease.DB, before time.Time) (int, error) {
+	n, err := db.New(database).HistoryDropBefore(ctx, before)
+	if err != nil {
+		return 0, interpret(ctx, err)
+	}
+	return int(n), nil
+}

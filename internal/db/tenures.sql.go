@@ -10,6 +10,17 @@ import (
 	"time"
 )
 
+const historyArchive = `-- name: HistoryArchive :one
+SELECT coalesce(h.previous, false)::boolean AS previous FROM pglease.history_archive($1::boolean) AS h
+`
+
+func (q *Queries) HistoryArchive(ctx context.Context, archive bool) (bool, error) {
+	row := q.db.QueryRow(ctx, historyArchive, archive)
+	var previous bool
+	err := row.Scan(&previous)
+	return previous, err
+}
+
 const historyDisable = `-- name: HistoryDisable :one
 SELECT coalesce(extract(epoch FROM h.previous_keep), 0)::float8 AS previous_keep_seconds
 FROM pglease.history_disable($1) AS h
@@ -20,6 +31,17 @@ func (q *Queries) HistoryDisable(ctx context.Context, prefix string) (float64, e
 	var previous_keep_seconds float64
 	err := row.Scan(&previous_keep_seconds)
 	return previous_keep_seconds, err
+}
+
+const historyDropBefore = `-- name: HistoryDropBefore :one
+SELECT pglease.history_drop_before($1::timestamptz) AS months
+`
+
+func (q *Queries) HistoryDropBefore(ctx context.Context, before time.Time) (int32, error) {
+	row := q.db.QueryRow(ctx, historyDropBefore, before)
+	var months int32
+	err := row.Scan(&months)
+	return months, err
 }
 
 const historyEnable = `-- name: HistoryEnable :one

@@ -22,3 +22,9 @@ FROM pglease.history_enable(@prefix, make_interval(secs => @keep_seconds::float8
 -- name: HistoryDisable :one
 SELECT coalesce(extract(epoch FROM h.previous_keep), 0)::float8 AS previous_keep_seconds
 FROM pglease.history_disable(@prefix) AS h;
+
+-- name: HistoryArchive :one
+SELECT coalesce(h.previous, false)::boolean AS previous FROM pglease.history_archive(@archive::boolean) AS h;
+
+-- name: HistoryDropBefore :one
+SELECT pglease.history_drop_before(@before::timestamptz) AS months;
