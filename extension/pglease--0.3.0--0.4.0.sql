@@ -4041,13 +4041,18 @@ $$;
 -- deletes, which it holds locked too.
 
 -- _history_on(p_name): whether the tenures of name p_name (a lease name
--- or a slot scope) are written: some prefix turned on starts it.
+-- or a slot scope) are written: some prefix turned on starts it. PL/pgSQL,
+-- whose plan a session keeps: the triggers ask on every grant and end,
+-- and a SQL function (not inlinable: a subquery) is planned again in
+-- every transaction.
 CREATE OR REPLACE FUNCTION pglease._history_on(p_name text)
 RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT EXISTS (SELECT FROM pglease.history_prefixes AS h
+BEGIN
+    RETURN EXISTS (SELECT FROM pglease.history_prefixes AS h
                    WHERE pg_catalog.starts_with(p_name, h.prefix));
+END
 $$;
 
 -- _tenure_count(p_how): counts one tenure ended p_how (the exporter's
