@@ -91,6 +91,7 @@ DROP FUNCTION pglease._tenure_lease();
 DROP FUNCTION pglease._tenure_slot();
 DROP FUNCTION pglease._tenure_purged();
 DROP FUNCTION pglease._tenure_check();
+DROP FUNCTION pglease._tenure_before(text, integer, bigint);
 DROP SEQUENCE pglease.tenures_released;
 DROP SEQUENCE pglease.tenures_handed_over;
 DROP SEQUENCE pglease.tenures_forced;

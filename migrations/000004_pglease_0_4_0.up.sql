@@ -4072,6 +4072,24 @@ BEGIN
 END
 $$;
 
+-- _tenure_before(p_name, p_slot, p_fence): the tenure of name p_name and
+-- slot p_slot with the next lower fence than p_fence, or no row. One
+-- backward probe of the primary key, found by a row comparison that only
+-- the primary key serves, however many tenures the name has kept
+-- (equality on name and slot would let the planner take
+-- tenures_no_overlap's index and sort every tenure of the name). A SQL
+-- function called in FROM, inlined where called.
+CREATE OR REPLACE FUNCTION pglease._tenure_before(p_name text, p_slot integer, p_fence bigint)
+RETURNS TABLE (fence bigint, granted_at timestamptz, ended_at timestamptz)
+LANGUAGE sql STABLE
+AS $$
+    SELECT b.fence, b.granted_at, b.ended_at
+    FROM (SELECT e.name, e.slot, e.fence, e.granted_at, e.ended_at FROM pglease.tenures AS e
+          WHERE (e.name, e.slot, e.fence) < (p_name, p_slot, p_fence)
+          ORDER BY e.name DESC, e.slot DESC, e.fence DESC LIMIT 1) AS b
+    WHERE (b.name, b.slot) = (p_name, p_slot);
+$$;
+
 -- _tenure_write(p_name, p_slot, p_old_*, p_new_*): the one rule of the
 -- history, for the row of a lease (p_slot 0) or a slot that changed from
 -- the tenure p_old_* to p_new_* (holder NULL: free).
@@ -4134,10 +4152,7 @@ BEGIN
         -- waited for, so that a grant before it stays an overlap.
         v_grant := greatest(p_new_acquired, CASE
             WHEN p_old_holder IS NOT NULL THEN p_old_acquired
-            ELSE (SELECT CASE WHEN (e.name, e.slot) = (p_name, p_slot) THEN e.ended_at END
-                  FROM pglease.tenures AS e
-                  WHERE (e.name, e.slot, e.fence) < (p_name, p_slot, p_new_fence)
-                  ORDER BY e.name DESC, e.slot DESC, e.fence DESC LIMIT 1) END);
+            ELSE (SELECT b.ended_at FROM pglease._tenure_before(p_name, p_slot, p_new_fence) AS b) END);
         INSERT INTO pglease.tenures AS t (name, slot, fence, holder, holder_role, units, granted_at)
         VALUES (p_name, p_slot, p_new_fence, p_new_holder, p_new_role, p_new_units, v_grant);
     END IF;
@@ -4258,15 +4273,11 @@ BEGIN
             RETURN NEW;
         END IF;
     END IF;
-    -- The neighbours in primary-key order, found by a row comparison that
-    -- only the primary key serves: one index probe each (equality on name
-    -- and slot would let the planner pick tenures_no_overlap's index and
-    -- sort every tenure of the name).
-    SELECT t.name, t.slot, t.fence, t.granted_at, t.ended_at IS NULL
-    INTO v_name, v_slot, v_fence, v_at, v_open FROM pglease.tenures AS t
-    WHERE (t.name, t.slot, t.fence) < (NEW.name, NEW.slot, NEW.fence)
-    ORDER BY t.name DESC, t.slot DESC, t.fence DESC LIMIT 1;
-    IF (v_name, v_slot) = (NEW.name, NEW.slot) THEN
+    -- The neighbours in primary-key order: one index probe each (see
+    -- pglease._tenure_before).
+    SELECT b.fence, b.granted_at, b.ended_at IS NULL INTO v_fence, v_at, v_open
+    FROM pglease._tenure_before(NEW.name, NEW.slot, NEW.fence) AS b;
+    IF FOUND THEN
         IF v_at > NEW.granted_at THEN
             RAISE EXCEPTION USING ERRCODE = '23514',
                 MESSAGE = format('pglease: tenure of %L (slot %s) with fence %s granted at %s, before a tenure with a lower fence (granted at %s)',
@@ -4280,7 +4291,6 @@ BEGIN
                 HINT = 'A tenure starts after the one before it has ended (docs/tenure-history.md).';
         END IF;
     END IF;
-    v_name := NULL;
     SELECT t.name, t.slot, t.fence, t.granted_at
     INTO v_name, v_slot, v_fence, v_at FROM pglease.tenures AS t
     WHERE (t.name, t.slot, t.fence) > (NEW.name, NEW.slot, NEW.fence)
